@@ -1,0 +1,5 @@
+#![forbid(unsafe_code)]
+
+fn main() {
+    println!("karpenter-scaleway: wiring lands with the CloudProvider service");
+}

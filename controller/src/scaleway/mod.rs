@@ -1,0 +1,79 @@
+//! Elastic Metal and IAM: the domain model of the calls this provider makes, the
+//! narrow trait that the real client, the unit-test fake and (over HTTP) emsim all
+//! satisfy, and the error classification every caller matches on.
+//!
+//! This module imports neither kube nor tonic (house style §1).
+
+mod model;
+
+pub use model::*;
+
+use async_trait::async_trait;
+
+/// A Scaleway zone such as `fr-par-2`.
+pub type Zone = String;
+
+/// Errors of the Elastic Metal / IAM API, classified once at the boundary
+/// (house style §3). Everything above matches on the variant, never on text.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ApiError {
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("out of stock: {0}")]
+    OutOfStock(String),
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
+    /// 409 transient_state, or 400 "Server is not delivered": retry later.
+    #[error("resource in a transient state: {0}")]
+    TransientState(String),
+    /// 429.
+    #[error("throttled by the API")]
+    Throttled,
+    /// 5xx, timeouts, connection errors.
+    #[error("API unavailable: {0}")]
+    Unavailable(String),
+    /// 400 invalid_arguments and other refusals that retrying cannot fix.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// 401/403: bad or insufficient credentials.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+}
+
+impl ApiError {
+    /// Worth retrying the same call after a backoff.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ApiError::TransientState(_) | ApiError::Throttled | ApiError::Unavailable(_)
+        )
+    }
+
+    /// The order could not be placed for lack of capacity (stock or quota).
+    pub fn is_insufficient_capacity(&self) -> bool {
+        matches!(self, ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_))
+    }
+}
+
+/// The Elastic Metal v1 and IAM SSH-key calls the provider uses, and only those.
+#[async_trait]
+pub trait ElasticMetal: Send + Sync + 'static {
+    /// Hourly offers of a zone (all pages).
+    async fn list_offers(&self, zone: &str) -> Result<Vec<Offer>, ApiError>;
+    async fn create_server(&self, zone: &str, req: &CreateServerRequest) -> Result<Server, ApiError>;
+    async fn get_server(&self, zone: &str, id: &str) -> Result<Server, ApiError>;
+    /// Every page of servers matching the filter. Any failure, including a page
+    /// that is missing or a `total_count` that does not match, is an error:
+    /// never a shorter list.
+    async fn list_servers(&self, zone: &str, filter: &ServerFilter) -> Result<Vec<Server>, ApiError>;
+    async fn delete_server(&self, zone: &str, id: &str) -> Result<Server, ApiError>;
+    async fn reboot_server(
+        &self,
+        zone: &str,
+        id: &str,
+        boot_type: BootType,
+        ssh_key_ids: &[String],
+    ) -> Result<Server, ApiError>;
+    /// IAM SSH keys of a project (all pages).
+    async fn list_ssh_keys(&self, project_id: &str) -> Result<Vec<SshKey>, ApiError>;
+}

@@ -1,0 +1,207 @@
+//! Wire model of the Elastic Metal v1 and IAM objects, field names as the API
+//! sends them (`facts/scaleway-api.md`). Unknown fields are ignored so that new
+//! API fields never break decoding.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BootType {
+    #[default]
+    UnknownBootType,
+    Normal,
+    Rescue,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerStatus {
+    Unknown,
+    Delivering,
+    Ready,
+    Stopping,
+    Stopped,
+    Starting,
+    Error,
+    Deleting,
+    Locked,
+    OutOfStock,
+    Ordered,
+    Resetting,
+    Migrating,
+    /// A status this client does not know yet.
+    #[serde(other)]
+    Other,
+}
+
+/// `{currency_code, units, nanos}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Money {
+    pub currency_code: String,
+    pub units: i64,
+    pub nanos: i32,
+}
+
+impl Money {
+    pub fn as_f64(&self) -> f64 {
+        self.units as f64 + f64::from(self.nanos) / 1e9
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ip {
+    pub id: String,
+    pub address: String,
+    #[serde(default)]
+    pub reverse: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RescueServer {
+    pub user: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Server {
+    pub id: String,
+    #[serde(default)]
+    pub organization_id: String,
+    #[serde(default)]
+    pub project_id: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub status: ServerStatus,
+    pub offer_id: String,
+    #[serde(default)]
+    pub offer_name: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub ips: Vec<Ip>,
+    #[serde(default)]
+    pub boot_type: BootType,
+    pub zone: String,
+    #[serde(default)]
+    pub rescue_server: Option<RescueServer>,
+    pub created_at: String,
+    #[serde(default)]
+    pub updated_at: String,
+}
+
+impl Server {
+    pub fn ipv4(&self) -> Option<&str> {
+        self.ips
+            .iter()
+            .find(|ip| ip.version == "IPv4")
+            .map(|ip| ip.address.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Disk {
+    /// Bytes.
+    pub capacity: u64,
+    /// e.g. `NVMe`, `SSD`, `HDD`, `SATA`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cpu {
+    pub name: String,
+    pub core_count: u32,
+    pub thread_count: u32,
+    #[serde(default)]
+    pub frequency: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// Bytes.
+    pub capacity: u64,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub frequency: u32,
+    #[serde(default)]
+    pub is_ecc: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub name: String,
+    /// Bytes.
+    pub vram: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offer {
+    pub id: String,
+    pub name: String,
+    /// `empty`, `low` or `available`.
+    pub stock: String,
+    /// Bits per second.
+    #[serde(default)]
+    pub bandwidth: u64,
+    #[serde(default)]
+    pub commercial_range: String,
+    #[serde(default)]
+    pub price_per_hour: Option<Money>,
+    #[serde(default)]
+    pub price_per_month: Option<Money>,
+    #[serde(default)]
+    pub disks: Vec<Disk>,
+    #[serde(default)]
+    pub enable: bool,
+    #[serde(default)]
+    pub cpus: Vec<Cpu>,
+    #[serde(default)]
+    pub memories: Vec<Memory>,
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+    /// `hourly` or `monthly`.
+    #[serde(default)]
+    pub subscription_period: String,
+    #[serde(default)]
+    pub monthly_offer_id: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub zone: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CreateServerRequest {
+    pub offer_id: String,
+    pub project_id: String,
+    pub name: String,
+    pub description: String,
+    pub tags: Vec<String>,
+    /// Always `null`: the provider installs Talos itself through rescue mode.
+    pub install: Option<serde_json::Value>,
+}
+
+/// Query filters of `GET /servers`. Scaleway's tag matching semantics are not
+/// documented, so callers filter the result again on their side.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerFilter {
+    pub tags: Vec<String>,
+    pub name: Option<String>,
+    pub project_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SshKey {
+    pub id: String,
+    pub name: String,
+    pub public_key: String,
+    #[serde(default)]
+    pub fingerprint: String,
+    #[serde(default)]
+    pub project_id: String,
+    #[serde(default)]
+    pub disabled: bool,
+}
