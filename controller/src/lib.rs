@@ -9,3 +9,7 @@
 
 pub mod nodeclass;
 pub mod scaleway;
+pub mod install;
+pub mod k8s_nodes;
+pub mod rescue;
+pub mod talos;

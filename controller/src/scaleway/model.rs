@@ -193,6 +193,19 @@ pub struct ServerFilter {
     pub project_id: Option<String>,
 }
 
+impl ServerFilter {
+    /// The filter applied on our side: every tag present exactly, same name,
+    /// same project.
+    pub fn matches(&self, server: &Server) -> bool {
+        self.tags.iter().all(|t| server.tags.contains(t))
+            && self.name.as_ref().is_none_or(|n| &server.name == n)
+            && self
+                .project_id
+                .as_ref()
+                .is_none_or(|p| server.project_id.is_empty() || &server.project_id == p)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SshKey {
     pub id: String,

@@ -1,0 +1,71 @@
+# karpenter-provider-scaleway — build, test, demo.
+# Quick start: `./dev demo` and `./dev test` (they install just/protoc first).
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+set export := true
+
+root := justfile_directory()
+cache := root / ".cache"
+KPS_RUST_BIN_DIR := root / "target/debug"
+KPS_BRIDGE_BIN := cache / "bin/karpenter-bridge"
+KPS_KARPENTER_CRDS := cache / "karpenter-crds"
+
+default:
+    @just --list
+
+# Rust binaries: karpenter-scaleway, emsim, talos-sim, kps-demo
+build-rust:
+    cargo build --bins
+
+# The Karpenter host (Go), linked with upstream Karpenter core
+build-bridge:
+    mkdir -p {{cache}}/bin
+    cd bridge && go build -trimpath -o {{KPS_BRIDGE_BIN}} ./cmd/karpenter-bridge
+
+# karpenter.sh CRDs of the pinned Karpenter module
+karpenter-crds:
+    rm -rf {{KPS_KARPENTER_CRDS}} && mkdir -p {{KPS_KARPENTER_CRDS}}
+    cd bridge && cp "$(go list -m -f '{{{{.Dir}}' sigs.k8s.io/karpenter)"/pkg/apis/crds/*.yaml {{KPS_KARPENTER_CRDS}}/
+    chmod u+w {{KPS_KARPENTER_CRDS}}/*.yaml
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler (v1.35), cached
+kube-bins:
+    e2e/kube/build.sh | tail -n 1
+
+build: build-rust build-bridge karpenter-crds
+
+# Regenerate the committed Go code of the proto
+proto:
+    proto/gen.sh
+
+# Fails if regenerating the proto's Go code changes anything
+proto-check:
+    proto/check.sh
+
+# Unit and integration tests (Rust workspace without e2e, Go bridge)
+unit:
+    cargo test --workspace --exclude e2e
+    cd bridge && go vet ./... && go test -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0
+
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+    test -z "$(cd bridge && gofmt -l $(git ls-files '*.go' | grep -v '^gen/' || true))"
+
+# End-to-end: real control plane + real Karpenter core + simulators
+e2e: build
+    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" cargo test -p e2e -- --test-threads=1 --nocapture
+
+# Same scenarios against an existing cluster (e.g. `just kind-up` first)
+e2e-kind: build
+    KPS_KUBECONFIG="${KPS_KUBECONFIG:-$HOME/.kube/config}" cargo test -p e2e --test walking_skeleton -- --nocapture
+
+kind-up:
+    kind create cluster --name kps-e2e --config kind-config.yaml
+
+# Everything CI runs
+test: proto-check unit e2e
+
+# The whole system against the simulators, with a live view
+demo: build
+    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo

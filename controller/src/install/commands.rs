@@ -1,0 +1,1 @@
+//! Command lines run in the rescue system, and parsers of their output.

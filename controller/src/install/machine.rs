@@ -1,0 +1,1 @@
+//! The pure install state machine.

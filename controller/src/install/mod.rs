@@ -1,0 +1,275 @@
+//! The install engine: turns an ordered Elastic Metal server into a Talos node.
+//!
+//! Flow: wait for delivery -> reboot into rescue with our SSH key -> SSH in ->
+//! find the disk and the primary NIC -> `curl | xz -d | dd` the Talos image ->
+//! reboot normally -> wait for the Talos maintenance API -> apply the rendered
+//! machine config -> wait for the Node to be Ready.
+//!
+//! `machine` is the pure state machine (what to do next, given what was seen);
+//! `driver` performs its actions through the ports, one tokio task per server.
+
+mod commands;
+mod driver;
+pub mod machine;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::rescue::RescueShell;
+use crate::scaleway::ElasticMetal;
+use crate::talos::TalosMaintenance;
+
+/// A string that must never reach a log: Debug and Display print `<redacted>`.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret value, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Secret(value)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// A Kubernetes taint as the NodeClaim spells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// Everything the engine needs to install one server.
+#[derive(Debug, Clone)]
+pub struct InstallSpec {
+    pub zone: String,
+    pub server_id: String,
+    /// `scaleway://baremetal/{zone}/{server_id}`.
+    pub provider_id: String,
+    /// NodeClaim name = Talos hostname = Node name.
+    pub node_name: String,
+    pub node_claim_name: String,
+    /// NodeClaim labels to put on the Node.
+    pub labels: BTreeMap<String, String>,
+    /// NodeClaim `spec.taints`.
+    pub taints: Vec<Taint>,
+    /// NodeClaim `spec.startupTaints`.
+    pub startup_taints: Vec<Taint>,
+    /// `amd64` or `arm64`.
+    pub arch: String,
+    /// The Talos disk image (`.raw.xz` or `.raw.zst`), resolved from the NodeClass.
+    pub image_url: String,
+    /// NodeClass disk selector such as `nvme0n1`; `None` takes the first disk.
+    pub install_disk: Option<String>,
+    /// IAM SSH key id attached on the rescue reboot.
+    pub rescue_ssh_key_id: String,
+    /// OpenSSH private key matching `rescue_ssh_key_id`.
+    pub rescue_private_key: Secret,
+    /// The base worker config (`talosctl gen config` worker.yaml).
+    pub base_machine_config: Secret,
+    /// NodeClass patches, applied in order after the per-node settings.
+    pub machine_config_patches: Vec<String>,
+}
+
+/// Where an install stands. `Failed` and `Joined` are terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Ordered,
+    Delivering,
+    Ready,
+    Rescue,
+    Imaging,
+    Booting,
+    Maintenance,
+    Configured,
+    Joined,
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Ordered => "ordered",
+            Phase::Delivering => "delivering",
+            Phase::Ready => "ready",
+            Phase::Rescue => "rescue",
+            Phase::Imaging => "imaging",
+            Phase::Booting => "booting",
+            Phase::Maintenance => "maintenance",
+            Phase::Configured => "configured",
+            Phase::Joined => "joined",
+            Phase::Failed => "failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Joined | Phase::Failed)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Errors of the Kubernetes side of the engine.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum NodePortError {
+    #[error("kubernetes API unavailable: {0}")]
+    Unavailable(String),
+    #[error("kubernetes API refused: {0}")]
+    Refused(String),
+}
+
+/// The Kubernetes objects the engine watches and cleans up.
+#[async_trait]
+pub trait NodePort: Send + Sync + 'static {
+    /// `Some(true)` when the Node exists and its `Ready` condition is `True`,
+    /// `Some(false)` when it exists but is not Ready, `None` when it is absent.
+    async fn node_ready(&self, node_name: &str) -> Result<Option<bool>, NodePortError>;
+    /// Deletes the NodeClaim so that Karpenter retries elsewhere; absent is success.
+    async fn delete_node_claim(&self, name: &str, reason: &str) -> Result<(), NodePortError>;
+}
+
+/// How long each phase may take before the install is declared failed. A
+/// phase's clock starts when it is entered; `Ordered` and `Delivering` share one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deadlines {
+    /// Order placed until the server is `ready`. Delivery of some offers takes
+    /// several minutes.
+    pub delivery: Duration,
+    /// Rescue reboot issued until an SSH session is open.
+    pub rescue: Duration,
+    /// Disk detection, image download and write.
+    pub imaging: Duration,
+    /// Normal reboot until the Talos maintenance API answers.
+    pub booting: Duration,
+    /// Maintenance API up until the config is accepted.
+    pub maintenance: Duration,
+    /// Config applied until the Node is Ready.
+    pub join: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            delivery: Duration::from_secs(30 * 60),
+            rescue: Duration::from_secs(15 * 60),
+            imaging: Duration::from_secs(20 * 60),
+            booting: Duration::from_secs(15 * 60),
+            maintenance: Duration::from_secs(5 * 60),
+            join: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// Tunables of the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallSettings {
+    /// Pause between two polls of the same thing (server status, SSH, Talos, Node).
+    pub poll_interval: Duration,
+    pub ssh_port: u16,
+    pub talos_port: u16,
+    pub deadlines: Deadlines,
+    /// How many times the image write may be attempted before failing.
+    pub image_attempts: u32,
+}
+
+impl Default for InstallSettings {
+    fn default() -> Self {
+        InstallSettings {
+            poll_interval: Duration::from_secs(10),
+            ssh_port: 22,
+            talos_port: 50000,
+            deadlines: Deadlines::default(),
+            image_attempts: 3,
+        }
+    }
+}
+
+/// The ports the engine acts through.
+#[derive(Clone)]
+pub struct EngineDeps {
+    pub elastic_metal: Arc<dyn ElasticMetal>,
+    pub rescue: Arc<dyn RescueShell>,
+    pub talos: Arc<dyn TalosMaintenance>,
+    pub nodes: Arc<dyn NodePort>,
+    pub settings: InstallSettings,
+}
+
+/// Runs installs, one task per server, and remembers where each stands.
+#[derive(Clone)]
+pub struct InstallEngine {
+    deps: EngineDeps,
+    phases: Arc<Mutex<HashMap<String, Phase>>>,
+}
+
+impl InstallEngine {
+    pub fn new(deps: EngineDeps) -> Self {
+        InstallEngine {
+            deps,
+            phases: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Starts the install of `spec.server_id` in the background and returns at
+    /// once. A server whose install is already running (or finished) is left
+    /// alone, so Create may call this again on retries. Must be called within a
+    /// tokio runtime.
+    pub fn start(&self, spec: InstallSpec) {
+        {
+            let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+            match phases.get(&spec.server_id) {
+                // A failed install may be retried if the server is handed again.
+                Some(phase) if *phase != Phase::Failed => return,
+                _ => {}
+            }
+            phases.insert(spec.server_id.clone(), Phase::Ordered);
+        }
+        let engine = self.clone();
+        tokio::spawn(async move { driver::run(engine, spec).await });
+    }
+
+    /// The current phase of a server's install, if this engine has seen it.
+    pub fn phase(&self, server_id: &str) -> Option<Phase> {
+        self.phases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(server_id)
+            .copied()
+    }
+
+    fn set_phase(&self, server_id: &str, phase: Phase) {
+        self.phases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(server_id.to_string(), phase);
+    }
+}

@@ -1,0 +1,1 @@
+//! kube adapter of the install engine's [`crate::install::NodePort`].

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the build needs and a fresh machine of this kind lacks:
+# protoc (Debian's protobuf-compiler) and just (PyPI's rust-just wheel).
+# Go and Rust toolchains are expected on the machine. Idempotent and quiet.
+set -euo pipefail
+need_apt=()
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+command -v xz >/dev/null 2>&1 || need_apt+=(xz-utils)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${need_apt[*]} (apt)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! command -v just >/dev/null 2>&1 && [ ! -x "$HOME/.local/bin/just" ]; then
+  echo "bootstrap: installing just (pip rust-just)"
+  python3 -m pip install --quiet --user --disable-pip-version-check rust-just 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check rust-just
+fi
+for t in go cargo; do
+  command -v "$t" >/dev/null 2>&1 || { echo "bootstrap: $t is required but not installed" >&2; exit 1; }
+done

@@ -1,0 +1,22 @@
+"""Sums the results of every test runner in a log into one closing line.
+
+cargo test prints `test result: ok. N passed; M failed; ...` per test binary;
+`go test` prints `ok  <pkg>` / `FAIL <pkg>` per package and, with -v, a line per
+test. We count cargo tests and Go test functions (`--- PASS` / `--- FAIL`, which
+`go test -v` prints) and exit non-zero when anything failed or the run failed.
+"""
+import re
+import sys
+
+text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+rc = int(sys.argv[2])
+passed = failed = 0
+for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed", text):
+    passed += int(m.group(1))
+    failed += int(m.group(2))
+passed += len(re.findall(r"^\s*--- PASS: ", text, re.M))
+failed += len(re.findall(r"^\s*--- FAIL: ", text, re.M))
+if rc != 0 and failed == 0:
+    failed = 1  # a build or harness failure counts as a failure
+print(f"{passed} passed, {failed} failed")
+sys.exit(0 if rc == 0 and failed == 0 else 1)
