@@ -7,7 +7,12 @@
 //! rendering) import neither kube nor tonic; `grpc` (the CloudProvider service)
 //! and `nodeclass` (CRD and reconciler) are adapters; `main` only wires.
 
+pub mod catalog;
+pub mod config;
+pub mod grpc;
+pub mod metrics;
 pub mod nodeclass;
+pub mod provider;
 pub mod scaleway;
 pub mod install;
 pub mod k8s_nodes;

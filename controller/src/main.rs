@@ -1,5 +1,189 @@
 #![forbid(unsafe_code)]
+//! `karpenter-scaleway`: the provider process (`serve`) and operator commands.
+//! This file only wires the layers together.
 
-fn main() {
-    println!("karpenter-scaleway: wiring lands with the CloudProvider service");
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use tokio::sync::watch;
+use tracing::{info, warn};
+use tracing_subscriber::EnvFilter;
+
+use karpenter_scaleway::catalog::{CatalogStore, run_refresher};
+use karpenter_scaleway::config::{LogFormat, ServeArgs};
+use karpenter_scaleway::grpc::{self, CloudProviderService, Leadership};
+use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
+use karpenter_scaleway::k8s_nodes::KubeNodes;
+use karpenter_scaleway::metrics;
+use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
+use karpenter_scaleway::provider::{Provider, ProviderSettings};
+use karpenter_scaleway::rescue::RusshShell;
+use karpenter_scaleway::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
+use karpenter_scaleway::talos::GrpcTalos;
+
+#[derive(Parser)]
+#[command(name = "karpenter-scaleway", version, about = "Karpenter cloud provider for Scaleway Elastic Metal")]
+struct Cli {
+    /// Log format; the level comes from RUST_LOG (default `info`).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the provider: gRPC CloudProvider service, NodeClass reconciler,
+    /// catalog refresh and install engine.
+    Serve(Box<ServeArgs>),
+    /// Print the NodeClass CRD (YAML).
+    Crd,
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => {
+            print!("{}", nodeclass::crd_yaml());
+            Ok(())
+        }
+        Command::Serve(args) => {
+            init_tracing(cli.log_format);
+            serve(*args).await
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn termination() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the process");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// A future that resolves once shutdown has been requested.
+fn stopped(mut rx: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync + 'static {
+    async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let zones = args.zones();
+    info!(
+        cluster = %args.cluster_name,
+        zones = %zones.join(","),
+        api_url = %args.scaleway.api_url,
+        access_key = args.scaleway.access_key.as_deref().unwrap_or(""),
+        project_id = %args.scaleway.project_id,
+        socket = %args.socket.display(),
+        "starting karpenter-scaleway"
+    );
+    let api: Arc<dyn ElasticMetal> = Arc::new(
+        ScalewayClient::new(ClientConfig {
+            api_url: args.scaleway.api_url.clone(),
+            secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
+            request_timeout: args.scaleway.api_timeout,
+            retry: RetryPolicy::default(),
+        })
+        .context("building the Scaleway client")?,
+    );
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    let catalog = CatalogStore::new(args.unavailable_offering_ttl);
+    let refresher = tokio::spawn(run_refresher(catalog.clone(), api.clone(), zones.clone(), args.catalog_refresh));
+
+    let nodeclasses = NodeClassController::new(
+        client.clone(),
+        api.clone(),
+        args.scaleway.project_id.clone(),
+        catalog.clone(),
+    );
+    let store = nodeclasses.store();
+    let reconciler = tokio::spawn(nodeclasses.run(stopped(stop_rx.clone())));
+    // Serving Create before the NodeClass cache is filled would answer
+    // NodeClassNotReady, and core would delete the NodeClaim.
+    if tokio::time::timeout(Duration::from_secs(60), store.wait_until_ready())
+        .await
+        .is_err()
+    {
+        warn!("NodeClass cache not ready after 60s; serving anyway");
+    }
+
+    let engine = InstallEngine::new(EngineDeps {
+        elastic_metal: api.clone(),
+        rescue: Arc::new(RusshShell::default()),
+        talos: Arc::new(GrpcTalos::default()),
+        nodes: Arc::new(KubeNodes::new(client.clone())),
+        settings: InstallSettings {
+            poll_interval: args.poll_interval,
+            ssh_port: args.rescue_ssh_port,
+            talos_port: args.talos_api_port,
+            ..InstallSettings::default()
+        },
+    });
+    let provider = Arc::new(Provider::new(
+        api,
+        catalog.clone(),
+        Arc::new(KubeNodeClasses::new(store, client)),
+        Arc::new(engine),
+        ProviderSettings {
+            cluster_name: args.cluster_name.clone(),
+            project_id: args.scaleway.project_id.clone(),
+            zones,
+            max_order_attempts: 3,
+        },
+    ));
+    let leadership = Leadership::default();
+    let metrics_server = args.metrics_listen.map(|addr| {
+        tokio::spawn(metrics::serve(addr, catalog, leadership.clone(), stopped(stop_rx.clone())))
+    });
+
+    let stop_tx = Arc::new(stop_tx);
+    let on_signal = stop_tx.clone();
+    tokio::spawn(async move {
+        termination().await;
+        info!("termination signal received; shutting down");
+        let _ = on_signal.send(true);
+    });
+    let service = CloudProviderService::new(provider, leadership);
+    let served = grpc::serve(&args.socket, service, stopped(stop_rx.clone())).await;
+    // The gRPC server also ends on its own errors: stop everything else.
+    let _ = stop_tx.send(true);
+
+    refresher.abort();
+    let _ = reconciler.await;
+    if let Some(m) = metrics_server {
+        match m.await {
+            Ok(Err(e)) => warn!(error = %e, "metrics endpoint failed"),
+            Err(e) => warn!(error = %e, "metrics endpoint task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    info!("stopped");
+    served
 }

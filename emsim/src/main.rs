@@ -1,1 +1,83 @@
-fn main() {}
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use emsim::catalog::Catalog;
+use emsim::sim::IpRange;
+use emsim::state::{DEFAULT_PROJECT_ID, DEFAULT_SECRET_KEY};
+use emsim::{AppState, Config};
+use tracing_subscriber::EnvFilter;
+
+/// Simulator of the Scaleway Elastic Metal v1 and IAM SSH-key APIs.
+#[derive(Debug, Parser)]
+#[command(name = "emsim", version, about)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "EMSIM_LISTEN", default_value = "127.0.0.1:7080")]
+    listen: SocketAddr,
+    /// Real seconds per simulated second: 0.01 makes every simulated duration 100x shorter.
+    #[arg(long, env = "EMSIM_TIME_SCALE", default_value_t = 1.0)]
+    time_scale: f64,
+    /// Seed of every random choice (ids, passwords, delivery times), so a run replays.
+    #[arg(long, env = "EMSIM_SEED", default_value_t = 0)]
+    seed: u64,
+    /// Catalog file (JSON or YAML) replacing the seeded catalog.
+    #[arg(long, env = "EMSIM_CATALOG")]
+    catalog: Option<PathBuf>,
+    /// Accepted X-Auth-Token value; repeat for several (env: comma-separated).
+    #[arg(long = "secret-key", env = "EMSIM_SECRET_KEYS", value_delimiter = ',', hide_env_values = true,
+          default_value = DEFAULT_SECRET_KEY)]
+    secret_keys: Vec<String>,
+    /// Default project (and organization) of orders and keys that name none.
+    #[arg(long, env = "EMSIM_PROJECT_ID", default_value = DEFAULT_PROJECT_ID)]
+    project_id: String,
+    /// IPv4 block the servers' addresses come from (first host: .10).
+    #[arg(long, env = "EMSIM_IP_RANGE", default_value = "127.77.0.0/16")]
+    ip_range: IpRange,
+    /// Calls per second allowed per endpoint before answering 429 (default: no limit).
+    #[arg(long, env = "EMSIM_RATE_LIMIT")]
+    rate_limit: Option<f64>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .init();
+    let args = Args::parse();
+    let catalog = match &args.catalog {
+        Some(path) => Catalog::load(path)?,
+        None => Catalog::seeded(),
+    };
+    let offers = catalog.offers.len();
+    let state = AppState::new(Config {
+        time_scale: args.time_scale,
+        seed: args.seed,
+        secret_keys: args.secret_keys,
+        project_id: args.project_id.clone(),
+        ip_range: args.ip_range,
+        rate_limit: args.rate_limit,
+        catalog,
+        sim_start: None,
+    })?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    tracing::info!(
+        listen = %args.listen,
+        time_scale = args.time_scale,
+        seed = args.seed,
+        offers,
+        ip_range = %args.ip_range,
+        project_id = %args.project_id,
+        "emsim listening"
+    );
+    tokio::select! {
+        result = emsim::serve(listener, state) => result.context("serving")?,
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, exiting"),
+    }
+    Ok(())
+}

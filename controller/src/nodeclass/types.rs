@@ -1,7 +1,7 @@
 //! `ScalewayElasticMetalNodeClass` (`karpenter.scaleway.com/v1alpha1`, cluster-scoped).
 //! The CRD is generated from these types (`karpenter-scaleway crd`).
 
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +9,7 @@ pub const GROUP: &str = "karpenter.scaleway.com";
 pub const VERSION: &str = "v1alpha1";
 pub const KIND: &str = "ScalewayElasticMetalNodeClass";
 
-#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "karpenter.scaleway.com",
     version = "v1alpha1",
@@ -26,6 +26,7 @@ pub struct NodeClassSpec {
     /// Zones to order servers in (e.g. `fr-par-2`). Empty = every zone the provider
     /// is configured for.
     #[serde(default)]
+    #[schemars(length(max = 16), inner(regex(pattern = r"^[a-z]{2}-[a-z]{3}-[0-9]+$")))]
     pub zones: Vec<String>,
     /// `hourly` (default) or `monthly`. Monthly orders the monthly twin of an offer
     /// and prices it as the monthly price over 730 h.
@@ -56,12 +57,14 @@ pub enum Billing {
     Monthly,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TalosImage {
     /// URL of the raw disk image; `{version}`, `{schematic}` and `{arch}` are
     /// substituted. Must end in `.raw.xz` or `.raw.zst`.
     /// Example: `https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz`.
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.endsWith('.raw.xz') || self.endsWith('.raw.zst')").message("urlTemplate must end in .raw.xz or .raw.zst"))]
     pub url_template: String,
     /// Talos version, e.g. `v1.13.9`.
     pub version: String,
@@ -81,11 +84,13 @@ pub struct DiskSelector {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RescueSshKey {
     /// Id of the IAM SSH key (registered in the project) whose public half the
     /// rescue system accepts.
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self != ''").message("iamKeyId must not be empty"))]
     pub iam_key_id: String,
     /// Secret holding the matching OpenSSH private key.
     pub private_key_secret_ref: SecretKeyRef,

@@ -4,8 +4,11 @@
 //!
 //! This module imports neither kube nor tonic (house style §1).
 
+mod client;
+pub mod fake;
 mod model;
 
+pub use client::{ClientConfig, RetryPolicy, ScalewayClient, SecretKey, classify};
 pub use model::*;
 
 use async_trait::async_trait;

@@ -1,0 +1,113 @@
+// Command karpenter-bridge runs upstream Karpenter core with a CloudProvider
+// that forwards every call over gRPC to an out-of-process provider listening
+// on a Unix socket.
+//
+//	karpenter-bridge             run Karpenter (configured by environment)
+//	karpenter-bridge crds DIR    write Karpenter's own CRDs into DIR and exit
+//
+// Karpenter core parses its own flags and environment (METRICS_PORT,
+// DISABLE_LEADER_ELECTION, FEATURE_GATES, ...); the bridge adds only
+// environment variables (see cloudprovider.OptionsFromEnv), because core
+// rejects flags it does not know.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/overlay"
+	"sigs.k8s.io/karpenter/pkg/controllers"
+	"sigs.k8s.io/karpenter/pkg/controllers/state"
+	"sigs.k8s.io/karpenter/pkg/operator"
+	"sigs.k8s.io/karpenter/pkg/operator/options"
+
+	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
+	"github.com/karpenter-provider-scaleway/bridge/pkg/cloudprovider"
+)
+
+func main() {
+	// Handled before NewOperator, which parses os.Args as Karpenter flags.
+	if len(os.Args) > 1 && os.Args[1] == "crds" {
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: karpenter-bridge crds DIR")
+			os.Exit(2)
+		}
+		if err := writeCRDs(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+
+	opts, err := cloudprovider.OptionsFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+
+	// NewOperator parses core's options, sets up logging and builds the
+	// manager; nothing runs until Start, so the NodeClass kind can still be
+	// registered below, once the provider has told us what it is.
+	ctx, op := operator.NewOperator()
+	logger := log.FromContext(ctx).WithName("bridge")
+	fail := func(err error, msg string, keysAndValues ...any) {
+		logger.Error(err, msg, keysAndValues...)
+		os.Exit(1)
+	}
+
+	conn, err := cloudprovider.Dial(opts.Socket)
+	if err != nil {
+		fail(err, "connecting to the provider")
+	}
+	client := pb.NewCloudProviderClient(conn)
+
+	info, err := cloudprovider.WaitForInfo(ctx, client, opts.CallTimeout, opts.StartupTimeout)
+	if err != nil {
+		fail(err, "reading provider Info", "socket", opts.Socket)
+	}
+	gvk, err := cloudprovider.Register(scheme.Scheme, info)
+	if err != nil {
+		fail(err, "registering the provider's NodeClass and labels")
+	}
+	repairPolicies, err := cloudprovider.FetchRepairPolicies(ctx, client, opts.CallTimeout)
+	if err != nil {
+		fail(err, "reading provider repair policies")
+	}
+	logger.Info("provider ready", "provider", info.GetName(), "providerVersion", info.GetProviderVersion(),
+		"nodeClass", gvk.String(), "wellKnownLabels", info.GetWellKnownLabels(), "repairPolicies", len(repairPolicies),
+		"socket", opts.Socket)
+
+	leadership := cloudprovider.NewLeadership(client, opts.Identity, opts.CallTimeout)
+	cp := cloudprovider.New(client, opts, info, repairPolicies, leadership.ProviderForgot)
+	decorated := overlay.Decorate(cp, op.GetClient(), op.InstanceTypeStore)
+	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated)
+
+	go leadership.Run(ctx, elected(ctx, op))
+
+	op.WithControllers(ctx, controllers.NewControllers(
+		ctx,
+		op.Manager,
+		op.Clock,
+		op.GetClient(),
+		op.EventRecorder,
+		decorated,
+		cp,
+		cluster,
+		op.InstanceTypeStore,
+	)...).Start(ctx)
+}
+
+// elected is closed when this replica may act: at once when leader election
+// is disabled (one replica by construction), otherwise when the manager wins
+// the lease.
+func elected(ctx context.Context, op *operator.Operator) <-chan struct{} {
+	if options.FromContext(ctx).DisableLeaderElection {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return op.Elected()
+}

@@ -1,0 +1,121 @@
+package cloudprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
+	"github.com/karpenter-provider-scaleway/bridge/pkg/nodeclass"
+)
+
+// maxMessageSize allows a List of a few thousand NodeClaims or a large catalog;
+// gRPC's default of 4 MiB is within reach of a big cluster.
+const maxMessageSize = 64 << 20
+
+// Dial returns a client connection to the provider's Unix socket. It does not
+// wait for the provider: calls fail with UNAVAILABLE until it listens.
+func Dial(socket string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("unix:"+socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)),
+		// The provider runs in the same pod and may restart at any time:
+		// reconnect within a couple of seconds instead of gRPC's default
+		// backoff, which grows to two minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating gRPC client for %s: %w", socket, err)
+	}
+	return conn, nil
+}
+
+// WaitForInfo calls Info until the provider answers or startupTimeout passes.
+// The bridge and the provider are two containers of one pod and start in any
+// order, so a missing socket at first is normal.
+func WaitForInfo(ctx context.Context, client pb.CloudProviderClient, callTimeout, startupTimeout time.Duration) (*pb.InfoResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	var last error
+	for attempt := 1; ; attempt++ {
+		callCtx, callCancel := context.WithTimeout(ctx, callTimeout)
+		// WaitForReady: wait for the socket within the attempt instead of
+		// failing at once while the connection is down.
+		info, err := client.Info(callCtx, &pb.InfoRequest{}, grpc.WaitForReady(true))
+		callCancel()
+		if err == nil {
+			return info, nil
+		}
+		last = mapError(methodInfo, err)
+		log.FromContext(ctx).Info("waiting for the provider to answer Info", "attempt", attempt, "error", last.Error())
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("provider did not answer Info within %s: %w", startupTimeout, last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Register applies the provider's Info answer to the process-wide state
+// Karpenter core reads: the NodeClass kind goes into scheme (core resolves
+// NodeClasses through object.GVK and the manager's client, both backed by
+// client-go's scheme.Scheme in production), the provider's labels become
+// well-known, and their domains restricted. Call it before the controllers are
+// built. It returns the NodeClass kind.
+func Register(scheme *runtime.Scheme, info *pb.InfoResponse) (schema.GroupVersionKind, error) {
+	if info.GetName() == "" {
+		return schema.GroupVersionKind{}, errors.New("provider Info has no name")
+	}
+	// One Go type stands for the NodeClass (see package nodeclass), and a
+	// Go type maps to exactly one kind.
+	if n := len(info.GetNodeClasses()); n != 1 {
+		return schema.GroupVersionKind{}, fmt.Errorf("provider Info lists %d NodeClass kinds; the bridge supports exactly one", n)
+	}
+	k := info.GetNodeClasses()[0]
+	gvk := schema.GroupVersionKind{Group: k.GetGroup(), Version: k.GetVersion(), Kind: k.GetKind()}
+	for _, label := range info.GetWellKnownLabels() {
+		if errs := validation.IsQualifiedName(label); len(errs) > 0 {
+			return schema.GroupVersionKind{}, fmt.Errorf("provider Info well-known label %q: %s", label, strings.Join(errs, "; "))
+		}
+	}
+	if err := nodeclass.Register(scheme, gvk); err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	for _, label := range info.GetWellKnownLabels() {
+		if v1.WellKnownLabels.Has(label) {
+			continue
+		}
+		v1.WellKnownLabels.Insert(label)
+		// Restricting the domain makes core reject NodePools that use a
+		// label of the provider's domain the provider does not define (it
+		// would never appear on a node). Kubernetes' own domains are left
+		// alone so that ordinary node labels stay usable.
+		if domain := v1.GetLabelDomain(label); domain != "" && !isKubernetesDomain(domain) {
+			v1.RestrictedLabelDomains.Insert(domain)
+		}
+	}
+	return gvk, nil
+}
+
+func isKubernetesDomain(domain string) bool {
+	for _, d := range []string{"kubernetes.io", "k8s.io"} {
+		if domain == d || strings.HasSuffix(domain, "."+d) {
+			return true
+		}
+	}
+	return false
+}

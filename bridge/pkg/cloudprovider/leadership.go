@@ -1,0 +1,83 @@
+package cloudprovider
+
+import (
+	"context"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
+)
+
+// Leadership tells the provider that this replica holds Karpenter's leader
+// lease, so that exactly one provider replica acts. Karpenter core never gives
+// leadership back while running (losing the lease ends the process), so there
+// is only ever a "true" to send; it is sent again whenever the provider says
+// it does not know (NotLeaderDetail), e.g. after the provider restarted.
+type Leadership struct {
+	client   pb.CloudProviderClient
+	identity string
+	timeout  time.Duration
+	// retry is the pause between failed attempts.
+	retry time.Duration
+	// resend is poked (without blocking) when the provider refused a call
+	// because it does not consider us the leader.
+	resend chan struct{}
+}
+
+func NewLeadership(client pb.CloudProviderClient, identity string, callTimeout time.Duration) *Leadership {
+	return &Leadership{
+		client:   client,
+		identity: identity,
+		timeout:  callTimeout,
+		retry:    time.Second,
+		resend:   make(chan struct{}, 1),
+	}
+}
+
+// ProviderForgot is the CloudProvider's onNotLeader hook.
+func (l *Leadership) ProviderForgot() {
+	select {
+	case l.resend <- struct{}{}:
+	default:
+	}
+}
+
+// Run waits until elected is closed (the manager's Elected() channel, or an
+// already closed channel when leader election is disabled), then tells the
+// provider, retrying until it acknowledges, and again after every
+// ProviderForgot. It returns when ctx ends.
+func (l *Leadership) Run(ctx context.Context, elected <-chan struct{}) {
+	select {
+	case <-elected:
+	case <-ctx.Done():
+		return
+	}
+	for {
+		l.announce(ctx)
+		select {
+		case <-l.resend:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (l *Leadership) announce(ctx context.Context) {
+	logger := log.FromContext(ctx).WithValues("identity", l.identity)
+	for attempt := 1; ; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, l.timeout)
+		_, err := l.client.SetLeadership(callCtx, &pb.SetLeadershipRequest{Leader: true, Identity: l.identity})
+		cancel()
+		if err == nil {
+			logger.Info("provider acknowledged leadership", "attempts", attempt)
+			return
+		}
+		logger.Error(mapError(methodSetLeadership, err), "telling the provider this replica leads", "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(l.retry):
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package cloudprovider
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+
+	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
+)
+
+// waitFor polls cond until it holds or the test's patience runs out.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLeadershipAnnouncedOnElectionAndRetried(t *testing.T) {
+	var mu sync.Mutex
+	var acked []*pb.SetLeadershipRequest
+	fake := &fakeProvider{}
+	fake.setLeadership = func(_ context.Context, r *pb.SetLeadershipRequest) (*pb.SetLeadershipResponse, error) {
+		// The first two attempts fail, as when the provider is still
+		// starting.
+		if fake.leadershipCalls.Load() <= 2 {
+			return nil, grpcstatus.Error(codes.Unavailable, "starting")
+		}
+		mu.Lock()
+		acked = append(acked, r)
+		mu.Unlock()
+		return &pb.SetLeadershipResponse{}, nil
+	}
+	fake.create = func(context.Context, *pb.CreateRequest) (*pb.CreateResponse, error) {
+		return nil, statusWithDetails(t, codes.FailedPrecondition, "not leader", &pb.NotLeaderDetail{})
+	}
+	socket := socketPath(t)
+	serve(t, socket, fake)
+	client := dial(t, socket)
+
+	leadership := NewLeadership(client, "bridge-0", time.Second)
+	leadership.retry = 10 * time.Millisecond
+	cp := New(client, testOptions(), testInfo, nil, leadership.ProviderForgot)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	elected := make(chan struct{})
+	go leadership.Run(ctx, elected)
+
+	// Not elected yet: the provider hears nothing.
+	time.Sleep(50 * time.Millisecond)
+	if n := fake.leadershipCalls.Load(); n != 0 {
+		t.Fatalf("SetLeadership called %d times before election", n)
+	}
+
+	close(elected)
+	waitFor(t, "acknowledged leadership", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) == 1 })
+	mu.Lock()
+	if !acked[0].GetLeader() || acked[0].GetIdentity() != "bridge-0" {
+		t.Fatalf("request %v", acked[0])
+	}
+	mu.Unlock()
+	if n := fake.leadershipCalls.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+
+	// The provider forgot (e.g. restarted): a refused call makes the bridge
+	// say it again, and the refusal itself is a plain error for core.
+	if _, err := cp.Create(ctx, testNodeClaim()); karpenterKind(err) != "plain" {
+		t.Fatalf("NotLeader on Create must be a plain error, got %s: %v", karpenterKind(err), err)
+	}
+	waitFor(t, "leadership re-announced", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) == 2 })
+}

@@ -1,0 +1,232 @@
+// Package cloudprovider implements Karpenter's cloudprovider.CloudProvider by
+// forwarding every call over gRPC to an out-of-process provider (the contract
+// is proto/karpenter/cloudprovider/v1/cloudprovider.proto).
+//
+// Every call has a deadline, errors are mapped once (errors.go) into the types
+// core checks with errors.As, and Kubernetes objects cross the wire as their
+// Kubernetes JSON.
+package cloudprovider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+
+	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
+	"github.com/karpenter-provider-scaleway/bridge/pkg/nodeclass"
+)
+
+// CloudProvider is the bridge's cloudprovider.CloudProvider.
+type CloudProvider struct {
+	client         pb.CloudProviderClient
+	opts           Options
+	name           string
+	repairPolicies []cloudprovider.RepairPolicy
+	instanceTypes  *instanceTypeCache
+	// onNotLeader is called when the provider refuses a call because it does
+	// not believe this replica leads (e.g. the provider restarted and lost
+	// the SetLeadership it had received).
+	onNotLeader func()
+}
+
+var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
+
+// New builds the CloudProvider from the provider's Info answer (see Setup) and
+// its repair policies, both read once at startup.
+func New(client pb.CloudProviderClient, opts Options, info *pb.InfoResponse, repairPolicies []cloudprovider.RepairPolicy, onNotLeader func()) *CloudProvider {
+	if onNotLeader == nil {
+		onNotLeader = func() {}
+	}
+	return &CloudProvider{
+		client:         client,
+		opts:           opts,
+		name:           info.GetName(),
+		repairPolicies: repairPolicies,
+		instanceTypes:  newInstanceTypeCache(opts.InstanceTypesTTL),
+		onNotLeader:    onNotLeader,
+	}
+}
+
+// call runs one RPC under its own deadline and maps its error.
+func call[Req, Resp any](ctx context.Context, c *CloudProvider, method string, timeout time.Duration,
+	rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := rpc(ctx, req)
+	if err != nil {
+		if notLeaderError(err) {
+			c.onNotLeader()
+		}
+		var zero Resp
+		return zero, mapError(method, err)
+	}
+	return resp, nil
+}
+
+func (c *CloudProvider) Create(ctx context.Context, nodeClaim *v1.NodeClaim) (*v1.NodeClaim, error) {
+	raw, err := encodeNodeClaim(nodeClaim)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := call(ctx, c, methodCreate, c.opts.CallTimeout, c.client.Create, &pb.CreateRequest{NodeClaimJson: raw})
+	if err != nil {
+		if cloudprovider.IsInsufficientCapacityError(err) {
+			// The provider has just marked an offering unavailable; do not
+			// let core pick it again from a stale catalog.
+			c.instanceTypes.invalidate()
+		}
+		return nil, err
+	}
+	created, err := decodeNodeClaim(resp.GetNodeClaimJson())
+	if err != nil {
+		return nil, fmt.Errorf("decoding provider Create answer: %w", err)
+	}
+	// Core matches Nodes to NodeClaims by providerID and holds all
+	// provisioning while any NodeClaim lacks one.
+	if created.Status.ProviderID == "" {
+		return nil, errors.New("provider Create answered a NodeClaim without status.providerID")
+	}
+	return created, nil
+}
+
+func (c *CloudProvider) Delete(ctx context.Context, nodeClaim *v1.NodeClaim) error {
+	raw, err := encodeNodeClaim(nodeClaim)
+	if err != nil {
+		return err
+	}
+	_, err = call(ctx, c, methodDelete, c.opts.CallTimeout, c.client.Delete, &pb.DeleteRequest{NodeClaimJson: raw})
+	return err
+}
+
+func (c *CloudProvider) Get(ctx context.Context, providerID string) (*v1.NodeClaim, error) {
+	resp, err := call(ctx, c, methodGet, c.opts.CallTimeout, c.client.Get, &pb.GetRequest{ProviderId: providerID})
+	if err != nil {
+		return nil, err
+	}
+	nc, err := decodeNodeClaim(resp.GetNodeClaimJson())
+	if err != nil {
+		return nil, fmt.Errorf("decoding provider Get answer for %s: %w", providerID, err)
+	}
+	return nc, nil
+}
+
+// List returns every machine or an error, never a partial list: core's garbage
+// collection deletes NodeClaims whose providerID is missing.
+func (c *CloudProvider) List(ctx context.Context) ([]*v1.NodeClaim, error) {
+	resp, err := call(ctx, c, methodList, c.opts.ListTimeout, c.client.List, &pb.ListRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1.NodeClaim, 0, len(resp.GetNodeClaimsJson()))
+	for i, raw := range resp.GetNodeClaimsJson() {
+		nc, err := decodeNodeClaim(raw)
+		if err != nil {
+			return nil, fmt.Errorf("decoding provider List answer, entry %d: %w", i, err)
+		}
+		out = append(out, nc)
+	}
+	return out, nil
+}
+
+func (c *CloudProvider) GetInstanceTypes(ctx context.Context, nodePool *v1.NodePool) ([]*cloudprovider.InstanceType, error) {
+	if nodePool == nil {
+		return nil, errors.New("GetInstanceTypes needs a NodePool")
+	}
+	raw, err := json.Marshal(withNodePoolTypeMeta(nodePool))
+	if err != nil {
+		return nil, fmt.Errorf("encoding NodePool %s: %w", nodePool.Name, err)
+	}
+	key := ""
+	if ref := nodePool.Spec.Template.Spec.NodeClassRef; ref != nil {
+		key = ref.Name
+	}
+	return c.instanceTypes.get(ctx, key, func(ctx context.Context) ([]*cloudprovider.InstanceType, error) {
+		// Shared by every concurrent caller for this key: one caller giving
+		// up must not fail the others, so only our own deadline applies.
+		ctx = context.WithoutCancel(ctx)
+		resp, err := call(ctx, c, methodGetInstanceTypes, c.opts.ListTimeout, c.client.GetInstanceTypes, &pb.GetInstanceTypesRequest{NodePoolJson: raw})
+		if err != nil {
+			return nil, err
+		}
+		its, err := convertInstanceTypes(resp.GetInstanceTypes())
+		if err != nil {
+			return nil, fmt.Errorf("provider GetInstanceTypes answer for NodePool %s: %w", nodePool.Name, err)
+		}
+		return its, nil
+	})
+}
+
+// driftReason is the pattern of a Kubernetes condition reason; core writes the
+// drift reason into the NodeClaim's Drifted condition.
+var driftReason = regexp.MustCompile(`^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$`)
+
+func (c *CloudProvider) IsDrifted(ctx context.Context, nodeClaim *v1.NodeClaim) (cloudprovider.DriftReason, error) {
+	raw, err := encodeNodeClaim(nodeClaim)
+	if err != nil {
+		return "", err
+	}
+	resp, err := call(ctx, c, methodIsDrifted, c.opts.CallTimeout, c.client.IsDrifted, &pb.IsDriftedRequest{NodeClaimJson: raw})
+	if err != nil {
+		return "", err
+	}
+	if !driftReason.MatchString(resp.GetReason()) {
+		return "", fmt.Errorf("provider IsDrifted answered an invalid reason %q", resp.GetReason())
+	}
+	return cloudprovider.DriftReason(resp.GetReason()), nil
+}
+
+// RepairPolicies were read once at startup (FetchRepairPolicies): core asks for
+// them while building its controllers and on every Node health reconcile,
+// through a method that can return no error.
+func (c *CloudProvider) RepairPolicies() []cloudprovider.RepairPolicy {
+	return c.repairPolicies
+}
+
+func (c *CloudProvider) Name() string {
+	return c.name
+}
+
+// GetSupportedNodeClasses returns a fresh zero value each time: core reads
+// NodeClasses into the returned objects.
+func (c *CloudProvider) GetSupportedNodeClasses() []status.Object {
+	return []status.Object{&nodeclass.NodeClass{}}
+}
+
+// FetchRepairPolicies asks the provider for its repair policies.
+// UNIMPLEMENTED means none.
+func FetchRepairPolicies(ctx context.Context, client pb.CloudProviderClient, timeout time.Duration) ([]cloudprovider.RepairPolicy, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := client.RepairPolicies(ctx, &pb.RepairPoliciesRequest{})
+	if err != nil {
+		if grpcstatus.Code(err) == codes.Unimplemented {
+			return nil, nil
+		}
+		return nil, mapError(methodRepairPolicies, err)
+	}
+	out := make([]cloudprovider.RepairPolicy, 0, len(resp.GetPolicies()))
+	for _, p := range resp.GetPolicies() {
+		if p.GetConditionType() == "" || p.GetConditionStatus() == "" || p.GetTolerationSeconds() < 0 {
+			return nil, fmt.Errorf("provider RepairPolicies answered an invalid policy %v", p)
+		}
+		out = append(out, cloudprovider.RepairPolicy{
+			ConditionType:      corev1.NodeConditionType(p.GetConditionType()),
+			ConditionStatus:    corev1.ConditionStatus(p.GetConditionStatus()),
+			TolerationDuration: time.Duration(p.GetTolerationSeconds()) * time.Second,
+		})
+	}
+	log.FromContext(ctx).V(1).Info("read provider repair policies", "count", len(out))
+	return out, nil
+}

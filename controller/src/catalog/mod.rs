@@ -1,0 +1,183 @@
+//! The catalog: Elastic Metal offers of every configured zone turned into
+//! Karpenter instance types, cached in memory and refreshed in the background.
+//!
+//! `mapping` is pure (offer JSON → instance type); `store` holds the last good
+//! catalog, the unavailable-offerings cache and the per-NodeClass views, and
+//! publishes a new snapshot on every change; `refresh` is the background task.
+//! Nothing here imports kube or tonic.
+
+mod mapping;
+mod resources;
+mod store;
+
+pub use mapping::{Excluded, arch_of, instance_types, region_of};
+pub use resources::{Overhead, Resources};
+pub use store::{CatalogStore, Snapshot, run_refresher};
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
+pub const LABEL_ARCH: &str = "kubernetes.io/arch";
+pub const LABEL_OS: &str = "kubernetes.io/os";
+pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+pub const LABEL_WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+
+pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
+
+/// Offer range as Scaleway names it (`aluminium`, `labs`, ...).
+pub const LABEL_INSTANCE_RANGE: &str = "karpenter.scaleway.com/instance-range";
+/// Hardware threads (= Kubernetes CPUs).
+pub const LABEL_INSTANCE_CPU: &str = "karpenter.scaleway.com/instance-cpu";
+/// Memory in MiB.
+pub const LABEL_INSTANCE_MEMORY: &str = "karpenter.scaleway.com/instance-memory";
+/// Type of the install disk, lowercase (`nvme`, `ssd`, `hdd`, ...).
+pub const LABEL_INSTANCE_DISK_TYPE: &str = "karpenter.scaleway.com/instance-disk-type";
+/// Size of the install (first) disk in GB (10^9 bytes).
+pub const LABEL_INSTANCE_DISK_SIZE: &str = "karpenter.scaleway.com/instance-disk-size";
+/// GPU model, sanitised to a label value (`nvidia-h100`).
+pub const LABEL_INSTANCE_GPU_NAME: &str = "karpenter.scaleway.com/instance-gpu-name";
+pub const LABEL_INSTANCE_GPU_COUNT: &str = "karpenter.scaleway.com/instance-gpu-count";
+/// Public bandwidth in Mbit/s.
+pub const LABEL_INSTANCE_BANDWIDTH: &str = "karpenter.scaleway.com/instance-bandwidth";
+
+/// Labels this provider defines on instance types, registered as well-known by
+/// the bridge (Info). Every one of them appears in every type's requirements,
+/// as `In [value]` or `DoesNotExist`.
+pub const PROVIDER_LABELS: &[&str] = &[
+    LABEL_INSTANCE_RANGE,
+    LABEL_INSTANCE_CPU,
+    LABEL_INSTANCE_MEMORY,
+    LABEL_INSTANCE_DISK_TYPE,
+    LABEL_INSTANCE_DISK_SIZE,
+    LABEL_INSTANCE_GPU_NAME,
+    LABEL_INSTANCE_GPU_COUNT,
+    LABEL_INSTANCE_BANDWIDTH,
+];
+
+/// Karpenter's well-known labels that an instance type must define, even as
+/// `DoesNotExist`, because an undefined well-known key matches anything.
+const CORE_WELL_KNOWN: &[&str] = &[
+    LABEL_INSTANCE_TYPE,
+    LABEL_ZONE,
+    LABEL_REGION,
+    LABEL_ARCH,
+    LABEL_OS,
+    LABEL_CAPACITY_TYPE,
+    LABEL_WINDOWS_BUILD,
+];
+
+/// Whether this provider defines `key` on its instance types (so a NodeClaim
+/// requirement on it constrains which offering to order).
+pub fn managed_label(key: &str) -> bool {
+    CORE_WELL_KNOWN.contains(&key) || PROVIDER_LABELS.contains(&key)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: Operator,
+    pub values: Vec<String>,
+}
+
+impl Requirement {
+    pub fn is_in(key: &str, values: impl IntoIterator<Item = String>) -> Self {
+        Requirement {
+            key: key.to_string(),
+            operator: Operator::In,
+            values: values.into_iter().collect(),
+        }
+    }
+
+    fn does_not_exist(key: &str) -> Self {
+        Requirement {
+            key: key.to_string(),
+            operator: Operator::DoesNotExist,
+            values: Vec::new(),
+        }
+    }
+}
+
+/// One offer in one zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offering {
+    pub zone: String,
+    /// The offer's id in that zone (ids differ between zones).
+    pub offer_id: String,
+    /// Hourly price, in the catalog currency (EUR).
+    pub price: f64,
+    pub available: bool,
+}
+
+impl Offering {
+    pub fn requirements(&self) -> Vec<Requirement> {
+        vec![
+            Requirement::is_in(LABEL_CAPACITY_TYPE, [CAPACITY_TYPE_ON_DEMAND.to_string()]),
+            Requirement::is_in(LABEL_ZONE, [self.zone.clone()]),
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceType {
+    /// The offer name, e.g. `EM-A115X-SSD`.
+    pub name: String,
+    /// `amd64` or `arm64`.
+    pub arch: String,
+    /// Every single-valued label of the type (instance type, arch, os,
+    /// capacity type and the provider labels that apply).
+    pub labels: BTreeMap<String, String>,
+    pub offerings: Vec<Offering>,
+    pub capacity: Resources,
+    pub overhead: Overhead,
+}
+
+impl InstanceType {
+    pub fn zones(&self) -> BTreeSet<String> {
+        self.offerings.iter().map(|o| o.zone.clone()).collect()
+    }
+
+    /// Requirements as Karpenter reads them: every single-valued label as `In`,
+    /// zone and region over every zone with an offering, and `DoesNotExist` for
+    /// each well-known or provider label the type does not carry.
+    pub fn requirements(&self) -> Vec<Requirement> {
+        let zones = self.zones();
+        let regions: BTreeSet<String> = zones.iter().map(|z| region_of(z).to_string()).collect();
+        let mut reqs: Vec<Requirement> = self
+            .labels
+            .iter()
+            .map(|(k, v)| Requirement::is_in(k, [v.clone()]))
+            .collect();
+        reqs.push(Requirement::is_in(LABEL_ZONE, zones));
+        reqs.push(Requirement::is_in(LABEL_REGION, regions));
+        for key in CORE_WELL_KNOWN.iter().chain(PROVIDER_LABELS) {
+            if !reqs.iter().any(|r| r.key == *key) {
+                reqs.push(Requirement::does_not_exist(key));
+            }
+        }
+        reqs
+    }
+
+    pub fn allocatable(&self) -> Resources {
+        self.capacity.saturating_sub(&self.overhead.total())
+    }
+
+    /// The labels a node of this type in `zone` carries (what Create returns).
+    pub fn node_labels(&self, zone: &str) -> BTreeMap<String, String> {
+        let mut labels = self.labels.clone();
+        labels.insert(LABEL_ZONE.into(), zone.to_string());
+        labels.insert(LABEL_REGION.into(), region_of(zone).to_string());
+        labels
+    }
+}

@@ -1,0 +1,151 @@
+//! Command-line and environment configuration of `karpenter-scaleway serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+/// `15s`, `200ms`, `5m`, `1h`, or a number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (expected e.g. 200ms, 15s, 5m, 1h)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("invalid duration unit in {text:?} (ms, s, m, h)")),
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!("invalid duration {text:?}"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn parse_zone(text: &str) -> Result<String, String> {
+    let parts: Vec<&str> = text.split('-').collect();
+    let ok = parts.len() == 3
+        && parts[0].len() == 2
+        && parts[1].len() == 3
+        && parts.iter().take(2).all(|p| p.bytes().all(|b| b.is_ascii_lowercase()))
+        && !parts[2].is_empty()
+        && parts[2].bytes().all(|b| b.is_ascii_digit());
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err(format!("invalid zone {text:?} (expected e.g. fr-par-2)"))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Scaleway API access.
+#[derive(Debug, Clone, Args)]
+pub struct ScalewayArgs {
+    /// Access key id; informational only (requests authenticate with the secret key).
+    #[arg(long = "scw-access-key", env = "SCW_ACCESS_KEY")]
+    pub access_key: Option<String>,
+    /// Secret key, sent as `X-Auth-Token`. Never logged.
+    #[arg(long = "scw-secret-key", env = "SCW_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: String,
+    /// Project that servers are ordered in and IAM SSH keys are looked up in.
+    #[arg(long = "scw-project-id", env = "SCW_DEFAULT_PROJECT_ID")]
+    pub project_id: String,
+    /// Base URL of the API (emsim's address in tests).
+    #[arg(long = "scw-api-url", env = "SCW_API_URL", default_value = "https://api.scaleway.com")]
+    pub api_url: String,
+    /// Timeout of one HTTP request to the API.
+    #[arg(long = "scw-api-timeout", env = "SCW_API_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub scaleway: ScalewayArgs,
+    /// Unix socket the CloudProvider gRPC service listens on (shared with the bridge).
+    #[arg(long, env = "PROVIDER_SOCKET", default_value = "/var/run/karpenter/provider.sock")]
+    pub socket: PathBuf,
+    /// Name of the cluster, written into the ownership tag of every server.
+    #[arg(long, env = "CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// Zones to serve, comma-separated. Default: `SCW_DEFAULT_ZONE`, else fr-par-2.
+    #[arg(long, env = "SCW_ZONES", value_delimiter = ',', value_parser = parse_zone)]
+    pub zones: Vec<String>,
+    /// Fallback for `--zones`.
+    #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
+    pub default_zone: String,
+    /// Interval between two reads of the offer catalog.
+    #[arg(long, env = "CATALOG_REFRESH", default_value = "5m", value_parser = parse_duration)]
+    pub catalog_refresh: Duration,
+    /// How long an offering refused for lack of stock or quota stays unavailable.
+    #[arg(long, env = "UNAVAILABLE_OFFERING_TTL", default_value = "30m", value_parser = parse_duration)]
+    pub unavailable_offering_ttl: Duration,
+    /// SSH port of the rescue system.
+    #[arg(long, env = "RESCUE_SSH_PORT", default_value_t = 22)]
+    pub rescue_ssh_port: u16,
+    /// Port of the Talos maintenance API.
+    #[arg(long, env = "TALOS_API_PORT", default_value_t = 50000)]
+    pub talos_api_port: u16,
+    /// Pause between two polls of an install (server status, SSH, Talos, Node).
+    #[arg(long, env = "POLL_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+    /// Address of the HTTP endpoint serving `/healthz` and `/metrics`; off when unset.
+    #[arg(long, env = "METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl ServeArgs {
+    /// `--zones`, or the default zone alone, without duplicates.
+    pub fn zones(&self) -> Vec<String> {
+        let mut zones: Vec<String> = Vec::new();
+        let source = if self.zones.is_empty() {
+            std::slice::from_ref(&self.default_zone)
+        } else {
+            &self.zones[..]
+        };
+        for z in source {
+            if !zones.contains(z) {
+                zones.push(z.clone());
+            }
+        }
+        zones
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn zones() {
+        assert!(parse_zone("fr-par-2").is_ok());
+        assert!(parse_zone("pl-waw-3").is_ok());
+        assert!(parse_zone("fr-par").is_err());
+        assert!(parse_zone("FR-PAR-1").is_err());
+        assert!(parse_zone("fr-par-1/../x").is_err());
+    }
+}

@@ -1,0 +1,244 @@
+//! Contract test: a real tonic client over a temporary Unix socket, the real
+//! service, the provider on the in-memory Elastic Metal fake.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use prost::Message;
+use serde_json::json;
+use tokio::net::UnixStream;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::pb::cloud_provider_client::CloudProviderClient;
+use super::*;
+use crate::provider::tests::{Fixture, ZONE, claim, fixture};
+use crate::scaleway::ApiError;
+use crate::scaleway::fake::Op;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+struct Harness {
+    client: CloudProviderClient<Channel>,
+    fixture: Fixture,
+    path: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start() -> Harness {
+    let fixture = fixture();
+    let path = std::env::temp_dir().join(format!(
+        "kps-grpc-{}-{}.sock",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    // A stale socket file from a crashed run must not stop the server.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let service = CloudProviderService::new(fixture.provider.clone(), Leadership::default());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let p = path.clone();
+    let server = tokio::spawn(async move {
+        serve(&p, service, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    for _ in 0..100 {
+        if UnixStream::connect(&path).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let p = path.clone();
+    let channel = Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let p = p.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
+        }))
+        .await
+        .unwrap();
+    Harness {
+        client: CloudProviderClient::new(channel),
+        fixture,
+        path,
+        stop: Some(tx),
+        server,
+    }
+}
+
+impl Harness {
+    async fn lead(&mut self) {
+        self.client
+            .set_leadership(pb::SetLeadershipRequest {
+                leader: true,
+                identity: "test-0".into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn create(&mut self, c: serde_json::Value) -> Result<serde_json::Value, Status> {
+        let resp = self
+            .client
+            .create(pb::CreateRequest {
+                node_claim_json: serde_json::to_vec(&c).unwrap(),
+            })
+            .await?;
+        Ok(serde_json::from_slice(&resp.get_ref().node_claim_json).unwrap())
+    }
+
+    async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        self.server.await.unwrap().unwrap();
+        assert!(!self.path.exists(), "socket removed on shutdown");
+    }
+}
+
+fn details(status: &Status) -> RpcStatus {
+    RpcStatus::decode(status.details()).expect("grpc-status-details-bin holds a google.rpc.Status")
+}
+
+#[tokio::test]
+async fn info_and_repair_policies() {
+    let mut h = start().await;
+    let info = h.client.info(pb::InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.name, "scaleway");
+    assert_eq!(info.node_classes[0].kind, "ScalewayElasticMetalNodeClass");
+    assert_eq!(info.node_classes[0].group, "karpenter.scaleway.com");
+    assert!(info.well_known_labels.contains(&"karpenter.scaleway.com/instance-cpu".to_string()));
+    let policies = h.client.repair_policies(pb::RepairPoliciesRequest {}).await.unwrap();
+    assert!(policies.get_ref().policies.is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn mutating_calls_need_leadership() {
+    let mut h = start().await;
+    let err = h.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let d = details(&err);
+    assert_eq!(d.details[0].type_url, "type.googleapis.com/karpenter.cloudprovider.v1.NotLeaderDetail");
+    let err = h
+        .client
+        .delete(pb::DeleteRequest {
+            node_claim_json: serde_json::to_vec(&claim("default-a", &[])).unwrap(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(h.fixture.api.count(Op::CreateServer), 0);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn create_get_list_delete_round_trip() {
+    let mut h = start().await;
+    h.lead().await;
+    let created = h.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
+    let pid = created["status"]["providerID"].as_str().unwrap().to_string();
+    assert!(pid.starts_with(&format!("scaleway://baremetal/{ZONE}/")));
+
+    let got = h.client.get(pb::GetRequest { provider_id: pid.clone() }).await.unwrap();
+    let got: serde_json::Value = serde_json::from_slice(&got.get_ref().node_claim_json).unwrap();
+    assert_eq!(got["status"]["providerID"], pid.as_str());
+
+    let listed = h.client.list(pb::ListRequest {}).await.unwrap().into_inner();
+    assert_eq!(listed.node_claims_json.len(), 1);
+
+    let del = pb::DeleteRequest {
+        node_claim_json: serde_json::to_vec(&created).unwrap(),
+    };
+    h.client.delete(del.clone()).await.unwrap();
+    h.fixture.api.finish_deletions();
+    assert_eq!(h.client.delete(del).await.unwrap_err().code(), Code::NotFound);
+    let err = h.client.get(pb::GetRequest { provider_id: pid }).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+
+    h.fixture.api.fail_next(Op::ListServers, ApiError::Unavailable("boom".into()));
+    assert_ne!(h.client.list(pb::ListRequest {}).await.unwrap_err().code(), Code::Ok);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn create_errors_follow_the_table() {
+    let mut h = start().await;
+    h.lead().await;
+    let err = h.create(claim("default-a", &["EM-T620E-H100"])).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+
+    let mut c = claim("default-a", &["EM-A115X-SSD"]);
+    c["spec"]["nodeClassRef"]["name"] = json!("missing");
+    let err = h.create(c).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.details().is_empty(), "NodeClassNotReady carries no NotLeaderDetail");
+
+    h.fixture.api.fail_next(Op::CreateServer, ApiError::Unauthorized("bad key".into()));
+    let err = h.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
+    let d = details(&err);
+    assert_eq!(d.code, err.code() as i32);
+    assert_eq!(d.details[0].type_url, "type.googleapis.com/karpenter.cloudprovider.v1.CreateErrorDetail");
+    let detail = pb::CreateErrorDetail::decode(d.details[0].value.as_slice()).unwrap();
+    assert_eq!(detail.condition_reason, "ScalewayUnauthorized");
+    assert!(detail.condition_message.contains("bad key"));
+
+    let err = h
+        .client
+        .create(pb::CreateRequest {
+            node_claim_json: b"{not json".to_vec(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn instance_types_and_watch() {
+    let mut h = start().await;
+    let pool = json!({"spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}}});
+    let resp = h
+        .client
+        .get_instance_types(pb::GetInstanceTypesRequest {
+            node_pool_json: serde_json::to_vec(&pool).unwrap(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let h100 = resp.instance_types.iter().find(|t| t.name == "EM-T620E-H100").unwrap();
+    assert!(!h100.offerings[0].available, "sold-out types stay listed");
+    assert_eq!(h100.capacity["nvidia.com/gpu"], "2");
+    let a = resp.instance_types.iter().find(|t| t.name == "EM-A115X-SSD").unwrap();
+    assert!((a.offerings[0].price - 0.091).abs() < 1e-9);
+    let zone_req = a.requirements.iter().find(|r| r.key == "topology.kubernetes.io/zone").unwrap();
+    assert_eq!(zone_req.operator, pb::requirement::Operator::In as i32);
+    assert_eq!(zone_req.values, vec![ZONE]);
+    assert!(a.overhead.as_ref().unwrap().system_reserved.contains_key("memory"));
+
+    let mut stream = h
+        .client
+        .watch_instance_types(pb::WatchInstanceTypesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!first.default_catalog.is_empty());
+    h.fixture.catalog.mark_unavailable("EM-A115X-SSD", ZONE);
+    let second = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(second.revision > first.revision);
+    let a = second.default_catalog.iter().find(|t| t.name == "EM-A115X-SSD").unwrap();
+    assert!(!a.offerings[0].available);
+    drop(stream);
+    h.stop().await;
+}

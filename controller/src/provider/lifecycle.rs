@@ -1,0 +1,165 @@
+//! Delete, Get and List: the cloud is the source of truth for what exists.
+
+use std::collections::BTreeMap;
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use super::nodeclaim;
+use super::{
+    Provider, ProviderError, TAG_NODECLAIM, TAG_NODEPOOL, parse_provider_id, provider_id, tag,
+    tag_value,
+};
+use crate::catalog::{CAPACITY_TYPE_ON_DEMAND, LABEL_CAPACITY_TYPE, LABEL_REGION, LABEL_ZONE, region_of};
+use crate::scaleway::{ApiError, Server, ServerFilter, ServerStatus};
+
+impl Provider {
+    /// Triggers deletion of the NodeClaim's server. `Ok` = deletion under way
+    /// (core calls again every few seconds), `NotFound` = gone. Cheap and
+    /// idempotent: a server already `deleting` is not deleted again.
+    pub async fn delete(&self, claim: &Value) -> Result<(), ProviderError> {
+        let view = nodeclaim::parse(claim).map_err(ProviderError::Invalid)?;
+        let Some(pid) = view.provider_id.as_deref() else {
+            // Create may have ordered a server and lost the answer (restart):
+            // the NodeClaim tag still finds it.
+            return self.delete_by_claim_tag(&view.name).await;
+        };
+        let (zone, id) = parse_provider_id(pid)
+            .ok_or_else(|| ProviderError::Invalid(format!("malformed providerID {pid:?}")))?;
+        let server = match self.api.get_server(zone, id).await {
+            Ok(server) => server,
+            Err(ApiError::NotFound(_)) => return Err(ProviderError::NotFound(pid.to_string())),
+            Err(e) => return Err(ProviderError::from_api(e)),
+        };
+        if !self.owned(&server) {
+            // Never delete what this cluster cannot prove it owns.
+            warn!(nodeclaim = %view.name, server_id = %id, zone,
+                "server lacks this cluster's ownership tag; reporting it gone instead of deleting it");
+            return Err(ProviderError::NotFound(pid.to_string()));
+        }
+        self.delete_server(&server, &view.name).await
+    }
+
+    async fn delete_server(&self, server: &Server, claim: &str) -> Result<(), ProviderError> {
+        if server.status == ServerStatus::Deleting {
+            return Ok(());
+        }
+        match self.api.delete_server(&server.zone, &server.id).await {
+            Ok(_) => {
+                info!(nodeclaim = claim, server_id = %server.id, zone = %server.zone,
+                    reason = "NodeClaim deleted", "deleting server");
+                Ok(())
+            }
+            Err(ApiError::NotFound(_)) => {
+                Err(ProviderError::NotFound(provider_id(&server.zone, &server.id)))
+            }
+            Err(e) => Err(ProviderError::from_api(e)),
+        }
+    }
+
+    async fn delete_by_claim_tag(&self, claim: &str) -> Result<(), ProviderError> {
+        let filter = ServerFilter {
+            tags: vec![self.cluster_tag(), tag(TAG_NODECLAIM, claim)],
+            name: None,
+            project_id: Some(self.settings.project_id.clone()),
+        };
+        let servers = self.list_zones(&filter).await?;
+        if servers.is_empty() {
+            return Err(ProviderError::NotFound(format!("no server for NodeClaim {claim}")));
+        }
+        for server in &servers {
+            match self.delete_server(server, claim).await {
+                Ok(()) | Err(ProviderError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The machine behind a providerID. `NotFound` only when the API says the
+    /// server is gone: core then drops the Node without draining it.
+    pub async fn get(&self, pid: &str) -> Result<Value, ProviderError> {
+        let (zone, id) = parse_provider_id(pid)
+            .ok_or_else(|| ProviderError::Invalid(format!("malformed providerID {pid:?}")))?;
+        match self.api.get_server(zone, id).await {
+            Ok(server) => Ok(self.server_to_claim(&server)),
+            Err(ApiError::NotFound(_)) => Err(ProviderError::NotFound(pid.to_string())),
+            Err(e) => Err(ProviderError::from_api(e)),
+        }
+    }
+
+    /// Every server of this cluster in every served zone, all pages, or an
+    /// error: a partial list would make core delete live NodeClaims.
+    pub async fn list(&self) -> Result<Vec<Value>, ProviderError> {
+        let filter = ServerFilter {
+            tags: vec![self.cluster_tag()],
+            name: None,
+            project_id: Some(self.settings.project_id.clone()),
+        };
+        let servers = self.list_zones(&filter).await?;
+        Ok(servers.iter().map(|s| self.server_to_claim(s)).collect())
+    }
+
+    async fn list_zones(&self, filter: &ServerFilter) -> Result<Vec<Server>, ProviderError> {
+        let results = join_all(self.settings.zones.iter().map(|z| self.api.list_servers(z, filter))).await;
+        let mut servers = Vec::new();
+        for result in results {
+            let batch = result.map_err(|e| ProviderError::Unavailable(format!("listing servers: {e}")))?;
+            // The client filters already; this guard keeps foreign servers out
+            // whatever the implementation behind the trait does.
+            servers.extend(batch.into_iter().filter(|s| filter.matches(s) && self.owned(s)));
+        }
+        Ok(servers)
+    }
+
+    /// A server as the NodeClaim core compares against its own: providerID,
+    /// labels of its instance type, capacity, creation time, and a deletion
+    /// timestamp while the server is being deleted.
+    fn server_to_claim(&self, server: &Server) -> Value {
+        let snapshot = self.catalog.snapshot();
+        let it = snapshot.default.iter().find(|t| t.name == server.offer_name);
+        let mut labels: BTreeMap<String, String> = it
+            .map(|t| t.node_labels(&server.zone))
+            .unwrap_or_default();
+        labels.insert(LABEL_ZONE.into(), server.zone.clone());
+        labels.insert(LABEL_REGION.into(), region_of(&server.zone).to_string());
+        labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_ON_DEMAND.into());
+        if let Some(pool) = tag_value(server, TAG_NODEPOOL) {
+            labels.insert(TAG_NODEPOOL.into(), pool.to_string());
+        }
+        let mut metadata = json!({
+            "name": tag_value(server, TAG_NODECLAIM).unwrap_or(&server.name),
+            "labels": labels,
+            "annotations": {},
+        });
+        if let Some(created) = kube_time(&server.created_at) {
+            metadata["creationTimestamp"] = json!(created);
+        }
+        if server.status == ServerStatus::Deleting {
+            metadata["deletionTimestamp"] = json!(kube_time_now());
+        }
+        let mut status = json!({ "providerID": provider_id(&server.zone, &server.id) });
+        if let Some(it) = it {
+            status["capacity"] = json!(it.capacity.to_quantities(true));
+            status["allocatable"] = json!(it.allocatable().to_quantities(true));
+        }
+        json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": metadata,
+            "status": status,
+        })
+    }
+}
+
+/// Kubernetes timestamps have second precision (`metav1.Time`).
+fn kube_time(rfc3339: &str) -> Option<String> {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc).format("%Y-%m-%dT%H:%M:%SZ").to_string())
+}
+
+fn kube_time_now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}

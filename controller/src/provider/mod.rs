@@ -1,0 +1,177 @@
+//! The CloudProvider domain logic: Create, Delete, Get, List, IsDrifted,
+//! following `facts/karpenter-contract.md`. Kubernetes objects are JSON values;
+//! the NodeClass store, Secrets and the install engine are reached through the
+//! narrow ports below, so this module imports neither kube nor tonic.
+
+mod create;
+mod lifecycle;
+pub mod nodeclaim;
+mod select;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::catalog::CatalogStore;
+use crate::install::{InstallEngine, InstallSpec, Secret};
+use crate::nodeclass::{NodeClassSpec, SecretKeyRef};
+use crate::scaleway::{ApiError, ElasticMetal, Server};
+
+pub use select::{candidates, satisfies};
+
+pub const PROVIDER_NAME: &str = "scaleway";
+pub const PROVIDER_ID_PREFIX: &str = "scaleway://baremetal/";
+
+pub const TAG_CLUSTER: &str = "karpenter.scaleway.com/cluster";
+pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
+pub const TAG_NODEPOOL: &str = "karpenter.sh/nodepool";
+pub const TAG_NODECLASS: &str = "karpenter.scaleway.com/nodeclass";
+
+/// `key=value`, the form ownership tags take on Scaleway (tags are free strings).
+pub fn tag(key: &str, value: &str) -> String {
+    format!("{key}={value}")
+}
+
+/// The value of the `key=` tag of a server, if any.
+pub fn tag_value<'a>(server: &'a Server, key: &str) -> Option<&'a str> {
+    server.tags.iter().find_map(|t| {
+        t.strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix('='))
+    })
+}
+
+pub fn provider_id(zone: &str, server_id: &str) -> String {
+    format!("{PROVIDER_ID_PREFIX}{zone}/{server_id}")
+}
+
+/// `scaleway://baremetal/{zone}/{server_id}` → (zone, server id).
+pub fn parse_provider_id(id: &str) -> Option<(&str, &str)> {
+    let rest = id.strip_prefix(PROVIDER_ID_PREFIX)?;
+    let (zone, server) = rest.split_once('/')?;
+    (!zone.is_empty() && !server.is_empty() && !server.contains('/')).then_some((zone, server))
+}
+
+/// Errors of the provider, each with one meaning for Karpenter core (the gRPC
+/// layer maps them to the proto's error table).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// No capacity for this NodeClaim: core deletes it and schedules elsewhere.
+    #[error("insufficient capacity: {0}")]
+    InsufficientCapacity(String),
+    /// The NodeClass is missing, not Ready, or its Secrets are missing.
+    #[error("node class not ready: {0}")]
+    NodeClassNotReady(String),
+    /// Create failed in a way core should retry, with this condition reason.
+    #[error("{reason}: {message}")]
+    CreateFailed { reason: String, message: String },
+    /// The machine is gone.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A malformed request (bad JSON, bad providerID).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The Scaleway API (or the cluster) did not answer; retry later.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ProviderError {
+    /// For calls other than Create: API errors mean "try again", except
+    /// NotFound, which the caller decides about.
+    fn from_api(err: ApiError) -> Self {
+        match err {
+            ApiError::NotFound(m) => ProviderError::NotFound(m),
+            ApiError::Invalid(m) => ProviderError::Invalid(m),
+            other => ProviderError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// A NodeClass as the provider needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeClassRecord {
+    pub name: String,
+    pub spec: NodeClassSpec,
+    /// The root `Ready` condition is True.
+    pub ready: bool,
+}
+
+/// The NodeClasses (from the reconciler's cache) and the Secrets they name.
+#[async_trait]
+pub trait NodeClasses: Send + Sync + 'static {
+    fn get(&self, name: &str) -> Option<NodeClassRecord>;
+    /// The value under `r.key` of the Secret; `Ok(None)` when the Secret or the
+    /// key is absent, `Err` when it could not be read.
+    async fn secret(&self, r: &SecretKeyRef) -> Result<Option<Secret>, String>;
+}
+
+/// Hands a server to the install engine.
+pub trait Installer: Send + Sync + 'static {
+    /// Starts (or, when already running for this server, ignores) the install.
+    fn start(&self, spec: InstallSpec);
+}
+
+impl Installer for InstallEngine {
+    fn start(&self, spec: InstallSpec) {
+        InstallEngine::start(self, spec)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    /// Value of the `karpenter.scaleway.com/cluster` ownership tag.
+    pub cluster_name: String,
+    pub project_id: String,
+    /// Zones this provider serves (NodeClass zones are intersected with these).
+    pub zones: Vec<String>,
+    /// How many offerings Create tries, cheapest first, when orders fail for
+    /// lack of stock or quota.
+    pub max_order_attempts: usize,
+}
+
+pub struct Provider {
+    api: Arc<dyn ElasticMetal>,
+    catalog: Arc<CatalogStore>,
+    node_classes: Arc<dyn NodeClasses>,
+    installer: Arc<dyn Installer>,
+    settings: ProviderSettings,
+}
+
+impl Provider {
+    pub fn new(
+        api: Arc<dyn ElasticMetal>,
+        catalog: Arc<CatalogStore>,
+        node_classes: Arc<dyn NodeClasses>,
+        installer: Arc<dyn Installer>,
+        settings: ProviderSettings,
+    ) -> Self {
+        Provider {
+            api,
+            catalog,
+            node_classes,
+            installer,
+            settings,
+        }
+    }
+
+    pub fn catalog(&self) -> &Arc<CatalogStore> {
+        &self.catalog
+    }
+
+    fn cluster_tag(&self) -> String {
+        tag(TAG_CLUSTER, &self.settings.cluster_name)
+    }
+
+    fn owned(&self, server: &Server) -> bool {
+        tag_value(server, TAG_CLUSTER) == Some(self.settings.cluster_name.as_str())
+    }
+
+    /// Drift detection is a later issue (NodeClass hash, Talos image recorded
+    /// on the server); until then nothing drifts.
+    pub fn is_drifted(&self, _node_claim: &serde_json::Value) -> Result<String, ProviderError> {
+        Ok(String::new())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,101 @@
+//! The HTTP surface: the simulated Scaleway API behind one gate (counters, fault
+//! injection, authentication, rate limiting, in that order) and the admin API.
+
+mod admin;
+mod baremetal;
+pub mod extract;
+mod iam;
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, delete, get, post, put};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+const ZONE: &str = "/baremetal/v1/zones/{zone}";
+
+/// The simulated API endpoints, one entry per method and path template. The
+/// same list names the endpoints for counters and faults.
+fn api_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
+    vec![
+        ("GET", format!("{ZONE}/offers"), get(baremetal::list_offers)),
+        ("GET", format!("{ZONE}/offers/{{offer_id}}"), get(baremetal::get_offer)),
+        ("GET", format!("{ZONE}/servers"), get(baremetal::list_servers)),
+        ("POST", format!("{ZONE}/servers"), post(baremetal::create_server)),
+        ("GET", format!("{ZONE}/servers/{{server_id}}"), get(baremetal::get_server)),
+        ("DELETE", format!("{ZONE}/servers/{{server_id}}"), delete(baremetal::delete_server)),
+        ("POST", format!("{ZONE}/servers/{{server_id}}/reboot"), post(baremetal::reboot_server)),
+        ("POST", format!("{ZONE}/servers/{{server_id}}/start"), post(baremetal::start_server)),
+        ("POST", format!("{ZONE}/servers/{{server_id}}/stop"), post(baremetal::stop_server)),
+        ("GET", "/iam/v1alpha1/ssh-keys".into(), get(iam::list_ssh_keys)),
+        ("POST", "/iam/v1alpha1/ssh-keys".into(), post(iam::create_ssh_key)),
+        ("GET", "/iam/v1alpha1/ssh-keys/{ssh_key_id}".into(), get(iam::get_ssh_key)),
+        ("DELETE", "/iam/v1alpha1/ssh-keys/{ssh_key_id}".into(), delete(iam::delete_ssh_key)),
+    ]
+}
+
+/// `METHOD /path-template` of every simulated API endpoint.
+pub fn endpoints() -> Vec<String> {
+    api_routes().into_iter().map(|(m, p, _)| format!("{m} {p}")).collect()
+}
+
+pub fn app(state: AppState) -> Router {
+    let mut api = Router::new();
+    for (_, path, handler) in api_routes() {
+        api = api.route(&path, handler);
+    }
+    let api = api.route_layer(middleware::from_fn_with_state(state.clone(), gate));
+
+    let admin = Router::new()
+        .route("/_emsim/healthz", get(admin::healthz))
+        .route("/_emsim/events", get(admin::events))
+        .route("/_emsim/servers", get(admin::servers))
+        .route("/_emsim/counters", get(admin::counters))
+        .route("/_emsim/reset", post(admin::reset))
+        .route("/_emsim/stock", put(admin::set_stock))
+        .route("/_emsim/quota", put(admin::set_quota))
+        .route(
+            "/_emsim/faults",
+            post(admin::add_fault).get(admin::list_faults).delete(admin::clear_faults),
+        )
+        .route("/_emsim/clock", get(admin::clock))
+        .route("/_emsim/clock/advance", post(admin::advance_clock));
+
+    api.merge(admin).fallback(not_found).with_state(state)
+}
+
+async fn gate(State(state): State<AppState>, matched: MatchedPath, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let endpoint = format!("{} {}", req.method(), matched.as_str());
+    let admitted = state
+        .faults
+        .lock()
+        .expect("faults lock")
+        .take(&endpoint)
+        .map_or(Ok(()), Err)
+        .and_then(|()| state.authenticate(req.headers()))
+        .and_then(|()| state.rate_limit(&endpoint));
+    let response = match admitted {
+        Ok(()) => next.run(req).await,
+        Err(error) => error.into_response(),
+    };
+    let status = response.status().as_u16();
+    state.counters.lock().expect("counters lock").record(&endpoint, status);
+    tracing::debug!(%endpoint, status, elapsed_ms = started.elapsed().as_millis() as u64, "api call");
+    response
+}
+
+/// Unknown paths answer like the real gateway, and are counted so that a test can
+/// see a client calling something emsim does not simulate.
+async fn not_found(State(state): State<AppState>, req: Request) -> Response {
+    let endpoint = format!("{} (unmatched) {}", req.method(), req.uri().path());
+    tracing::warn!(%endpoint, "call to an unknown endpoint");
+    let response = ApiError::server_not_found().into_response();
+    state.counters.lock().expect("counters lock").record(&endpoint, 404);
+    response
+}

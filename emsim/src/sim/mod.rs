@@ -1,0 +1,598 @@
+//! The simulated world: servers, IAM SSH keys, stock and quotas, and the event
+//! stream. Every operation takes the simulated `now`; `advance` applies the
+//! transitions whose deadline has passed, in deadline order, so that API reads and
+//! the background ticker see the same history.
+
+mod ips;
+mod server;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tokio::sync::{Notify, broadcast};
+
+pub use ips::{IpPool, IpRange};
+pub use server::{Action, BootRecord, BootType, Pending, Request, ServerRecord, Status};
+
+use crate::catalog::{Catalog, CatalogOffer, Delivery, Stock};
+use crate::clock::{SimTime, format_time, secs};
+use crate::error::ApiError;
+use crate::events::{Event, EventKind};
+use crate::model::{self, RescueServer};
+
+/// Simulated durations of the power transitions, in seconds. From the
+/// recordings: stop < 15 s, reboot "ready at the next poll", delete ~5 s.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    pub reboot: f64,
+    pub start: f64,
+    pub stop: f64,
+    pub delete: f64,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            reboot: 12.0,
+            start: 12.0,
+            stop: 8.0,
+            delete: 5.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WorldConfig {
+    pub seed: u64,
+    /// Also used as the organization id, as for a default project.
+    pub project_id: String,
+    pub ip_range: IpRange,
+    pub timings: Timings,
+    pub rescue_user: String,
+}
+
+/// What `POST /servers` asks for, validated by the handler.
+#[derive(Debug, Clone)]
+pub struct NewServer {
+    pub offer_id: String,
+    pub project_id: Option<String>,
+    pub name: String,
+    pub description: String,
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SshKeyRecord {
+    pub id: String,
+    pub name: String,
+    pub public_key: String,
+    pub fingerprint: String,
+    pub created_at: SimTime,
+    pub updated_at: SimTime,
+    pub project_id: String,
+    pub organization_id: String,
+    pub disabled: bool,
+}
+
+impl SshKeyRecord {
+    pub fn to_wire(&self) -> model::SshKey {
+        model::SshKey {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            public_key: self.public_key.clone(),
+            fingerprint: self.fingerprint.clone(),
+            created_at: format_time(self.created_at),
+            updated_at: format_time(self.updated_at),
+            organization_id: self.organization_id.clone(),
+            project_id: self.project_id.clone(),
+            disabled: self.disabled,
+        }
+    }
+}
+
+pub struct World {
+    config: WorldConfig,
+    catalog: Catalog,
+    /// Live stock per offer id (offer ids are unique across zones).
+    stock: HashMap<String, Stock>,
+    quotas: HashMap<String, Option<u64>>,
+    servers: BTreeMap<String, ServerRecord>,
+    /// Deleted servers, kept for the admin records.
+    tombstones: Vec<ServerRecord>,
+    ssh_keys: Vec<SshKeyRecord>,
+    rng: StdRng,
+    ips: IpPool,
+    seq: u64,
+    events: broadcast::Sender<Arc<Event>>,
+    /// Wakes the ticker when a nearer deadline appears.
+    wake: Arc<Notify>,
+}
+
+impl World {
+    pub fn new(config: WorldConfig, catalog: Catalog, wake: Arc<Notify>) -> Self {
+        let (events, _) = broadcast::channel(4096);
+        let mut world = Self {
+            rng: StdRng::seed_from_u64(config.seed),
+            ips: IpPool::new(config.ip_range),
+            stock: HashMap::new(),
+            quotas: HashMap::new(),
+            servers: BTreeMap::new(),
+            tombstones: Vec::new(),
+            ssh_keys: Vec::new(),
+            seq: 0,
+            events,
+            wake,
+            config,
+            catalog,
+        };
+        world.restore_catalog_state();
+        world
+    }
+
+    fn restore_catalog_state(&mut self) {
+        self.stock = self.catalog.offers.iter().map(|o| (o.offer.id.clone(), o.stock)).collect();
+        self.quotas = self
+            .catalog
+            .offers
+            .iter()
+            .map(|o| (o.offer.quota_name.clone(), o.quota))
+            .collect();
+    }
+
+    pub fn project_id(&self) -> &str {
+        &self.config.project_id
+    }
+
+    /// Forgets every server, key, stock and quota change, and re-seeds the RNG so a
+    /// run replays. Live servers get `power_off`/`deleted` events so that
+    /// followers drop them too; `seq` keeps increasing.
+    pub fn reset(&mut self, now: SimTime) {
+        let ids: Vec<String> = self.servers.keys().cloned().collect();
+        for id in ids {
+            if let Some(mut server) = self.servers.remove(&id) {
+                if server.powered_on.take().is_some() {
+                    self.emit(EventKind::PowerOff, now, &server, None, None);
+                }
+                self.emit(EventKind::Deleted, now, &server, None, None);
+            }
+        }
+        self.tombstones.clear();
+        self.ssh_keys.clear();
+        self.rng = StdRng::seed_from_u64(self.config.seed);
+        self.ips = IpPool::new(self.config.ip_range);
+        self.restore_catalog_state();
+    }
+
+    // ----- offers -----
+
+    /// Offers of a zone with their live stock.
+    pub fn offers(&self, zone: &str) -> Vec<model::Offer> {
+        self.catalog
+            .offers
+            .iter()
+            .filter(|o| o.offer.zone == zone)
+            .map(|o| self.live_offer(o))
+            .collect()
+    }
+
+    pub fn offer(&self, zone: &str, id: &str) -> Option<model::Offer> {
+        self.catalog.find(zone, id).map(|o| self.live_offer(o))
+    }
+
+    fn live_offer(&self, o: &CatalogOffer) -> model::Offer {
+        let mut offer = o.offer.clone();
+        if let Some(stock) = self.stock.get(&offer.id) {
+            offer.stock = stock.as_str().into();
+        }
+        offer
+    }
+
+    /// Sets the stock of the offers of `zone` whose id or name is `offer` (by
+    /// name, both the hourly offer and its monthly twin). Returns how many.
+    pub fn set_stock(&mut self, zone: &str, offer: &str, stock: Stock) -> usize {
+        let ids: Vec<String> = self
+            .catalog
+            .offers
+            .iter()
+            .filter(|o| o.offer.zone == zone && (o.offer.id == offer || o.offer.name == offer))
+            .map(|o| o.offer.id.clone())
+            .collect();
+        for id in &ids {
+            self.stock.insert(id.clone(), stock);
+        }
+        ids.len()
+    }
+
+    /// Sets the quota of the quota name of `offer` (an offer name, id, or quota
+    /// name). Returns false when nothing matched.
+    pub fn set_quota(&mut self, offer: &str, quota: Option<u64>) -> bool {
+        let quota_name = self
+            .catalog
+            .offers
+            .iter()
+            .find(|o| o.offer.id == offer || o.offer.name == offer || o.offer.quota_name == offer)
+            .map(|o| o.offer.quota_name.clone());
+        match quota_name {
+            Some(name) => {
+                self.quotas.insert(name, quota);
+                true
+            }
+            None => false,
+        }
+    }
+
+    // ----- servers -----
+
+    pub fn create_server(&mut self, now: SimTime, zone: &str, req: NewServer) -> Result<model::Server, ApiError> {
+        let Some(catalog_offer) = self.catalog.find(zone, &req.offer_id).cloned() else {
+            return Err(ApiError::NotFound {
+                resource: "baremetal_offer".into(),
+                resource_id: req.offer_id,
+            });
+        };
+        let offer = &catalog_offer.offer;
+        let project_id = req.project_id.unwrap_or_else(|| self.config.project_id.clone());
+
+        if let Some(Some(quota)) = self.quotas.get(&offer.quota_name) {
+            let current = self
+                .servers
+                .values()
+                .filter(|s| s.project_id == project_id && s.quota_name == offer.quota_name)
+                .count() as u64;
+            if current >= *quota {
+                return Err(ApiError::QuotasExceeded {
+                    resource: offer.quota_name.clone(),
+                    quota: *quota,
+                    current,
+                });
+            }
+        }
+        let out_of_stock = || ApiError::OutOfStock {
+            resource: offer.name.clone(),
+        };
+        let stock = self.stock.get_mut(&offer.id).ok_or_else(out_of_stock)?;
+        let mut probe = *stock;
+        if !probe.take() {
+            return Err(out_of_stock());
+        }
+        let address = self.ips.allocate().ok_or_else(out_of_stock)?;
+        stock.take();
+
+        let offset = self.ips.offset(address);
+        let id = self.uuid();
+        let ip_ids = [self.uuid(), self.uuid()];
+        let delivery = match catalog_offer.delivery {
+            Delivery::Fixed(s) => s,
+            Delivery::Between(lo, hi) => self.rng.random_range(lo..=hi),
+        };
+        let server = ServerRecord {
+            id: id.clone(),
+            zone: zone.to_string(),
+            organization_id: self.config.project_id.clone(),
+            project_id,
+            name: req.name,
+            description: req.description,
+            tags: req.tags,
+            offer_id: offer.id.clone(),
+            offer_name: offer.name.clone(),
+            quota_name: offer.quota_name.clone(),
+            status: Status::Delivering,
+            boot_type: BootType::Normal,
+            created_at: now,
+            updated_at: now,
+            address,
+            ipv6: std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, (offset >> 16) as u16, offset as u16),
+            ip_ids,
+            delivered: false,
+            rescue_server: None,
+            pending: Some(Pending {
+                at: now + secs(delivery),
+                action: Action::Deliver,
+            }),
+            powered_on: None,
+            boot_history: Vec::new(),
+            deleted_at: None,
+        };
+        tracing::info!(server_id = %id, %zone, offer = %offer.name, %address, delivery_s = delivery, "server ordered");
+        let wire = server.to_wire();
+        self.servers.insert(id, server);
+        self.wake.notify_one();
+        Ok(wire)
+    }
+
+    pub fn server(&self, zone: &str, id: &str) -> Result<&ServerRecord, ApiError> {
+        self.servers
+            .get(id)
+            .filter(|s| s.zone == zone)
+            .ok_or_else(ApiError::server_not_found)
+    }
+
+    /// Live servers of a zone, oldest first.
+    pub fn servers(&self, zone: &str) -> Vec<&ServerRecord> {
+        let mut list: Vec<_> = self.servers.values().filter(|s| s.zone == zone).collect();
+        list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        list
+    }
+
+    /// Every server ever ordered, deleted ones included, oldest first.
+    pub fn all_servers(&self) -> Vec<&ServerRecord> {
+        let mut list: Vec<_> = self.servers.values().chain(self.tombstones.iter()).collect();
+        list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        list
+    }
+
+    /// Reboot (`start == false`) or start a server into `boot_type`.
+    pub fn boot(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+        request: Request,
+        boot_type: BootType,
+        ssh_key_ids: Vec<String>,
+    ) -> Result<model::Server, ApiError> {
+        self.server(zone, id)?.check(request)?;
+        let rescue_keys = match boot_type {
+            BootType::Rescue => self.rescue_keys(&self.servers[id].project_id, &ssh_key_ids)?,
+            BootType::Normal => {
+                self.resolve_keys(&ssh_key_ids)?;
+                Vec::new()
+            }
+        };
+        let password = (boot_type == BootType::Rescue).then(|| self.password());
+        let duration = match request {
+            Request::Start => self.config.timings.start,
+            _ => self.config.timings.reboot,
+        };
+        let rescue_user = self.config.rescue_user.clone();
+        let server = self.servers.get_mut(id).expect("checked above");
+        server.status = match request {
+            Request::Start => Status::Starting,
+            _ => Status::Stopping,
+        };
+        server.boot_type = boot_type;
+        server.rescue_server = password.map(|password| RescueServer {
+            user: rescue_user,
+            password,
+        });
+        server.updated_at = now;
+        server.boot_history.push(BootRecord {
+            at: now,
+            boot_type,
+            ssh_key_ids,
+        });
+        server.pending = Some(Pending {
+            at: now + secs(duration),
+            action: Action::Boot { boot_type, rescue_keys },
+        });
+        let was_on = server.powered_on.take().is_some();
+        let server = server.clone();
+        if was_on {
+            self.emit(EventKind::PowerOff, now, &server, None, None);
+        }
+        tracing::info!(server_id = %id, ?request, boot_type = boot_type.as_str(), "boot requested");
+        self.wake.notify_one();
+        Ok(server.to_wire())
+    }
+
+    pub fn stop(&mut self, now: SimTime, zone: &str, id: &str) -> Result<model::Server, ApiError> {
+        self.server(zone, id)?.check(Request::Stop)?;
+        let stop = self.config.timings.stop;
+        let server = self.servers.get_mut(id).expect("checked above");
+        server.status = Status::Stopping;
+        server.updated_at = now;
+        server.pending = Some(Pending {
+            at: now + secs(stop),
+            action: Action::Stop,
+        });
+        let was_on = server.powered_on.take().is_some();
+        let server = server.clone();
+        if was_on {
+            self.emit(EventKind::PowerOff, now, &server, None, None);
+        }
+        tracing::info!(server_id = %id, "stop requested");
+        self.wake.notify_one();
+        Ok(server.to_wire())
+    }
+
+    pub fn delete(&mut self, now: SimTime, zone: &str, id: &str) -> Result<model::Server, ApiError> {
+        self.server(zone, id)?.check(Request::Delete)?;
+        let delete = self.config.timings.delete;
+        let server = self.servers.get_mut(id).expect("checked above");
+        server.status = Status::Deleting;
+        server.updated_at = now;
+        server.pending = Some(Pending {
+            at: now + secs(delete),
+            action: Action::Delete,
+        });
+        let was_on = server.powered_on.take().is_some();
+        let server = server.clone();
+        if was_on {
+            self.emit(EventKind::PowerOff, now, &server, None, None);
+        }
+        tracing::info!(server_id = %id, "delete requested");
+        self.wake.notify_one();
+        Ok(server.to_wire())
+    }
+
+    /// Applies every transition due at or before `now`, earliest first.
+    pub fn advance(&mut self, now: SimTime) {
+        while let Some((id, at)) = self
+            .servers
+            .values()
+            .filter_map(|s| s.pending.as_ref().map(|p| (s.id.clone(), p.at)))
+            .filter(|(_, at)| *at <= now)
+            .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+        {
+            self.fire(&id, at);
+        }
+    }
+
+    pub fn next_deadline(&self) -> Option<SimTime> {
+        self.servers
+            .values()
+            .filter_map(|s| s.pending.as_ref().map(|p| p.at))
+            .min()
+    }
+
+    fn fire(&mut self, id: &str, at: SimTime) {
+        let server = self.servers.get_mut(id).expect("pending server exists");
+        let Some(pending) = server.pending.take() else { return };
+        server.updated_at = at;
+        match pending.action {
+            Action::Deliver | Action::Boot { .. } => {
+                let (boot_type, keys) = match pending.action {
+                    Action::Boot { boot_type, rescue_keys } => (boot_type, rescue_keys),
+                    _ => (BootType::Normal, Vec::new()),
+                };
+                server.delivered = true;
+                server.status = Status::Ready;
+                let server = server.clone();
+                let event = self.emit(EventKind::PowerOn, at, &server, Some(boot_type), Some(keys));
+                self.servers.get_mut(id).expect("exists").powered_on = Some(event);
+                tracing::info!(server_id = %id, boot_type = boot_type.as_str(), "server ready");
+            }
+            Action::Stop => {
+                server.status = Status::Stopped;
+                tracing::info!(server_id = %id, "server stopped");
+            }
+            Action::Delete => {
+                let mut server = self.servers.remove(id).expect("exists");
+                server.deleted_at = Some(at);
+                self.ips.release(server.address);
+                if let Some(stock) = self.stock.get_mut(&server.offer_id) {
+                    stock.give_back();
+                }
+                self.emit(EventKind::Deleted, at, &server, None, None);
+                tracing::info!(server_id = %id, "server deleted");
+                self.tombstones.push(server);
+            }
+        }
+    }
+
+    fn emit(
+        &mut self,
+        kind: EventKind,
+        at: SimTime,
+        server: &ServerRecord,
+        boot_type: Option<BootType>,
+        rescue_keys: Option<Vec<String>>,
+    ) -> Arc<Event> {
+        self.seq += 1;
+        let offer = self
+            .offer(&server.zone, &server.offer_id)
+            .expect("a server's offer stays in the catalog");
+        let event = Arc::new(Event {
+            seq: self.seq,
+            kind,
+            at: format_time(at),
+            server: server.to_wire(),
+            address: server.address.to_string(),
+            boot_type: boot_type.map(|b| b.as_str().to_string()),
+            rescue_user: (boot_type == Some(BootType::Rescue)).then(|| self.config.rescue_user.clone()),
+            rescue_ssh_public_keys: rescue_keys,
+            offer,
+        });
+        // No receiver is fine: nobody is following the stream.
+        let _ = self.events.send(event.clone());
+        event
+    }
+
+    /// The `power_on` events of the servers that are on now (in `seq` order), and
+    /// a receiver for what follows; taken together under the world lock so that
+    /// nothing falls between the snapshot and the live events.
+    pub fn subscribe(&self) -> (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>) {
+        let mut snapshot: Vec<_> = self.servers.values().filter_map(|s| s.powered_on.clone()).collect();
+        snapshot.sort_by_key(|e| e.seq);
+        (snapshot, self.events.subscribe())
+    }
+
+    // ----- IAM SSH keys -----
+
+    pub fn ssh_keys(&self) -> &[SshKeyRecord] {
+        &self.ssh_keys
+    }
+
+    pub fn ssh_key(&self, id: &str) -> Result<&SshKeyRecord, ApiError> {
+        self.ssh_keys.iter().find(|k| k.id == id).ok_or_else(|| ApiError::NotFound {
+            resource: "ssh_key".into(),
+            resource_id: id.into(),
+        })
+    }
+
+    pub fn create_ssh_key(
+        &mut self,
+        now: SimTime,
+        name: String,
+        key: crate::ssh_key::PublicKey,
+        project_id: Option<String>,
+    ) -> model::SshKey {
+        let record = SshKeyRecord {
+            id: self.uuid(),
+            name,
+            public_key: key.stored,
+            fingerprint: key.fingerprint,
+            created_at: now,
+            updated_at: now,
+            project_id: project_id.unwrap_or_else(|| self.config.project_id.clone()),
+            organization_id: self.config.project_id.clone(),
+            disabled: false,
+        };
+        tracing::info!(ssh_key_id = %record.id, project_id = %record.project_id, "ssh key created");
+        let wire = record.to_wire();
+        self.ssh_keys.push(record);
+        wire
+    }
+
+    pub fn delete_ssh_key(&mut self, id: &str) -> Result<(), ApiError> {
+        self.ssh_key(id)?;
+        self.ssh_keys.retain(|k| k.id != id);
+        Ok(())
+    }
+
+    fn resolve_keys(&self, ids: &[String]) -> Result<Vec<String>, ApiError> {
+        ids.iter()
+            .map(|id| {
+                self.ssh_keys
+                    .iter()
+                    .find(|k| &k.id == id)
+                    .map(|k| k.public_key.clone())
+                    .ok_or_else(|| ApiError::invalid("ssh_key_ids", "constraint", format!("unknown SSH key {id}")))
+            })
+            .collect()
+    }
+
+    /// The keys the rescue image trusts: the project's enabled IAM keys plus the
+    /// ones named on the call, without duplicates.
+    fn rescue_keys(&self, project_id: &str, extra: &[String]) -> Result<Vec<String>, ApiError> {
+        let mut keys: Vec<String> = self
+            .ssh_keys
+            .iter()
+            .filter(|k| k.project_id == project_id && !k.disabled)
+            .map(|k| k.public_key.clone())
+            .collect();
+        for key in self.resolve_keys(extra)? {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        Ok(keys)
+    }
+
+    fn uuid(&mut self) -> String {
+        uuid::Builder::from_random_bytes(self.rng.random()).into_uuid().to_string()
+    }
+
+    fn password(&mut self) -> String {
+        const ALPHABET: &[u8] = b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+        (0..16)
+            .map(|_| ALPHABET[self.rng.random_range(0..ALPHABET.len())] as char)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! Shared state of one simulator instance and the background ticker that fires
+//! transitions on time (so the event stream moves even when nobody polls).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use axum::http::HeaderMap;
+use chrono::Utc;
+use tokio::sync::Notify;
+
+use crate::catalog::{Catalog, is_uuid};
+use crate::clock::{SimClock, SimTime};
+use crate::counters::Counters;
+use crate::error::ApiError;
+use crate::faults::Faults;
+use crate::ratelimit::RateLimiter;
+use crate::sim::{IpRange, Timings, World, WorldConfig};
+
+/// Everything a simulator instance is built from (the binary fills it from flags).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Real seconds per simulated second (`0.01`: everything 100x faster).
+    pub time_scale: f64,
+    pub seed: u64,
+    /// Accepted `X-Auth-Token` values.
+    pub secret_keys: Vec<String>,
+    pub project_id: String,
+    pub ip_range: IpRange,
+    /// Calls per second per endpoint before answering 429; `None`: no limit.
+    pub rate_limit: Option<f64>,
+    pub catalog: Catalog,
+    /// Where the simulated clock starts; `None`: the real time at start-up.
+    pub sim_start: Option<SimTime>,
+}
+
+pub const DEFAULT_SECRET_KEY: &str = "11111111-1111-4111-8111-111111111111";
+pub const DEFAULT_PROJECT_ID: &str = "22222222-2222-4222-8222-222222222222";
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            time_scale: 1.0,
+            seed: 0,
+            secret_keys: vec![DEFAULT_SECRET_KEY.into()],
+            project_id: DEFAULT_PROJECT_ID.into(),
+            ip_range: "127.77.0.0/16".parse().expect("valid default range"),
+            rate_limit: None,
+            catalog: Catalog::seeded(),
+            sim_start: None,
+        }
+    }
+}
+
+pub struct Shared {
+    pub clock: SimClock,
+    world: Mutex<World>,
+    pub counters: Mutex<Counters>,
+    pub faults: Mutex<Faults>,
+    limiter: Option<Mutex<RateLimiter>>,
+    secret_keys: HashSet<String>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub fn new(config: Config) -> anyhow::Result<Self> {
+        if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
+            anyhow::bail!("time scale must be a positive number");
+        }
+        if config.secret_keys.is_empty() {
+            anyhow::bail!("at least one secret key is needed");
+        }
+        if let Some(rate) = config.rate_limit
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            anyhow::bail!("rate limit must be a positive number");
+        }
+        let wake = Arc::new(Notify::new());
+        let world = World::new(
+            WorldConfig {
+                seed: config.seed,
+                project_id: config.project_id.clone(),
+                ip_range: config.ip_range,
+                timings: Timings::default(),
+                rescue_user: "rescue".into(),
+            },
+            config.catalog,
+            wake.clone(),
+        );
+        Ok(Self(Arc::new(Shared {
+            clock: SimClock::new(config.time_scale, config.sim_start.unwrap_or_else(Utc::now)),
+            world: Mutex::new(world),
+            counters: Mutex::default(),
+            faults: Mutex::default(),
+            limiter: config.rate_limit.map(|r| Mutex::new(RateLimiter::new(r))),
+            secret_keys: config.secret_keys.into_iter().collect(),
+            wake,
+        })))
+    }
+
+    /// The world brought up to the simulated present, and that present.
+    pub fn world(&self) -> (MutexGuard<'_, World>, SimTime) {
+        let mut world = self.world.lock().expect("world lock");
+        let now = self.clock.now();
+        world.advance(now);
+        (world, now)
+    }
+
+    /// Fires transitions when they are due. Runs until the runtime stops.
+    pub fn spawn_ticker(&self) -> tokio::task::JoinHandle<()> {
+        let state = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = state.world().0.next_deadline();
+                match next {
+                    Some(at) => {
+                        let when = tokio::time::Instant::from_std(state.clock.real_instant(at));
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(when) => {}
+                            _ = state.wake.notified() => {}
+                        }
+                    }
+                    None => state.wake.notified().await,
+                }
+            }
+        })
+    }
+
+    /// Wakes the ticker, e.g. after the clock jumped.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Checks the secret key. Never logs it.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let token = headers
+            .get("x-auth-token")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .trim();
+        if !token.is_empty() && self.secret_keys.contains(token) {
+            return Ok(());
+        }
+        let reason = if is_uuid(token) { "not_found" } else { "invalid_argument" };
+        Err(ApiError::DeniedAuthentication { reason })
+    }
+
+    pub fn rate_limit(&self, endpoint: &str) -> Result<(), ApiError> {
+        let Some(limiter) = &self.limiter else { return Ok(()) };
+        let mut limiter = limiter.lock().expect("limiter lock");
+        if limiter.allow(endpoint, Instant::now()) {
+            Ok(())
+        } else {
+            Err(ApiError::TooManyRequests {
+                quota: limiter.quota(),
+                window_seconds: 1,
+            })
+        }
+    }
+
+    /// Back to the state at start-up (clock excepted): world, counters, faults
+    /// and rate-limit buckets.
+    pub fn reset(&self) {
+        let (mut world, now) = self.world();
+        world.reset(now);
+        drop(world);
+        *self.counters.lock().expect("counters lock") = Counters::default();
+        self.faults.lock().expect("faults lock").clear();
+        if let Some(limiter) = &self.limiter {
+            limiter.lock().expect("limiter lock").clear();
+        }
+        self.wake();
+    }
+}

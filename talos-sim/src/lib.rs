@@ -1,0 +1,17 @@
+//! talos-sim: plays the operating system of the servers emsim simulates.
+//! It follows emsim's event stream and, per server, runs the rescue system
+//! (an SSH server with a strict shell over the server's disk file), checks
+//! the disk on a normal boot, serves Talos' maintenance API, and once
+//! configured acts as the node's kubelet.
+#![forbid(unsafe_code)]
+
+pub mod disk;
+pub mod image;
+pub mod model;
+pub mod shell;
+
+/// Generated from `proto/talos/machine/machine.proto`.
+pub mod proto {
+    #![allow(clippy::all, clippy::pedantic)]
+    tonic::include_proto!("machine");
+}
