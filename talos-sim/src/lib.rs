@@ -5,10 +5,20 @@
 //! configured acts as the node's kubelet.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod disk;
+pub mod follower;
 pub mod image;
+pub mod killable;
+pub mod kubelet;
+pub mod machine_config;
+pub mod manager;
 pub mod model;
+pub mod os;
+pub mod records;
 pub mod shell;
+pub mod ssh;
+pub mod talos_api;
 
 /// Generated from `proto/talos/machine/machine.proto`.
 pub mod proto {

@@ -1,1 +1,155 @@
-fn main() {}
+//! `talos-sim`: the simulated servers' operating system, and `make-image`.
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use talos_sim::image::{self, Compression};
+use talos_sim::kubelet::KubeletCredentials;
+use talos_sim::manager::Simulator;
+use talos_sim::os::Settings;
+use talos_sim::{admin, follower};
+
+/// Plays the OS of the servers emsim simulates: rescue SSH, the boot check
+/// of the disk image, Talos' maintenance API and a kubelet stand-in.
+#[derive(Parser)]
+#[command(name = "talos-sim", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Sub {
+    /// Writes a test image (`.raw`, `.raw.xz` or `.raw.zst`), deterministically.
+    MakeImage(MakeImageArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Base URL of emsim; talos-sim follows `<url>/_emsim/events`.
+    #[arg(long, env = "TALOS_SIM_EMSIM_URL")]
+    emsim_url: Option<String>,
+    /// Where the servers' disk files live.
+    #[arg(long, default_value = "talos-sim-state")]
+    state_dir: PathBuf,
+    /// Port of the rescue SSH server on each server's address.
+    #[arg(long, default_value_t = 22)]
+    ssh_port: u16,
+    /// Port of the Talos maintenance API on each server's address.
+    #[arg(long, default_value_t = 50000)]
+    talos_port: u16,
+    /// Kubeconfig of the simulated cluster, used by the kubelet stand-in.
+    /// Without it, configured servers never join a cluster.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Listen address of the admin API (`/_talossim/...`).
+    #[arg(long, default_value = "127.0.0.1:7090")]
+    admin_listen: SocketAddr,
+    /// Delay between answering ApplyConfiguration and the reboot that
+    /// closes the maintenance API, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    install_delay_ms: u64,
+}
+
+#[derive(Args)]
+struct MakeImageArgs {
+    /// Talos version written in the header (`v1.13.9`).
+    #[arg(long)]
+    version: String,
+    /// Architecture written in the header (`amd64`, `arm64`).
+    #[arg(long, default_value = "amd64")]
+    arch: String,
+    /// Uncompressed size, header included (`8MiB`, `64M`, `1048576`).
+    #[arg(long, default_value = "8MiB")]
+    size: String,
+    /// Output file; `.xz` and `.zst` suffixes select the compression.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Sub::MakeImage(args)) => make_image(&args),
+        None => tokio::runtime::Runtime::new()
+            .context("starting the runtime")
+            .and_then(|rt| rt.block_on(run(cli.run))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("talos-sim: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn make_image(args: &MakeImageArgs) -> anyhow::Result<()> {
+    let size = image::parse_size(&args.size).with_context(|| format!("invalid --size {:?}", args.size))?;
+    let file = File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let header = image::write_image(
+        &args.version,
+        &args.arch,
+        size,
+        Compression::from_path(&args.out),
+        BufWriter::new(file),
+    )
+    .with_context(|| format!("writing {}", args.out.display()))?;
+    println!(
+        "{}: Talos {} {} image, {size} bytes uncompressed, payload sha256 {}",
+        args.out.display(),
+        header.version,
+        header.arch,
+        header.payload_sha256
+    );
+    Ok(())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let emsim_url = args.emsim_url.context("--emsim-url is required (or use `talos-sim make-image`)")?;
+    // Several rustls providers end up linked in; pick one for the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating the state dir {}", args.state_dir.display()))?;
+    let sim = Simulator::new(Settings {
+        state_dir: args.state_dir,
+        ssh_port: args.ssh_port,
+        talos_port: args.talos_port,
+        kubelet: args.kubeconfig.map(KubeletCredentials::AdminKubeconfig),
+        install_delay: Duration::from_millis(args.install_delay_ms),
+    });
+    let listener = tokio::net::TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("binding the admin API on {}", args.admin_listen))?;
+    tracing::info!(admin = %args.admin_listen, %emsim_url, "talos-sim started");
+    let app = admin::app(sim.clone());
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    });
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = follower::follow(&emsim_url, &*sim) => {}
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+        _ = terminate.recv() => tracing::info!("terminated"),
+    }
+    sim.shutdown().await;
+    Ok(())
+}

@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::Secret as KubeSecret;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
-use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -81,7 +82,10 @@ impl NodeClassController {
     /// the NodeClass makes it Ready without waiting for the periodic requeue.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let store = self.ctx.store.clone();
-        let secrets = metadata_watcher(Api::<KubeSecret>::all(self.ctx.client.clone()), watcher::Config::default())
+        let secrets = watcher(
+            Api::<PartialObjectMeta<KubeSecret>>::all(self.ctx.client.clone()),
+            watcher::Config::default(),
+        )
             .default_backoff()
             .touched_objects()
             .filter_map(move |event| {

@@ -26,6 +26,9 @@
 // |                    | + NotLeaderDetail    | leader (the bridge only calls when it leads)        |
 // | any                | other codes          | plain error wrapping the gRPC status                |
 //
+// Precedence: a FAILED_PRECONDITION carrying NotLeaderDetail is checked first;
+// then, on Create, a CreateErrorDetail wins whatever the code; then the code rows.
+//
 // Versioning: this package is v1. Fields are never renumbered; a removed field
 // is listed under `reserved` with the reason beside it.
 

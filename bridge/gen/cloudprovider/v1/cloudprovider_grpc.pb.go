@@ -26,6 +26,9 @@
 // |                    | + NotLeaderDetail    | leader (the bridge only calls when it leads)        |
 // | any                | other codes          | plain error wrapping the gRPC status                |
 //
+// Precedence: a FAILED_PRECONDITION carrying NotLeaderDetail is checked first;
+// then, on Create, a CreateErrorDetail wins whatever the code; then the code rows.
+//
 // Versioning: this package is v1. Fields are never renumbered; a removed field
 // is listed under `reserved` with the reason beside it.
 
@@ -80,7 +83,8 @@ type CloudProviderClient interface {
 	GetInstanceTypes(ctx context.Context, in *GetInstanceTypesRequest, opts ...grpc.CallOption) (*GetInstanceTypesResponse, error)
 	// Full catalog snapshots, one message per change; the first one is sent at once.
 	WatchInstanceTypes(ctx context.Context, in *WatchInstanceTypesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchInstanceTypesResponse], error)
-	// "" = not drifted; otherwise a reason matching ^[A-Za-z][A-Za-z0-9_,:]*$.
+	// "" = not drifted; otherwise a reason matching
+	// ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (a Kubernetes condition reason).
 	IsDrifted(ctx context.Context, in *IsDriftedRequest, opts ...grpc.CallOption) (*IsDriftedResponse, error)
 	RepairPolicies(ctx context.Context, in *RepairPoliciesRequest, opts ...grpc.CallOption) (*RepairPoliciesResponse, error)
 	// Name and supported NodeClass kinds (Karpenter's Name() and GetSupportedNodeClasses()).
@@ -224,7 +228,8 @@ type CloudProviderServer interface {
 	GetInstanceTypes(context.Context, *GetInstanceTypesRequest) (*GetInstanceTypesResponse, error)
 	// Full catalog snapshots, one message per change; the first one is sent at once.
 	WatchInstanceTypes(*WatchInstanceTypesRequest, grpc.ServerStreamingServer[WatchInstanceTypesResponse]) error
-	// "" = not drifted; otherwise a reason matching ^[A-Za-z][A-Za-z0-9_,:]*$.
+	// "" = not drifted; otherwise a reason matching
+	// ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (a Kubernetes condition reason).
 	IsDrifted(context.Context, *IsDriftedRequest) (*IsDriftedResponse, error)
 	RepairPolicies(context.Context, *RepairPoliciesRequest) (*RepairPoliciesResponse, error)
 	// Name and supported NodeClass kinds (Karpenter's Name() and GetSupportedNodeClasses()).

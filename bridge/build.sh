@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds karpenter-bridge and prints the binary's path as the last line.
+#
+#   KPS_BRIDGE_BIN   output path (default: <repo>/.cache/bin/karpenter-bridge,
+#                    where the e2e harness and the Justfile look for it)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=${KPS_BRIDGE_BIN:-$here/../.cache/bin/karpenter-bridge}
+mkdir -p "$(dirname "$out")"
+cd "$here"
+go build -trimpath -o "$out" ./cmd/karpenter-bridge
+echo "$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"

@@ -1,0 +1,428 @@
+//! Pure computations of the kubelet stand-in: the Node it registers (or the
+//! patch that adopts an existing one), its status, its Lease and the status of
+//! the pods it "runs". No I/O here.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, DaemonEndpoint, HostIP, Node,
+    NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodIP,
+    PodStatus, Taint as KubeTaint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::image::hex;
+use crate::machine_config::{NodeConfig, Taint};
+
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+pub const LEASE_DURATION_SECONDS: i32 = 40;
+const CONTAINER_RUNTIME: &str = "containerd://2.1.4";
+const KERNEL_VERSION: &str = "6.12.57-talos";
+
+/// What the kubelet knows about its machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub name: String,
+    pub server_id: String,
+    pub address: Ipv4Addr,
+    /// GOARCH of the installed image (`amd64`).
+    pub arch: String,
+    pub talos_version: String,
+    pub kubelet_version: String,
+    pub threads: u32,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub boot_id: String,
+}
+
+/// The node name: the configured hostname, or the kind of name Talos makes
+/// up when none is set.
+pub fn node_name(cfg: &NodeConfig, server_id: &str) -> String {
+    cfg.hostname.clone().unwrap_or_else(|| {
+        let h = hex(&Sha256::digest(server_id.as_bytes()));
+        format!("talos-{}-{}", &h[..3], &h[3..6])
+    })
+}
+
+/// The kubelet version: the tag of `machine.kubelet.image` when set.
+pub fn kubelet_version_from_image(image: &str) -> Option<String> {
+    let tag = image.rsplit_once(':')?.1;
+    (tag.starts_with('v') && !tag.contains('/')).then(|| tag.split('@').next().unwrap_or(tag).to_string())
+}
+
+pub fn labels(cfg: &NodeConfig, facts: &NodeFacts) -> BTreeMap<String, String> {
+    let mut labels = cfg.node_labels.clone();
+    for (k, v) in [
+        ("kubernetes.io/hostname", facts.name.as_str()),
+        ("kubernetes.io/arch", facts.arch.as_str()),
+        ("kubernetes.io/os", "linux"),
+        ("beta.kubernetes.io/arch", facts.arch.as_str()),
+        ("beta.kubernetes.io/os", "linux"),
+    ] {
+        labels.insert(k.to_string(), v.to_string());
+    }
+    labels
+}
+
+fn annotations(cfg: &NodeConfig) -> BTreeMap<String, String> {
+    let mut annotations = cfg.node_annotations.clone();
+    annotations.insert("node.alpha.kubernetes.io/ttl".into(), "0".into());
+    annotations.insert("volumes.kubernetes.io/controller-managed-attach-detach".into(), "true".into());
+    annotations
+}
+
+fn kube_taint(t: &Taint) -> KubeTaint {
+    KubeTaint {
+        key: t.key.clone(),
+        value: (!t.value.is_empty()).then(|| t.value.clone()),
+        effect: t.effect.clone(),
+        time_added: None,
+    }
+}
+
+/// Adds `extra` taints not already present (same key and effect).
+fn merge_taints(mut taints: Vec<KubeTaint>, extra: &[Taint]) -> Vec<KubeTaint> {
+    for t in extra {
+        if !taints.iter().any(|e| e.key == t.key && e.effect == t.effect) {
+            taints.push(kube_taint(t));
+        }
+    }
+    taints
+}
+
+/// The Node the kubelet creates: register-with-taints plus the taints Talos
+/// applies from `machine.nodeTaints`.
+pub fn new_node(cfg: &NodeConfig, facts: &NodeFacts) -> Node {
+    let taints = merge_taints(cfg.register_with_taints.iter().map(kube_taint).collect(), &cfg.node_taints);
+    Node {
+        metadata: ObjectMeta {
+            name: Some(facts.name.clone()),
+            labels: Some(labels(cfg, facts)),
+            annotations: Some(annotations(cfg)),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: cfg.provider_id.clone(),
+            taints: (!taints.is_empty()).then_some(taints),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The merge patch with which the kubelet adopts a Node registered ahead of
+/// it (by the provider), or why it cannot.
+pub fn adopt_patch(existing: &Node, cfg: &NodeConfig, facts: &NodeFacts) -> Result<serde_json::Value, String> {
+    let spec = existing.spec.clone().unwrap_or_default();
+    let current = spec.provider_id.clone().filter(|p| !p.is_empty());
+    if let (Some(have), Some(want)) = (&current, &cfg.provider_id)
+        && have != want
+    {
+        return Err(format!(
+            "node {} already exists with providerID {have}, this machine is {want}",
+            facts.name
+        ));
+    }
+    // Existing taints stay (the registration taints belong to whoever set
+    // them); Talos adds its nodeTaints.
+    let taints = merge_taints(spec.taints.unwrap_or_default(), &cfg.node_taints);
+    let mut patch = json!({
+        "metadata": { "labels": labels(cfg, facts), "annotations": annotations(cfg) },
+        "spec": { "taints": taints },
+    });
+    if current.is_none()
+        && let Some(id) = &cfg.provider_id
+    {
+        patch["spec"]["providerID"] = json!(id);
+    }
+    Ok(patch)
+}
+
+/// Kubernetes quantity to milli-units (`100m` → 100, `1Ki` → 1_024_000).
+pub fn parse_milli(q: &str) -> Option<u128> {
+    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let mult: f64 = match suffix {
+        "m" => 1e-3,
+        "" => 1.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        _ => return None,
+    };
+    Some((value * mult * 1000.0).round() as u128)
+}
+
+/// A reservation or eviction threshold in the resource's unit; `N%` is a
+/// share of `capacity`.
+fn amount(map: &BTreeMap<String, String>, key: &str, capacity: u128) -> u128 {
+    match map.get(key) {
+        Some(v) if v.ends_with('%') => {
+            let pct: f64 = v.trim_end_matches('%').parse().unwrap_or(0.0);
+            (capacity as f64 * pct / 100.0).round() as u128
+        }
+        Some(v) => parse_milli(v).map(|m| m / 1000).unwrap_or(0),
+        None => 0,
+    }
+}
+
+fn talos_system_reserved() -> BTreeMap<String, String> {
+    [("cpu", "50m"), ("memory", "384Mi"), ("ephemeral-storage", "256Mi"), ("pid", "100")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn kubelet_eviction_hard() -> BTreeMap<String, String> {
+    [("memory.available", "100Mi"), ("nodefs.available", "10%")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Capacity from the offer's hardware; allocatable after Talos' default
+/// system reservation (or the configured one), kube reservation and hard
+/// eviction thresholds, as the kubelet computes it.
+pub fn resources(cfg: &NodeConfig, facts: &NodeFacts) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let system = if cfg.system_reserved.is_empty() { talos_system_reserved() } else { cfg.system_reserved.clone() };
+    let eviction = if cfg.eviction_hard.is_empty() { kubelet_eviction_hard() } else { cfg.eviction_hard.clone() };
+    let kube = &cfg.kube_reserved;
+    let pods = cfg.max_pods.unwrap_or(110);
+
+    let cpu_m = u128::from(facts.threads) * 1000;
+    let cpu_reserved = [&system, kube]
+        .iter()
+        .map(|m| m.get("cpu").and_then(|v| parse_milli(v)).unwrap_or(0))
+        .sum::<u128>();
+    let memory = u128::from(facts.memory_bytes);
+    let memory_alloc = memory
+        .saturating_sub(amount(&system, "memory", memory))
+        .saturating_sub(amount(kube, "memory", memory))
+        .saturating_sub(amount(&eviction, "memory.available", memory));
+    let disk = u128::from(facts.disk_bytes);
+    let disk_alloc = disk
+        .saturating_sub(amount(&system, "ephemeral-storage", disk))
+        .saturating_sub(amount(kube, "ephemeral-storage", disk))
+        .saturating_sub(amount(&eviction, "nodefs.available", disk));
+
+    let q = |s: String| Quantity(s);
+    let capacity = BTreeMap::from([
+        ("cpu".to_string(), q(facts.threads.to_string())),
+        ("memory".to_string(), q(format!("{}Ki", memory / 1024))),
+        ("ephemeral-storage".to_string(), q(format!("{}Ki", disk / 1024))),
+        ("pods".to_string(), q(pods.to_string())),
+        ("hugepages-1Gi".to_string(), q("0".into())),
+        ("hugepages-2Mi".to_string(), q("0".into())),
+    ]);
+    let cpu_alloc = cpu_m.saturating_sub(cpu_reserved);
+    let allocatable = BTreeMap::from([
+        (
+            "cpu".to_string(),
+            q(if cpu_alloc % 1000 == 0 { (cpu_alloc / 1000).to_string() } else { format!("{cpu_alloc}m") }),
+        ),
+        ("memory".to_string(), q(format!("{}Ki", memory_alloc / 1024))),
+        ("ephemeral-storage".to_string(), q(disk_alloc.to_string())),
+        ("pods".to_string(), q(pods.to_string())),
+        ("hugepages-1Gi".to_string(), q("0".into())),
+        ("hugepages-2Mi".to_string(), q("0".into())),
+    ]);
+    (capacity, allocatable)
+}
+
+fn condition(kind: &str, status: &str, reason: &str, message: &str, now: Timestamp, since: Timestamp) -> NodeCondition {
+    NodeCondition {
+        type_: kind.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: Some(Time(since)),
+    }
+}
+
+/// The status the kubelet reports: Ready, no pressure, its resources and
+/// identity. `since` is when the kubelet started (transition time).
+pub fn status(cfg: &NodeConfig, facts: &NodeFacts, now: Timestamp, since: Timestamp) -> NodeStatus {
+    let (capacity, allocatable) = resources(cfg, facts);
+    let machine_id = hex(&Sha256::digest(format!("machine-id/{}", facts.server_id).as_bytes()))[..32].to_string();
+    NodeStatus {
+        addresses: Some(vec![
+            NodeAddress { type_: "InternalIP".into(), address: facts.address.to_string() },
+            NodeAddress { type_: "Hostname".into(), address: facts.name.clone() },
+        ]),
+        capacity: Some(capacity),
+        allocatable: Some(allocatable),
+        conditions: Some(vec![
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available", now, since),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure", now, since),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available", now, since),
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", now, since),
+        ]),
+        daemon_endpoints: Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }) }),
+        node_info: Some(NodeSystemInfo {
+            architecture: facts.arch.clone(),
+            boot_id: facts.boot_id.clone(),
+            container_runtime_version: CONTAINER_RUNTIME.into(),
+            kernel_version: KERNEL_VERSION.into(),
+            kube_proxy_version: String::new(),
+            kubelet_version: facts.kubelet_version.clone(),
+            machine_id,
+            operating_system: "linux".into(),
+            os_image: format!("Talos ({})", facts.talos_version),
+            swap: None,
+            system_uuid: facts.server_id.to_ascii_uppercase(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The node's Lease, owned by its Node so it goes away with it.
+pub fn lease(name: &str, node_uid: Option<&str>, now: Timestamp) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(LEASE_NAMESPACE.into()),
+            owner_references: node_uid.map(|uid| {
+                vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: name.into(),
+                    uid: uid.into(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name.into()),
+            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            renew_time: Some(MicroTime(now)),
+            ..Default::default()
+        }),
+    }
+}
+
+fn is_running_and_ready(status: &PodStatus) -> bool {
+    status.phase.as_deref() == Some("Running")
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn container_id(pod_uid: &str, name: &str) -> String {
+    format!("containerd://{}", hex(&Sha256::digest(format!("{pod_uid}/{name}").as_bytes())))
+}
+
+fn image_id(image: &str) -> String {
+    let repo = image.split('@').next().unwrap_or(image);
+    let repo = repo.rsplit_once(':').filter(|(_, tag)| !tag.contains('/')).map_or(repo, |(r, _)| r);
+    format!("{repo}@sha256:{}", hex(&Sha256::digest(image.as_bytes())))
+}
+
+/// The status of a pod this node "runs": Running and Ready with every
+/// container started. `None` when there is nothing to change (already
+/// running, or finished).
+pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodStatus> {
+    let current = pod.status.clone().unwrap_or_default();
+    if matches!(current.phase.as_deref(), Some("Succeeded" | "Failed")) || is_running_and_ready(&current) {
+        return None;
+    }
+    let spec = pod.spec.as_ref()?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let started = current.start_time.clone().unwrap_or(Time(now));
+    let scheduled_at = current
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled")
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    let cond = |kind: &str, at: Time| PodCondition {
+        type_: kind.into(),
+        status: "True".into(),
+        last_transition_time: Some(at),
+        ..Default::default()
+    };
+    let containers = spec
+        .containers
+        .iter()
+        .map(|c| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            image_id: image_id(c.image.as_deref().unwrap_or_default()),
+            container_id: Some(container_id(&uid, &c.name)),
+            ready: true,
+            started: Some(true),
+            restart_count: 0,
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning { started_at: Some(Time(now)) }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let init_containers: Vec<ContainerStatus> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            image_id: image_id(c.image.as_deref().unwrap_or_default()),
+            container_id: Some(container_id(&uid, &c.name)),
+            ready: true,
+            started: Some(false),
+            restart_count: 0,
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 0,
+                    reason: Some("Completed".into()),
+                    started_at: Some(Time(now)),
+                    finished_at: Some(Time(now)),
+                    container_id: Some(container_id(&uid, &c.name)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let ip = node_ip.to_string();
+    Some(PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![
+            cond("PodReadyToStartContainers", Time(now)),
+            cond("Initialized", Time(now)),
+            cond("Ready", Time(now)),
+            cond("ContainersReady", Time(now)),
+            cond("PodScheduled", scheduled_at),
+        ]),
+        host_ip: Some(ip.clone()),
+        host_ips: Some(vec![HostIP { ip: ip.clone() }]),
+        pod_ip: Some(ip.clone()),
+        pod_ips: Some(vec![PodIP { ip }]),
+        start_time: Some(started),
+        container_statuses: Some(containers),
+        init_container_statuses: (!init_containers.is_empty()).then_some(init_containers),
+        qos_class: current.qos_class,
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;

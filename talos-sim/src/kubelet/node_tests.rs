@@ -1,0 +1,170 @@
+use super::*;
+use crate::machine_config;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+const PROVIDER_ID: &str = "scaleway://baremetal/fr-par-2/11111111-2222-3333-4444-555555555555";
+
+fn config() -> NodeConfig {
+    machine_config::parse(crate::machine_config::tests::WORKER).unwrap()
+}
+
+fn facts() -> NodeFacts {
+    NodeFacts {
+        name: "default-abcde".into(),
+        server_id: "11111111-2222-3333-4444-555555555555".into(),
+        address: Ipv4Addr::new(127, 77, 0, 10),
+        arch: "amd64".into(),
+        talos_version: "v1.13.9".into(),
+        kubelet_version: "v1.35.2".into(),
+        threads: 32,
+        memory_bytes: 256 << 30,
+        disk_bytes: 1_920_383_410_176,
+        boot_id: "boot".into(),
+    }
+}
+
+fn now() -> Timestamp {
+    "2026-11-22T10:00:00Z".parse().unwrap()
+}
+
+#[test]
+fn new_node_carries_identity_labels_and_taints() {
+    let node = new_node(&config(), &facts());
+    assert_eq!(node.metadata.name.as_deref(), Some("default-abcde"));
+    let labels = node.metadata.labels.unwrap();
+    assert_eq!(labels["kubernetes.io/hostname"], "default-abcde");
+    assert_eq!(labels["kubernetes.io/arch"], "amd64");
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert_eq!(labels["karpenter.sh/nodepool"], "default");
+    let spec = node.spec.unwrap();
+    assert_eq!(spec.provider_id.as_deref(), Some(PROVIDER_ID));
+    let taints: Vec<(String, Option<String>, String)> =
+        spec.taints.unwrap().into_iter().map(|t| (t.key, t.value, t.effect)).collect();
+    assert_eq!(
+        taints,
+        vec![
+            ("karpenter.sh/unregistered".into(), None, "NoExecute".into()),
+            ("dedicated".into(), Some("gpu".into()), "NoSchedule".into()),
+            ("example.com/flag".into(), None, "PreferNoSchedule".into()),
+        ]
+    );
+}
+
+#[test]
+fn adopting_keeps_existing_taints_and_sets_missing_provider_id() {
+    let existing = Node {
+        metadata: ObjectMeta { name: Some("default-abcde".into()), ..Default::default() },
+        spec: Some(NodeSpec {
+            provider_id: None,
+            taints: Some(vec![KubeTaint {
+                key: "node.kubernetes.io/not-ready".into(),
+                effect: "NoSchedule".into(),
+                value: None,
+                time_added: None,
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let patch = adopt_patch(&existing, &config(), &facts()).unwrap();
+    assert_eq!(patch["spec"]["providerID"], PROVIDER_ID);
+    let keys: Vec<&str> = patch["spec"]["taints"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, vec!["node.kubernetes.io/not-ready", "dedicated", "example.com/flag"]);
+    assert_eq!(patch["metadata"]["labels"]["kubernetes.io/hostname"], "default-abcde");
+}
+
+#[test]
+fn adopting_a_node_of_another_machine_is_refused() {
+    let existing = Node {
+        metadata: ObjectMeta { name: Some("default-abcde".into()), ..Default::default() },
+        spec: Some(NodeSpec { provider_id: Some("scaleway://baremetal/fr-par-2/other".into()), ..Default::default() }),
+        status: None,
+    };
+    let err = adopt_patch(&existing, &config(), &facts()).unwrap_err();
+    assert!(err.contains("already exists with providerID scaleway://baremetal/fr-par-2/other"));
+    let mut same = existing.clone();
+    same.spec.as_mut().unwrap().provider_id = Some(PROVIDER_ID.into());
+    let patch = adopt_patch(&same, &config(), &facts()).unwrap();
+    assert!(patch["spec"].get("providerID").is_none(), "providerID is immutable once set");
+}
+
+#[test]
+fn capacity_comes_from_the_offer_and_allocatable_subtracts_reservations() {
+    let mut cfg = config();
+    cfg.system_reserved.clear();
+    cfg.max_pods = None;
+    let (capacity, allocatable) = resources(&cfg, &facts());
+    assert_eq!(capacity["cpu"].0, "32");
+    assert_eq!(capacity["memory"].0, format!("{}Ki", (256u64 << 30) / 1024));
+    assert_eq!(capacity["ephemeral-storage"].0, format!("{}Ki", 1_920_383_410_176u64 / 1024));
+    assert_eq!(capacity["pods"].0, "110");
+    // Talos' defaults: 50m CPU, 384Mi memory, 256Mi disk; kubelet's hard
+    // eviction: 100Mi memory, 10% of the disk.
+    assert_eq!(allocatable["cpu"].0, "31950m");
+    assert_eq!(allocatable["memory"].0, format!("{}Ki", ((256u64 << 30) - (484 << 20)) / 1024));
+    let disk = 1_920_383_410_176u64;
+    assert_eq!(allocatable["ephemeral-storage"].0, (disk - (256 << 20) - disk / 10).to_string());
+
+    let (_, with_config) = resources(&config(), &facts());
+    assert_eq!(with_config["cpu"].0, "31900m");
+    assert_eq!(with_config["pods"].0, "250");
+}
+
+#[test]
+fn status_is_ready_with_addresses_and_node_info() {
+    let status = status(&config(), &facts(), now(), now());
+    let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True");
+    assert_eq!(ready.last_heartbeat_time, Some(Time(now())));
+    let addresses = status.addresses.unwrap();
+    assert_eq!(addresses[0].type_, "InternalIP");
+    assert_eq!(addresses[0].address, "127.77.0.10");
+    let info = status.node_info.unwrap();
+    assert_eq!(info.os_image, "Talos (v1.13.9)");
+    assert_eq!(info.kubelet_version, "v1.35.2");
+    assert_eq!(info.architecture, "amd64");
+}
+
+#[test]
+fn quantities_and_versions() {
+    assert_eq!(parse_milli("100m"), Some(100));
+    assert_eq!(parse_milli("2"), Some(2000));
+    assert_eq!(parse_milli("1Ki"), Some(1_024_000));
+    assert_eq!(parse_milli("0.5Gi"), Some(512 * 1024 * 1024 * 1000));
+    assert_eq!(parse_milli("3Q"), None);
+    assert_eq!(kubelet_version_from_image("ghcr.io/siderolabs/kubelet:v1.35.2").as_deref(), Some("v1.35.2"));
+    assert_eq!(kubelet_version_from_image("localhost:5000/kubelet"), None);
+    assert_eq!(node_name(&NodeConfig::default(), "srv").len(), "talos-xxx-yyy".len());
+}
+
+fn pod(phase: Option<&str>) -> Pod {
+    Pod {
+        metadata: ObjectMeta { name: Some("web".into()), uid: Some("uid-1".into()), ..Default::default() },
+        spec: Some(PodSpec {
+            node_name: Some("default-abcde".into()),
+            containers: vec![Container { name: "app".into(), image: Some("nginx:1.27".into()), ..Default::default() }],
+            ..Default::default()
+        }),
+        status: Some(PodStatus { phase: phase.map(str::to_string), ..Default::default() }),
+    }
+}
+
+#[test]
+fn pending_pods_become_running_and_ready() {
+    let status = pod_status(&pod(Some("Pending")), Ipv4Addr::new(127, 77, 0, 10), now()).unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert_eq!(status.pod_ip.as_deref(), Some("127.77.0.10"));
+    for kind in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+        let c = status.conditions.iter().flatten().find(|c| c.type_ == kind).unwrap();
+        assert_eq!(c.status, "True", "{kind}");
+    }
+    let container = &status.container_statuses.as_ref().unwrap()[0];
+    assert!(container.ready);
+    assert!(container.state.as_ref().unwrap().running.is_some());
+    assert!(container.image_id.starts_with("nginx@sha256:"));
+
+    let mut running = pod(None);
+    running.status = Some(status);
+    assert_eq!(pod_status(&running, Ipv4Addr::new(127, 77, 0, 10), now()), None);
+    assert_eq!(pod_status(&pod(Some("Succeeded")), Ipv4Addr::LOCALHOST, now()), None);
+}

@@ -1,0 +1,319 @@
+//! Reads a Talos machine config (multi-document YAML) the way a worker in
+//! maintenance mode would: validates what Talos validates for the parts the
+//! simulator relies on, and extracts what the kubelet stand-in needs.
+//! Error messages follow Talos' wording and never quote secret values.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+/// What the simulated node takes from its machine config.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeConfig {
+    /// From a `HostnameConfig` document (or the deprecated
+    /// `machine.network.hostname`); `None` means Talos picks one.
+    pub hostname: Option<String>,
+    pub control_plane_endpoint: String,
+    pub node_labels: BTreeMap<String, String>,
+    pub node_annotations: BTreeMap<String, String>,
+    /// `machine.nodeTaints`, applied by Talos itself after registration.
+    pub node_taints: Vec<Taint>,
+    /// `machine.kubelet.extraConfig.registerWithTaints`, applied by the
+    /// kubelet when it creates its Node.
+    pub register_with_taints: Vec<Taint>,
+    pub provider_id: Option<String>,
+    pub kubelet_image: Option<String>,
+    pub max_pods: Option<u64>,
+    pub system_reserved: BTreeMap<String, String>,
+    pub kube_reserved: BTreeMap<String, String>,
+    pub eviction_hard: BTreeMap<String, String>,
+    pub install_disk: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to decode config: {0}")]
+    Decode(String),
+    #[error("{}", multierror(.0))]
+    Invalid(Vec<String>),
+}
+
+/// hashicorp/go-multierror's format, which Talos' validation errors use.
+fn multierror(errors: &[String]) -> String {
+    let head = if errors.len() == 1 {
+        "1 error occurred:".to_string()
+    } else {
+        format!("{} errors occurred:", errors.len())
+    };
+    let items: String = errors.iter().map(|e| format!("\n\t* {e}")).collect();
+    format!("{head}{items}\n\n")
+}
+
+const V1ALPHA1_KEYS: [&str; 5] = ["version", "debug", "persist", "machine", "cluster"];
+const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
+    let mut v1alpha1 = None;
+    let mut hostname_doc = None;
+    for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let value = Value::deserialize(document).map_err(|e| ConfigError::Decode(e.to_string()))?;
+        if value.is_null() {
+            continue;
+        }
+        let Value::Mapping(map) = &value else {
+            return Err(ConfigError::Decode("document is not a mapping".into()));
+        };
+        if let (Some(api), Some(kind)) = (text(map.get("apiVersion")), text(map.get("kind"))) {
+            if api != "v1alpha1" {
+                return Err(ConfigError::Decode(format!("unknown apiVersion {api:?} for kind {kind:?}")));
+            }
+            if kind == "HostnameConfig" {
+                if hostname_doc.is_some() {
+                    return Err(ConfigError::Decode("duplicate document: HostnameConfig".into()));
+                }
+                hostname_doc = Some(value.clone());
+            }
+        } else if map.contains_key("version") {
+            if v1alpha1.is_some() {
+                return Err(ConfigError::Decode("duplicate v1alpha1 document".into()));
+            }
+            if let Some(key) = map.keys().filter_map(|k| k.as_str()).find(|k| !V1ALPHA1_KEYS.contains(k)) {
+                return Err(ConfigError::Decode(format!("unknown keys found during decoding:\n{key}")));
+            }
+            if text(map.get("version")) != Some("v1alpha1") {
+                return Err(ConfigError::Decode("invalid config version".into()));
+            }
+            v1alpha1 = Some(value.clone());
+        } else {
+            return Err(ConfigError::Decode("missing kind".into()));
+        }
+    }
+    let Some(root) = v1alpha1 else {
+        return Err(ConfigError::Invalid(vec![
+            "the applied machine configuration doesn't contain v1alpha1 config".into(),
+        ]));
+    };
+    let mut errors = Vec::new();
+    let mut config = NodeConfig::default();
+    let machine = &root["machine"];
+    if !machine.is_mapping() {
+        return Err(ConfigError::Invalid(vec!["machine instructions are required".into()]));
+    }
+    check_cluster(&root["cluster"], &mut config, &mut errors);
+    check_machine(machine, &root["cluster"], &mut errors);
+
+    config.hostname = hostname(hostname_doc.as_ref(), machine, &mut errors);
+    config.node_labels = string_map(&machine["nodeLabels"], "machine.nodeLabels", &mut errors);
+    for (k, v) in &config.node_labels {
+        if let Err(e) = validate_label(k, v) {
+            errors.push(format!("invalid machine node labels: {e}"));
+        }
+    }
+    config.node_annotations = string_map(&machine["nodeAnnotations"], "machine.nodeAnnotations", &mut errors);
+    for (key, val) in string_map(&machine["nodeTaints"], "machine.nodeTaints", &mut errors) {
+        let (value, effect) = val.split_once(':').unwrap_or(("", val.as_str()));
+        if !TAINT_EFFECTS.contains(&effect) {
+            errors.push(format!("invalid machine node taints: invalid taint effect: {effect:?}"));
+        }
+        config.node_taints.push(Taint { key, value: value.to_string(), effect: effect.to_string() });
+    }
+
+    let kubelet = &machine["kubelet"];
+    config.kubelet_image = text(kubelet.get("image")).map(str::to_string);
+    config.provider_id = match kubelet["extraArgs"].get("provider-id") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Sequence(list)) => list.first().and_then(Value::as_str).map(str::to_string),
+        Some(_) => {
+            errors.push("machine.kubelet.extraArgs.provider-id must be a string".into());
+            None
+        }
+    };
+    let extra = &kubelet["extraConfig"];
+    config.register_with_taints = register_taints(&extra["registerWithTaints"], &mut errors);
+    config.max_pods = extra.get("maxPods").and_then(Value::as_u64);
+    config.system_reserved = string_map(&extra["systemReserved"], "systemReserved", &mut errors);
+    config.kube_reserved = string_map(&extra["kubeReserved"], "kubeReserved", &mut errors);
+    config.eviction_hard = string_map(&extra["evictionHard"], "evictionHard", &mut errors);
+    config.install_disk = text(machine["install"].get("disk")).map(str::to_string);
+
+    if errors.is_empty() { Ok(config) } else { Err(ConfigError::Invalid(errors)) }
+}
+
+fn text(v: Option<&Value>) -> Option<&str> {
+    v.and_then(Value::as_str)
+}
+
+fn check_cluster(cluster: &Value, config: &mut NodeConfig, errors: &mut Vec<String>) {
+    if !cluster.is_mapping() {
+        errors.push("cluster instructions are required".into());
+        return;
+    }
+    match text(cluster["controlPlane"].get("endpoint")) {
+        None => errors.push("cluster controlplane endpoint is required".into()),
+        Some(endpoint) => match reqwest::Url::parse(endpoint) {
+            Ok(url) if url.scheme() == "https" && url.host_str().is_some() => {
+                config.control_plane_endpoint = endpoint.to_string();
+            }
+            _ => errors.push(format!("invalid controlplane endpoint: {endpoint:?} is not an https URL")),
+        },
+    }
+    match text(cluster.get("token")) {
+        None | Some("") => errors.push("cluster.token is required on worker machines".into()),
+        Some(token) if !is_bootstrap_token(token) => {
+            errors.push("cluster.token is not a valid bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})".into())
+        }
+        Some(_) => {}
+    }
+}
+
+fn check_machine(machine: &Value, cluster: &Value, errors: &mut Vec<String>) {
+    match text(machine.get("type")).unwrap_or("") {
+        "worker" => {}
+        t @ ("controlplane" | "init") => {
+            errors.push(format!("talos-sim only simulates worker machines, got machine.type {t:?}"))
+        }
+        other => errors.push(format!("unknown machine type {other:?}")),
+    }
+    let ca = &machine["ca"];
+    let has_ca_crt = text(ca.get("crt")).is_some_and(|c| !c.is_empty());
+    let has_accepted = machine["acceptedCAs"].as_sequence().is_some_and(|s| !s.is_empty());
+    if !has_ca_crt && !has_accepted {
+        errors.push(
+            "trusted CA certificates are required on non-controlplane nodes (.machine.ca.crt, .machine.acceptedCAs)"
+                .into(),
+        );
+    }
+    if text(ca.get("key")).is_some_and(|k| !k.is_empty()) {
+        errors.push("issuing Talos API CA key is not allowed on non-controlplane nodes (.machine.ca)".into());
+    }
+    if text(cluster["ca"].get("key")).is_some_and(|k| !k.is_empty()) {
+        errors.push("issuing Kubernetes API CA key is not allowed on non-controlplane nodes (.cluster.ca)".into());
+    }
+    let install = &machine["install"];
+    if !install.is_mapping() {
+        errors.push("install instructions are required in \"metal\" mode".into());
+    } else if install.get("disk").is_none() && install.get("diskSelector").is_none() {
+        errors.push("either install disk or diskSelector should be defined".into());
+    }
+}
+
+fn hostname(doc: Option<&Value>, machine: &Value, errors: &mut Vec<String>) -> Option<String> {
+    let name = match doc {
+        Some(doc) => {
+            let name = text(doc.get("hostname")).filter(|h| !h.is_empty());
+            let auto = text(doc.get("auto"));
+            match (name, auto) {
+                (None, None) => errors.push("either 'auto' or 'hostname' must be set".into()),
+                (Some(_), Some(a)) if a != "off" => {
+                    errors.push("'auto' and 'hostname' cannot be set at the same time".into())
+                }
+                _ => {}
+            }
+            name
+        }
+        None => text(machine["network"].get("hostname")).filter(|h| !h.is_empty()),
+    }?;
+    if !is_hostname(name) {
+        errors.push(format!("invalid hostname {name:?}"));
+    }
+    Some(name.to_string())
+}
+
+fn string_map(v: &Value, field: &str, errors: &mut Vec<String>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    match v {
+        Value::Null => {}
+        Value::Mapping(map) => {
+            for (k, val) in map {
+                let key = k.as_str().map(str::to_string);
+                let value = match val {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(n) => Some(n.to_string()),
+                    Value::Bool(b) => Some(b.to_string()),
+                    _ => None,
+                };
+                match (key, value) {
+                    (Some(k), Some(v)) => {
+                        out.insert(k, v);
+                    }
+                    _ => errors.push(format!("{field} must map strings to strings")),
+                }
+            }
+        }
+        _ => errors.push(format!("{field} must be a mapping")),
+    }
+    out
+}
+
+fn register_taints(v: &Value, errors: &mut Vec<String>) -> Vec<Taint> {
+    let Some(list) = v.as_sequence() else {
+        if !v.is_null() {
+            errors.push("machine.kubelet.extraConfig.registerWithTaints must be a list".into());
+        }
+        return Vec::new();
+    };
+    let mut taints = Vec::new();
+    for item in list {
+        let key = text(item.get("key")).unwrap_or("");
+        let effect = text(item.get("effect")).unwrap_or("");
+        if key.is_empty() || !TAINT_EFFECTS.contains(&effect) {
+            errors.push(format!("invalid registerWithTaints entry: key {key:?}, effect {effect:?}"));
+            continue;
+        }
+        taints.push(Taint {
+            key: key.to_string(),
+            value: text(item.get("value")).unwrap_or("").to_string(),
+            effect: effect.to_string(),
+        });
+    }
+    taints
+}
+
+fn is_bootstrap_token(token: &str) -> bool {
+    let ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    matches!(token.split_once('.'), Some((id, secret)) if ok(id, 6) && ok(secret, 16))
+}
+
+fn is_dns_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+}
+
+fn is_hostname(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
+/// Kubernetes label syntax: `[prefix/]name`, values up to 63 characters.
+fn validate_label(key: &str, value: &str) -> Result<(), String> {
+    let name_ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && s.as_bytes()[0].is_ascii_alphanumeric()
+            && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+    };
+    let (prefix, name) = key.rsplit_once('/').map_or((None, key), |(p, n)| (Some(p), n));
+    if prefix.is_some_and(|p| !is_hostname(p)) || !name_ok(name) {
+        return Err(format!("invalid label key {key:?}"));
+    }
+    if !value.is_empty() && !name_ok(value) {
+        return Err(format!("invalid label value {value:?} for key {key:?}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "machine_config_tests.rs"]
+pub(crate) mod tests;

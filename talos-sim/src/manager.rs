@@ -1,0 +1,178 @@
+//! The fleet: one slot per server emsim told us about, each running at most
+//! one boot at a time. Events are applied idempotently, so that the replay of
+//! power-ons emsim sends on every (re)connection converges instead of
+//! restarting servers that already run.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use russh::keys::PrivateKey;
+use russh::keys::ssh_key::private::Ed25519Keypair;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::disk::Disk;
+use crate::model::{BootType, Command};
+use crate::os::{Boot, Settings};
+use crate::records::{OsState, Record, ServerRecord};
+
+pub struct Simulator {
+    settings: Arc<Settings>,
+    servers: Mutex<BTreeMap<String, Slot>>,
+}
+
+struct Slot {
+    record: Record,
+    /// The rescue system's host key, stable across rescue boots.
+    host_key: PrivateKey,
+    disk: Option<Disk>,
+    running: Option<Running>,
+}
+
+struct Running {
+    boot_type: BootType,
+    address: Ipv4Addr,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Power off: cancel everything the boot started and wait until its
+    /// sockets are closed, so the next boot can bind them again.
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+fn new_host_key() -> PrivateKey {
+    PrivateKey::from(Ed25519Keypair::from_seed(&rand::random::<[u8; 32]>()))
+}
+
+impl Simulator {
+    pub fn new(settings: Settings) -> Arc<Self> {
+        Arc::new(Self {
+            settings: Arc::new(settings),
+            servers: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    pub async fn apply(&self, command: Command) {
+        let mut servers = self.servers.lock().await;
+        match command {
+            Command::PowerOn(on) => {
+                let slot = servers.entry(on.server_id.clone()).or_insert_with(|| Slot {
+                    record: Record::new(&on.server_id),
+                    host_key: new_host_key(),
+                    disk: None,
+                    running: None,
+                });
+                if let Some(running) = &slot.running
+                    && running.boot_type == on.boot_type
+                    && running.address == on.address
+                {
+                    tracing::debug!(server_id = %on.server_id, "power_on for a server already up: nothing to do");
+                    return;
+                }
+                if let Some(running) = slot.running.take() {
+                    running.stop().await;
+                }
+                let disk = Disk::new(
+                    &self.settings.state_dir,
+                    &on.server_id,
+                    &on.machine.disk_name,
+                    on.machine.disk_size,
+                );
+                slot.record.set_disk(&disk);
+                slot.record.update(|r| {
+                    r.address = on.address.to_string();
+                    r.deleted = false;
+                    r.state = OsState::Off;
+                });
+                slot.disk = Some(disk.clone());
+                let cancel = CancellationToken::new();
+                let boot_type = on.boot_type;
+                let address = on.address;
+                let boot = Boot {
+                    on,
+                    disk,
+                    record: slot.record.clone(),
+                    host_key: slot.host_key.clone(),
+                    settings: self.settings.clone(),
+                    cancel: cancel.clone(),
+                };
+                slot.running = Some(Running {
+                    boot_type,
+                    address,
+                    cancel,
+                    task: tokio::spawn(boot.run()),
+                });
+            }
+            Command::PowerOff { server_id } => {
+                let Some(slot) = servers.get_mut(&server_id) else { return };
+                if let Some(running) = slot.running.take() {
+                    running.stop().await;
+                    tracing::info!(%server_id, "powered off");
+                }
+                slot.record.set_state(OsState::Off);
+            }
+            Command::Deleted { server_id } => {
+                let Some(slot) = servers.get_mut(&server_id) else { return };
+                if let Some(running) = slot.running.take() {
+                    running.stop().await;
+                }
+                if let Some(disk) = &slot.disk
+                    && let Err(e) = disk.wipe()
+                {
+                    tracing::warn!(%server_id, error = %e, "cannot remove the disk file of a deleted server");
+                }
+                slot.record.update(|r| {
+                    r.state = OsState::Off;
+                    r.deleted = true;
+                    r.disk.image_sha256 = None;
+                    r.disk.image_version = None;
+                });
+                tracing::info!(%server_id, "server deleted, disk wiped");
+            }
+        }
+    }
+
+    pub async fn records(&self) -> Vec<ServerRecord> {
+        self.servers.lock().await.values().map(|s| s.record.snapshot()).collect()
+    }
+
+    /// Powers everything off and forgets every server and disk.
+    pub async fn reset(&self) {
+        let mut servers = self.servers.lock().await;
+        for (server_id, slot) in std::mem::take(&mut *servers) {
+            if let Some(running) = slot.running {
+                running.stop().await;
+            }
+            if let Some(disk) = slot.disk
+                && let Err(e) = disk.wipe()
+            {
+                tracing::warn!(%server_id, error = %e, "cannot remove a disk file on reset");
+            }
+        }
+        tracing::info!("reset: all servers forgotten");
+    }
+
+    /// Powers everything off (process shutdown); disks stay.
+    pub async fn shutdown(&self) {
+        let mut servers = self.servers.lock().await;
+        for slot in servers.values_mut() {
+            if let Some(running) = slot.running.take() {
+                running.stop().await;
+            }
+        }
+    }
+}
+
+impl crate::follower::EventSink for Simulator {
+    fn handle(&self, command: Command) -> impl std::future::Future<Output = ()> + Send {
+        self.apply(command)
+    }
+}

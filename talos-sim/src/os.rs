@@ -1,0 +1,220 @@
+//! What runs on a server between a power-on and the next power-off: the
+//! rescue system, or a normal boot from its disk into Talos maintenance mode,
+//! then the installed node with its kubelet.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::keys::PrivateKey;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::disk::Disk;
+use crate::image::{BootError, ImageHeader};
+use crate::kubelet::{self, Kubelet, KubeletCredentials};
+use crate::machine_config;
+use crate::model::{BootType, PowerOn};
+use crate::records::{OsState, Record};
+use crate::shell::ShellEnv;
+use crate::ssh::{RescueSsh, parse_authorized_keys};
+use crate::talos_api::MaintenanceApi;
+
+/// Process-wide settings of the simulated machines.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub ssh_port: u16,
+    pub talos_port: u16,
+    pub kubelet: Option<KubeletCredentials>,
+    /// Between answering ApplyConfiguration and the "reboot" that drops the
+    /// maintenance API: lets the reply reach the client.
+    pub install_delay: Duration,
+}
+
+/// One power-on of one server.
+pub struct Boot {
+    pub on: PowerOn,
+    pub disk: Disk,
+    pub record: Record,
+    pub host_key: PrivateKey,
+    pub settings: Arc<Settings>,
+    pub cancel: CancellationToken,
+}
+
+impl Boot {
+    pub async fn run(self) {
+        match self.on.boot_type {
+            BootType::Rescue => self.rescue().await,
+            BootType::Normal => self.normal().await,
+        }
+    }
+
+    fn server_id(&self) -> &str {
+        &self.on.server_id
+    }
+
+    fn fail(&self, message: String) {
+        tracing::error!(server_id = %self.server_id(), error = %message, "server OS failed");
+        self.record.update(|r| r.boot_error = Some(message));
+    }
+
+    async fn bind(&self, port: u16, what: &str) -> Option<TcpListener> {
+        let addr = SocketAddr::from((self.on.address, port));
+        match TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                self.fail(format!("cannot listen for {what} on {addr}: {e}"));
+                None
+            }
+        }
+    }
+
+    async fn rescue(self) {
+        if let Err(e) = self.disk.ensure() {
+            self.fail(format!("cannot create the disk file {}: {e}", self.disk.path.display()));
+        }
+        let Some(listener) = self.bind(self.settings.ssh_port, "rescue SSH").await else { return };
+        self.record.update(|r| {
+            r.state = OsState::Rescue;
+            r.boot_error = None;
+        });
+        tracing::info!(server_id = %self.server_id(), address = %self.on.address, "booted into rescue");
+        let hostname = if self.on.server_name.is_empty() { "rescue".to_string() } else { self.on.server_name.clone() };
+        let ssh = RescueSsh {
+            server_id: self.on.server_id.clone(),
+            user: self.on.rescue_user.clone(),
+            authorized: parse_authorized_keys(&self.on.server_id, &self.on.rescue_ssh_public_keys),
+            host_key: self.host_key.clone(),
+            env: ShellEnv::new(self.disk.clone(), self.on.machine.clone(), hostname),
+            record: self.record.clone(),
+        };
+        ssh.serve(listener, self.cancel.clone()).await;
+    }
+
+    async fn normal(self) {
+        let disk = self.disk.clone();
+        let verdict = tokio::task::spawn_blocking(move || disk.verify_image())
+            .await
+            .unwrap_or_else(|e| Err(BootError::Io(e.to_string())));
+        let header = match verdict {
+            Ok(header) => header,
+            Err(e) => {
+                tracing::info!(server_id = %self.server_id(), reason = %e, "no bootable device");
+                self.record.update(|r| {
+                    r.state = OsState::NoBootableDevice;
+                    r.boot_error = Some(e.to_string());
+                    r.disk.image_sha256 = None;
+                    r.disk.image_version = None;
+                });
+                return;
+            }
+        };
+        self.record.update(|r| {
+            r.disk.image_sha256 = Some(header.payload_sha256.clone());
+            r.disk.image_version = Some(header.version.clone());
+            r.boot_error = None;
+        });
+        let installed = self.disk.installed_config().unwrap_or_else(|e| {
+            tracing::warn!(server_id = %self.server_id(), error = %e, "cannot read the installed config");
+            None
+        });
+        let yaml = match installed {
+            Some(yaml) => yaml,
+            None => match self.maintenance(&header).await {
+                Some(yaml) => yaml,
+                None => return,
+            },
+        };
+        self.record.set_state(OsState::Configured);
+        let cfg = match machine_config::parse(&yaml) {
+            Ok(cfg) => cfg,
+            Err(e) => return self.fail(format!("the installed machine config is invalid: {e}")),
+        };
+        self.join_cluster(cfg, &header).await;
+    }
+
+    /// Serves the maintenance API until a config is applied; returns it
+    /// once the node has "installed" it (the API is gone by then).
+    async fn maintenance(&self, header: &ImageHeader) -> Option<String> {
+        let listener = self.bind(self.settings.talos_port, "the Talos API").await?;
+        self.record.set_state(OsState::Maintenance);
+        tracing::info!(server_id = %self.server_id(), version = %header.version, "booted Talos in maintenance mode");
+        let (applied_tx, mut applied_rx) = mpsc::channel(1);
+        let api = MaintenanceApi::new(
+            &self.on.server_id,
+            self.on.address,
+            &header.version,
+            &header.arch,
+            &header.payload_sha256,
+            self.disk.clone(),
+            self.record.clone(),
+            applied_tx,
+        );
+        let stop = self.cancel.child_token();
+        let server = api.serve(listener, stop.clone());
+        tokio::pin!(server);
+        let applied = tokio::select! {
+            result = &mut server => {
+                if let Err(e) = result {
+                    self.fail(format!("maintenance API failed: {e}"));
+                }
+                return None;
+            }
+            Some(applied) = applied_rx.recv() => applied,
+        };
+        let _ = tokio::time::timeout(self.settings.install_delay, &mut server).await;
+        stop.cancel();
+        drop(server);
+        if let Err(e) = self.disk.install_config(&applied.yaml) {
+            self.fail(format!("cannot install the machine config: {e}"));
+            return None;
+        }
+        tracing::info!(server_id = %self.server_id(), "installed Talos and rebooted with the applied config");
+        Some(applied.yaml)
+    }
+
+    async fn join_cluster(&self, cfg: machine_config::NodeConfig, header: &ImageHeader) {
+        let Some(creds) = self.settings.kubelet.clone() else {
+            self.fail("kubelet not started: talos-sim runs without --kubeconfig".into());
+            return std::future::pending().await;
+        };
+        let machine = &self.on.machine;
+        let facts = kubelet::facts(
+            &cfg,
+            &self.on.server_id,
+            self.on.address,
+            &header.arch,
+            &header.version,
+            machine.threads,
+            machine.memory_bytes,
+            machine.disk_size,
+        );
+        let mut backoff = Duration::from_millis(500);
+        let kubelet = loop {
+            let attempt = async {
+                let mut k = Kubelet::connect(&creds, cfg.clone(), facts.clone()).await?;
+                k.register().await?;
+                Ok::<_, kubelet::KubeletError>(k)
+            };
+            match attempt.await {
+                Ok(k) => break k,
+                Err(e) => {
+                    self.fail(format!("kubelet registration failed: {e}"));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        };
+        let node_name = kubelet.node_name().to_string();
+        self.record.update(|r| {
+            r.state = OsState::Running;
+            r.node_name = Some(node_name.clone());
+            r.boot_error = None;
+        });
+        tracing::info!(server_id = %self.server_id(), node = %node_name, "node joined the cluster");
+        kubelet.run().await;
+    }
+}
