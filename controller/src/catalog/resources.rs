@@ -148,7 +148,7 @@ fn round_up(value: u64, unit: u64) -> u64 {
 /// the rest, in millicores (rounded up).
 fn tiered_cpu_reservation_millis(threads: u64) -> u64 {
     // In hundredths of a millicore to stay in integers.
-    let mut hundredths = 0;
+    let mut hundredths: u64 = 0;
     for t in 1..=threads {
         hundredths += match t {
             1 => 6_000,

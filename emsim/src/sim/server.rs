@@ -217,8 +217,6 @@ fn ser_time<S: serde::Serializer>(t: &SimTime, s: S) -> Result<S::Ok, S::Error> 
     s.serialize_str(&format_time(*t))
 }
 
-pub(crate) use ser_time as serialize_time;
-
 #[cfg(test)]
 mod tests {
     use super::*;
