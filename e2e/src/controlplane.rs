@@ -249,17 +249,19 @@ impl ControlPlane {
         Fut: std::future::Future<Output = Result<bool>>,
     {
         let since = Instant::now();
-        let mut last_err = None;
+        let mut last_err: Option<anyhow::Error> = None;
         loop {
-            if let Some(local) = self.local.as_mut()
-                && let Some(dead) = local.procs.iter_mut().find(|p| !p.is_running())
-            {
-                bail!(
-                    "{} exited while waiting for {what}; last lines of {}:\n{}",
-                    dead.name(),
-                    dead.log_path().display(),
-                    dead.log_tail(30)
-                );
+            if let Some(local) = self.local.as_mut() {
+                for proc in &mut local.procs {
+                    if !proc.is_running() {
+                        bail!(
+                            "{} exited while waiting for {what}; last lines of {}:\n{}",
+                            proc.name(),
+                            proc.log_path().display(),
+                            proc.log_tail(30)
+                        );
+                    }
+                }
             }
             match check().await {
                 Ok(true) => {

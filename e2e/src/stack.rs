@@ -202,7 +202,8 @@ impl Stack {
 
         // The operator's part: an SSH key registered in IAM, whose private half
         // goes into a Secret the NodeClass references.
-        let key = russh::keys::PrivateKey::random(&mut rand_core_06(), russh::keys::Algorithm::Ed25519)?;
+        let seed: [u8; 32] = rand::random();
+        let key = russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed));
         let public = key.public_key().to_openssh()?;
         let private = key.to_openssh(russh::keys::ssh_key::LineEnding::LF)?.to_string();
         let ssh_key_id = emsim.create_ssh_key(SECRET_KEY, PROJECT_ID, "karpenter-rescue", &public).await?;
@@ -458,8 +459,4 @@ fn image_payload_sha256(path: &Path) -> Result<String> {
     text.lines()
         .find_map(|l| l.strip_prefix("payload-sha256: ").map(|s| s.trim_matches('\0').trim().to_string()))
         .context("image header without payload-sha256")
-}
-
-fn rand_core_06() -> impl russh::keys::ssh_key::rand_core::CryptoRngCore {
-    russh::keys::ssh_key::rand_core::OsRng
 }

@@ -81,7 +81,7 @@ func main() {
 		"socket", opts.Socket)
 
 	leadership := cloudprovider.NewLeadership(client, opts.Identity, opts.CallTimeout)
-	cp := cloudprovider.New(client, opts, info, repairPolicies, leadership.ProviderForgot)
+	cp := cloudprovider.New(client, opts, info, repairPolicies, leadership)
 	decorated := overlay.Decorate(cp, op.GetClient(), op.InstanceTypeStore)
 	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated)
 

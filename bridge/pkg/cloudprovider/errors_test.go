@@ -24,20 +24,28 @@ func TestErrorTable(t *testing.T) {
 	type call func(context.Context, *CloudProvider) error
 	create := func(ctx context.Context, cp *CloudProvider) error { _, err := cp.Create(ctx, nodeClaim); return err }
 	del := func(ctx context.Context, cp *CloudProvider) error { return cp.Delete(ctx, nodeClaim) }
-	get := func(ctx context.Context, cp *CloudProvider) error { _, err := cp.Get(ctx, "scaleway://fr-par-2/x"); return err }
+	get := func(ctx context.Context, cp *CloudProvider) error {
+		_, err := cp.Get(ctx, "scaleway://fr-par-2/x")
+		return err
+	}
 	list := func(ctx context.Context, cp *CloudProvider) error { _, err := cp.List(ctx); return err }
-	its := func(ctx context.Context, cp *CloudProvider) error { _, err := cp.GetInstanceTypes(ctx, nodePool); return err }
+	its := func(ctx context.Context, cp *CloudProvider) error {
+		_, err := cp.GetInstanceTypes(ctx, nodePool)
+		return err
+	}
 	drift := func(ctx context.Context, cp *CloudProvider) error { _, err := cp.IsDrifted(ctx, nodeClaim); return err }
 
 	// fail makes every RPC of the fake answer err.
 	fail := func(err error) *fakeProvider {
 		return &fakeProvider{
-			create:           func(context.Context, *pb.CreateRequest) (*pb.CreateResponse, error) { return nil, err },
-			delete:           func(context.Context, *pb.DeleteRequest) (*pb.DeleteResponse, error) { return nil, err },
-			get:              func(context.Context, *pb.GetRequest) (*pb.GetResponse, error) { return nil, err },
-			list:             func(context.Context, *pb.ListRequest) (*pb.ListResponse, error) { return nil, err },
-			getInstanceTypes: func(context.Context, *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error) { return nil, err },
-			isDrifted:        func(context.Context, *pb.IsDriftedRequest) (*pb.IsDriftedResponse, error) { return nil, err },
+			create: func(context.Context, *pb.CreateRequest) (*pb.CreateResponse, error) { return nil, err },
+			delete: func(context.Context, *pb.DeleteRequest) (*pb.DeleteResponse, error) { return nil, err },
+			get:    func(context.Context, *pb.GetRequest) (*pb.GetResponse, error) { return nil, err },
+			list:   func(context.Context, *pb.ListRequest) (*pb.ListResponse, error) { return nil, err },
+			getInstanceTypes: func(context.Context, *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error) {
+				return nil, err
+			},
+			isDrifted: func(context.Context, *pb.IsDriftedRequest) (*pb.IsDriftedResponse, error) { return nil, err },
 		}
 	}
 

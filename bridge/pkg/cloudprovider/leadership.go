@@ -2,6 +2,8 @@ package cloudprovider
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -23,6 +25,9 @@ type Leadership struct {
 	// resend is poked (without blocking) when the provider refused a call
 	// because it does not consider us the leader.
 	resend chan struct{}
+	// acked is closed once the provider has acknowledged leadership.
+	acked   chan struct{}
+	ackOnce sync.Once
 }
 
 func NewLeadership(client pb.CloudProviderClient, identity string, callTimeout time.Duration) *Leadership {
@@ -32,11 +37,31 @@ func NewLeadership(client pb.CloudProviderClient, identity string, callTimeout t
 		timeout:  callTimeout,
 		retry:    time.Second,
 		resend:   make(chan struct{}, 1),
+		acked:    make(chan struct{}),
 	}
 }
 
-// ProviderForgot is the CloudProvider's onNotLeader hook.
-func (l *Leadership) ProviderForgot() {
+// awaitAcknowledged waits until the provider has acknowledged leadership once.
+// Core's controllers start the moment the lease is won, racing the first
+// SetLeadership; without this wait their first mutating calls would be
+// refused and show up as failed launches. A nil Leadership never waits.
+func (l *Leadership) awaitAcknowledged(ctx context.Context) error {
+	if l == nil {
+		return nil
+	}
+	select {
+	case <-l.acked:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the provider to acknowledge leadership: %w", ctx.Err())
+	}
+}
+
+// providerForgot asks Run to tell the provider again.
+func (l *Leadership) providerForgot() {
+	if l == nil {
+		return
+	}
 	select {
 	case l.resend <- struct{}{}:
 	default:
@@ -46,7 +71,7 @@ func (l *Leadership) ProviderForgot() {
 // Run waits until elected is closed (the manager's Elected() channel, or an
 // already closed channel when leader election is disabled), then tells the
 // provider, retrying until it acknowledges, and again after every
-// ProviderForgot. It returns when ctx ends.
+// refusal with NotLeaderDetail. It returns when ctx ends.
 func (l *Leadership) Run(ctx context.Context, elected <-chan struct{}) {
 	select {
 	case <-elected:
@@ -71,6 +96,7 @@ func (l *Leadership) announce(ctx context.Context) {
 		cancel()
 		if err == nil {
 			logger.Info("provider acknowledged leadership", "attempts", attempt)
+			l.ackOnce.Do(func() { close(l.acked) })
 			return
 		}
 		logger.Error(mapError(methodSetLeadership, err), "telling the provider this replica leads", "attempt", attempt)

@@ -3,6 +3,7 @@ package cloudprovider
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,9 @@ func TestLeadershipAnnouncedOnElectionAndRetried(t *testing.T) {
 		mu.Unlock()
 		return &pb.SetLeadershipResponse{}, nil
 	}
+	var createCalls atomic.Int32
 	fake.create = func(context.Context, *pb.CreateRequest) (*pb.CreateResponse, error) {
+		createCalls.Add(1)
 		return nil, statusWithDetails(t, codes.FailedPrecondition, "not leader", &pb.NotLeaderDetail{})
 	}
 	socket := socketPath(t)
@@ -48,15 +51,23 @@ func TestLeadershipAnnouncedOnElectionAndRetried(t *testing.T) {
 
 	leadership := NewLeadership(client, "bridge-0", time.Second)
 	leadership.retry = 10 * time.Millisecond
-	cp := New(client, testOptions(), testInfo, nil, leadership.ProviderForgot)
+	opts := testOptions()
+	opts.CallTimeout = 200 * time.Millisecond
+	cp := New(client, opts, testInfo, nil, leadership)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	elected := make(chan struct{})
 	go leadership.Run(ctx, elected)
 
-	// Not elected yet: the provider hears nothing.
-	time.Sleep(50 * time.Millisecond)
+	// Not elected yet: mutating calls wait for the acknowledgement and give
+	// up after their timeout, and the provider hears nothing.
+	if _, err := cp.Create(ctx, testNodeClaim()); err == nil || karpenterKind(err) != "plain" {
+		t.Fatalf("Create before leadership: %v", err)
+	}
+	if n := createCalls.Load(); n != 0 {
+		t.Fatalf("Create reached the provider %d times before leadership was acknowledged", n)
+	}
 	if n := fake.leadershipCalls.Load(); n != 0 {
 		t.Fatalf("SetLeadership called %d times before election", n)
 	}
@@ -74,8 +85,8 @@ func TestLeadershipAnnouncedOnElectionAndRetried(t *testing.T) {
 
 	// The provider forgot (e.g. restarted): a refused call makes the bridge
 	// say it again, and the refusal itself is a plain error for core.
-	if _, err := cp.Create(ctx, testNodeClaim()); karpenterKind(err) != "plain" {
-		t.Fatalf("NotLeader on Create must be a plain error, got %s: %v", karpenterKind(err), err)
+	if _, err := cp.Create(ctx, testNodeClaim()); karpenterKind(err) != "plain" || createCalls.Load() != 1 {
+		t.Fatalf("NotLeader on Create must be a plain error, got %s: %v (%d calls)", karpenterKind(err), err, createCalls.Load())
 	}
 	waitFor(t, "leadership re-announced", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) == 2 })
 }

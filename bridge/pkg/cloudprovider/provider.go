@@ -35,27 +35,24 @@ type CloudProvider struct {
 	name           string
 	repairPolicies []cloudprovider.RepairPolicy
 	instanceTypes  *instanceTypeCache
-	// onNotLeader is called when the provider refuses a call because it does
-	// not believe this replica leads (e.g. the provider restarted and lost
-	// the SetLeadership it had received).
-	onNotLeader func()
+	// leadership gates mutating calls until the provider knows this replica
+	// leads, and is told again when the provider refuses a call because it
+	// forgot (e.g. it restarted). Nil in tests that do not care.
+	leadership *Leadership
 }
 
 var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
 
-// New builds the CloudProvider from the provider's Info answer (see Setup) and
-// its repair policies, both read once at startup.
-func New(client pb.CloudProviderClient, opts Options, info *pb.InfoResponse, repairPolicies []cloudprovider.RepairPolicy, onNotLeader func()) *CloudProvider {
-	if onNotLeader == nil {
-		onNotLeader = func() {}
-	}
+// New builds the CloudProvider from the provider's Info answer (see Register)
+// and its repair policies, both read once at startup.
+func New(client pb.CloudProviderClient, opts Options, info *pb.InfoResponse, repairPolicies []cloudprovider.RepairPolicy, leadership *Leadership) *CloudProvider {
 	return &CloudProvider{
 		client:         client,
 		opts:           opts,
 		name:           info.GetName(),
 		repairPolicies: repairPolicies,
 		instanceTypes:  newInstanceTypeCache(opts.InstanceTypesTTL),
-		onNotLeader:    onNotLeader,
+		leadership:     leadership,
 	}
 }
 
@@ -67,7 +64,7 @@ func call[Req, Resp any](ctx context.Context, c *CloudProvider, method string, t
 	resp, err := rpc(ctx, req)
 	if err != nil {
 		if notLeaderError(err) {
-			c.onNotLeader()
+			c.leadership.providerForgot()
 		}
 		var zero Resp
 		return zero, mapError(method, err)
@@ -78,6 +75,9 @@ func call[Req, Resp any](ctx context.Context, c *CloudProvider, method string, t
 func (c *CloudProvider) Create(ctx context.Context, nodeClaim *v1.NodeClaim) (*v1.NodeClaim, error) {
 	raw, err := encodeNodeClaim(nodeClaim)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.awaitLeadership(ctx); err != nil {
 		return nil, err
 	}
 	resp, err := call(ctx, c, methodCreate, c.opts.CallTimeout, c.client.Create, &pb.CreateRequest{NodeClaimJson: raw})
@@ -106,8 +106,19 @@ func (c *CloudProvider) Delete(ctx context.Context, nodeClaim *v1.NodeClaim) err
 	if err != nil {
 		return err
 	}
+	if err := c.awaitLeadership(ctx); err != nil {
+		return err
+	}
 	_, err = call(ctx, c, methodDelete, c.opts.CallTimeout, c.client.Delete, &pb.DeleteRequest{NodeClaimJson: raw})
 	return err
+}
+
+// awaitLeadership holds a mutating call, for at most one call timeout, until
+// the provider has acknowledged this replica's leadership.
+func (c *CloudProvider) awaitLeadership(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+	defer cancel()
+	return c.leadership.awaitAcknowledged(ctx)
 }
 
 func (c *CloudProvider) Get(ctx context.Context, providerID string) (*v1.NodeClaim, error) {

@@ -11,6 +11,8 @@
 mod commands;
 mod driver;
 pub mod machine;
+#[cfg(test)]
+mod tests_support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -21,7 +23,15 @@ use async_trait::async_trait;
 
 use crate::rescue::RescueShell;
 use crate::scaleway::ElasticMetal;
-use crate::talos::TalosMaintenance;
+use crate::talos::{NodeSettings, TalosMaintenance};
+
+/// A Kubernetes taint as the NodeClaim spells it (the same type the Talos
+/// renderer registers the Node with).
+pub use crate::talos::Taint;
+
+/// The taint Karpenter requires a Node to register with; Karpenter removes it
+/// once it has synced the NodeClaim's labels and taints onto the Node.
+pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
 
 /// A string that must never reach a log: Debug and Display print `<redacted>`.
 #[derive(Clone, PartialEq, Eq, Default)]
@@ -54,15 +64,6 @@ impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")
     }
-}
-
-/// A Kubernetes taint as the NodeClaim spells it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
-    pub key: String,
-    pub value: Option<String>,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
 }
 
 /// Everything the engine needs to install one server.
@@ -198,8 +199,13 @@ pub struct InstallSettings {
     pub ssh_port: u16,
     pub talos_port: u16,
     pub deadlines: Deadlines,
-    /// How many times the image write may be attempted before failing.
+    /// Imaging attempts before failing: each image write counts, and so does
+    /// an SSH session lost during imaging.
     pub image_attempts: u32,
+    /// Time limit of one call to the EM API, the Talos API, the Kubernetes API
+    /// or of one SSH connect. Commands in rescue are bounded by the imaging
+    /// deadline instead.
+    pub call_timeout: Duration,
 }
 
 impl Default for InstallSettings {
@@ -210,6 +216,7 @@ impl Default for InstallSettings {
             talos_port: 50000,
             deadlines: Deadlines::default(),
             image_attempts: 3,
+            call_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -271,5 +278,40 @@ impl InstallEngine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(server_id.to_string(), phase);
+    }
+}
+
+/// The per-node part of the machine config: NodeClaim labels and taints (plus
+/// startup taints and the unregistered taint, all registered by the kubelet),
+/// the provider id, and what the rescue system found.
+pub fn node_settings(spec: &InstallSpec, disk: &str, mac: &str) -> NodeSettings {
+    let mut register_taints: Vec<Taint> = Vec::new();
+    let unregistered = Taint {
+        key: UNREGISTERED_TAINT_KEY.to_string(),
+        value: None,
+        effect: "NoExecute".to_string(),
+    };
+    for taint in spec
+        .taints
+        .iter()
+        .chain(&spec.startup_taints)
+        .chain(std::iter::once(&unregistered))
+    {
+        // The kubelet refuses two taints with the same key and effect.
+        if !register_taints
+            .iter()
+            .any(|t| t.key == taint.key && t.effect == taint.effect)
+        {
+            register_taints.push(taint.clone());
+        }
+    }
+    NodeSettings {
+        hostname: spec.node_name.clone(),
+        labels: spec.labels.clone(),
+        register_taints,
+        provider_id: spec.provider_id.clone(),
+        install_disk: disk.to_string(),
+        primary_mac: mac.to_string(),
+        patches: spec.machine_config_patches.clone(),
     }
 }

@@ -7,7 +7,7 @@ mod reconciler;
 mod source;
 mod types;
 
-pub use crd::{crd, crd_yaml};
+pub use crd::{CRD_PATH, crd, crd_yaml};
 pub use image::resolve_image_url;
 pub use reconciler::{NodeClassController, ReconcileError};
 pub use source::{KubeNodeClasses, read_secret_key};

@@ -22,8 +22,7 @@ pub struct SshTarget {
 /// What one command line produced.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CommandOutput {
-    /// The exit status; a command killed by a signal reports 255 + the channel's
-    /// absence of status is reported as an error instead.
+    /// The exit status (255 when the command was killed by a signal).
     pub exit_status: u32,
     pub stdout: String,
     pub stderr: String,

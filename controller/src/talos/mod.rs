@@ -7,7 +7,7 @@ mod grpc;
 pub mod render;
 
 pub use grpc::GrpcTalos;
-pub use render::{NodeSettings, RenderError, render_machine_config};
+pub use render::{NodeSettings, PRIMARY_LINK_ALIAS, RenderError, Taint, render_machine_config};
 
 use async_trait::async_trait;
 

@@ -1,15 +1,287 @@
-//! Machine config rendering.
+//! Rendering of one node's machine config: the user's base worker config (the
+//! multi-document YAML `talosctl gen config` writes) plus what is specific to
+//! this node, then the NodeClass patches.
+//!
+//! Talos v1.13 form: the `v1alpha1` document carries labels, kubelet settings
+//! and the install disk; the hostname and the link alias live in their own
+//! typed documents (`machine.network` is deprecated and its hostname removed).
+//! A pure function: no I/O, and the output holds secrets from the base config,
+//! so callers never log it.
 
-/// Per-node settings.
-#[derive(Debug, Clone, Default)]
-pub struct NodeSettings {}
+use std::collections::BTreeMap;
 
+use serde::Deserialize;
+use serde_yaml_ng::{Mapping, Value};
+
+/// The alias given to the primary NIC (selected by its MAC address) so that
+/// NodeClass patches can configure it whatever name Talos gives the link.
+pub const PRIMARY_LINK_ALIAS: &str = "net0";
+
+/// A Kubernetes taint to register the Node with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// What is specific to one node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeSettings {
+    /// Talos hostname, which is also the Node name.
+    pub hostname: String,
+    pub labels: BTreeMap<String, String>,
+    /// Registered by the kubelet when it creates the Node.
+    pub register_taints: Vec<Taint>,
+    /// kubelet `--provider-id`.
+    pub provider_id: String,
+    /// Kernel name of the install disk, e.g. `nvme0n1`.
+    pub install_disk: String,
+    /// MAC address of the primary NIC.
+    pub primary_mac: String,
+    /// NodeClass patches, each one or more YAML documents, applied in order.
+    pub patches: Vec<String>,
+}
+
+/// Why a config could not be rendered. Messages never quote the config.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum RenderError {
-    #[error("invalid base config: {0}")]
+    #[error("base machine config: {0}")]
     InvalidBase(String),
+    #[error("machine config patch #{index}: {reason}")]
+    InvalidPatch { index: usize, reason: String },
 }
 
-pub fn render_machine_config(base: &str, _node: &NodeSettings) -> Result<String, RenderError> {
-    Ok(base.to_string())
+/// One YAML document of a machine config.
+#[derive(Debug, Clone, PartialEq)]
+enum Document {
+    /// The `version: v1alpha1` document.
+    V1Alpha1(Mapping),
+    /// A typed document (`apiVersion` + `kind`), identified by kind and name.
+    Typed(Mapping),
 }
+
+impl Document {
+    fn classify(value: Value) -> Result<Self, String> {
+        let Value::Mapping(map) = value else {
+            return Err("a document is not a mapping".to_string());
+        };
+        if map.contains_key("kind") {
+            Ok(Document::Typed(map))
+        } else {
+            Ok(Document::V1Alpha1(map))
+        }
+    }
+
+    /// `(kind, name)` of a typed document; unnamed kinds have one instance.
+    fn identity(map: &Mapping) -> (Option<&str>, Option<&str>) {
+        (
+            map.get("kind").and_then(Value::as_str),
+            map.get("name").and_then(Value::as_str),
+        )
+    }
+}
+
+fn parse_documents(text: &str) -> Result<Vec<Document>, String> {
+    let mut docs = Vec::new();
+    for de in serde_yaml_ng::Deserializer::from_str(text) {
+        // Errors from serde_yaml_ng quote positions, not content.
+        let value = Value::deserialize(de).map_err(|e| e.to_string())?;
+        if value.is_null() {
+            continue;
+        }
+        docs.push(Document::classify(value)?);
+    }
+    Ok(docs)
+}
+
+/// Renders the machine config of one node.
+pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, RenderError> {
+    let docs = parse_documents(base).map_err(RenderError::InvalidBase)?;
+    let mut machine_config = None;
+    let mut typed = Vec::new();
+    for doc in docs {
+        match doc {
+            Document::V1Alpha1(map) if machine_config.is_none() => machine_config = Some(map),
+            Document::V1Alpha1(_) => {
+                return Err(RenderError::InvalidBase("more than one v1alpha1 document".to_string()));
+            }
+            Document::Typed(map) => typed.push(map),
+        }
+    }
+    let mut machine_config = machine_config
+        .ok_or_else(|| RenderError::InvalidBase("no v1alpha1 document".to_string()))?;
+    if machine_config.get("version").and_then(Value::as_str) != Some("v1alpha1") {
+        return Err(RenderError::InvalidBase("the main document is not version v1alpha1".to_string()));
+    }
+    apply_node_settings(&mut machine_config, node).map_err(RenderError::InvalidBase)?;
+
+    // Our own typed documents replace any of the same identity in the base:
+    // the base's `HostnameConfig` from `talosctl gen config` says `auto: stable`.
+    typed.retain(|doc| Document::identity(doc).0 != Some("HostnameConfig"));
+    upsert_typed(&mut typed, hostname_config(&node.hostname));
+    upsert_typed(&mut typed, link_alias_config(&node.primary_mac));
+
+    for (index, patch) in node.patches.iter().enumerate() {
+        let invalid = |reason: String| RenderError::InvalidPatch { index, reason };
+        for doc in parse_documents(patch).map_err(invalid)? {
+            match doc {
+                Document::V1Alpha1(patch) => merge(&mut machine_config, patch),
+                Document::Typed(doc) if is_delete(&doc) => {
+                    let id = Document::identity(&doc);
+                    typed.retain(|d| Document::identity(d) != id);
+                }
+                Document::Typed(doc) => upsert_typed(&mut typed, doc),
+            }
+        }
+    }
+
+    let mut out = String::new();
+    for map in std::iter::once(machine_config).chain(typed) {
+        if !out.is_empty() {
+            out.push_str("---\n");
+        }
+        let text = serde_yaml_ng::to_string(&Value::Mapping(map))
+            .map_err(|e| RenderError::InvalidBase(format!("cannot serialise: {e}")))?;
+        out.push_str(&text);
+    }
+    Ok(out)
+}
+
+fn hostname_config(hostname: &str) -> Mapping {
+    let mut doc = Mapping::new();
+    doc.insert("apiVersion".into(), "v1alpha1".into());
+    doc.insert("kind".into(), "HostnameConfig".into());
+    // `auto: off` with a static hostname, as Talos documents for a hostname
+    // patch; `auto: stable` together with `hostname` fails validation.
+    doc.insert("auto".into(), "off".into());
+    doc.insert("hostname".into(), hostname.into());
+    doc
+}
+
+fn link_alias_config(mac: &str) -> Mapping {
+    let mut selector = Mapping::new();
+    // CEL over the LinkStatus resource; the permanent address is the burned-in
+    // MAC, which is what the rescue system's `ip -o link` showed.
+    selector.insert(
+        "match".into(),
+        format!("mac(link.permanent_addr) == \"{}\"", mac.to_ascii_lowercase()).into(),
+    );
+    let mut doc = Mapping::new();
+    doc.insert("apiVersion".into(), "v1alpha1".into());
+    doc.insert("kind".into(), "LinkAliasConfig".into());
+    doc.insert("name".into(), PRIMARY_LINK_ALIAS.into());
+    doc.insert("selector".into(), Value::Mapping(selector));
+    doc
+}
+
+fn upsert_typed(docs: &mut Vec<Mapping>, doc: Mapping) {
+    let id = Document::identity(&doc);
+    match docs.iter().position(|d| Document::identity(d) == id) {
+        Some(i) => docs[i] = doc,
+        None => docs.push(doc),
+    }
+}
+
+fn is_delete(doc: &Mapping) -> bool {
+    doc.get("$patch").and_then(Value::as_str) == Some("delete")
+}
+
+/// The mapping at `path` under `root`, created if missing.
+fn mapping_at<'a>(root: &'a mut Mapping, path: &[&str]) -> Result<&'a mut Mapping, String> {
+    let mut current = root;
+    for (depth, key) in path.iter().enumerate() {
+        let entry = current
+            .entry(Value::from(*key))
+            .or_insert_with(|| Value::Mapping(Mapping::new()));
+        if entry.is_null() {
+            *entry = Value::Mapping(Mapping::new());
+        }
+        current = entry
+            .as_mapping_mut()
+            .ok_or_else(|| format!("{} is not a mapping", path[..=depth].join(".")))?;
+    }
+    Ok(current)
+}
+
+fn apply_node_settings(config: &mut Mapping, node: &NodeSettings) -> Result<(), String> {
+    let labels = mapping_at(config, &["machine", "nodeLabels"])?;
+    for (key, value) in &node.labels {
+        labels.insert(key.as_str().into(), value.as_str().into());
+    }
+
+    let extra_args = mapping_at(config, &["machine", "kubelet", "extraArgs"])?;
+    extra_args.insert("provider-id".into(), node.provider_id.as_str().into());
+
+    let extra_config = mapping_at(config, &["machine", "kubelet", "extraConfig"])?;
+    let mut taints: Vec<Value> = match extra_config.remove("registerWithTaints") {
+        Some(Value::Sequence(existing)) => existing,
+        Some(Value::Null) | None => Vec::new(),
+        Some(_) => return Err("machine.kubelet.extraConfig.registerWithTaints is not a list".to_string()),
+    };
+    for taint in &node.register_taints {
+        // Ours win over a base taint with the same key and effect.
+        taints.retain(|t| {
+            t.get("key").and_then(Value::as_str) != Some(&taint.key)
+                || t.get("effect").and_then(Value::as_str) != Some(&taint.effect)
+        });
+        let mut entry = Mapping::new();
+        entry.insert("key".into(), taint.key.as_str().into());
+        if let Some(value) = &taint.value {
+            entry.insert("value".into(), value.as_str().into());
+        }
+        entry.insert("effect".into(), taint.effect.as_str().into());
+        taints.push(Value::Mapping(entry));
+    }
+    if !taints.is_empty() {
+        extra_config.insert("registerWithTaints".into(), Value::Sequence(taints));
+    }
+
+    let install = mapping_at(config, &["machine", "install"])?;
+    install.insert("disk".into(), format!("/dev/{}", node.install_disk).into());
+    // A selector would compete with the disk we just wrote the image to.
+    install.remove("diskSelector");
+
+    // The hostname moved to the HostnameConfig document.
+    let machine = mapping_at(config, &["machine"])?;
+    if let Some(Value::Mapping(network)) = machine.get_mut("network") {
+        network.remove("hostname");
+        if network.is_empty() {
+            machine.remove("network");
+        }
+    }
+    Ok(())
+}
+
+/// Merges a v1alpha1 patch the way Talos merges config patches: mappings
+/// recursively, lists appended, scalars replaced, `$patch: delete` removes
+/// the key it sits under.
+fn merge(target: &mut Mapping, patch: Mapping) {
+    for (key, value) in patch {
+        match value {
+            Value::Mapping(ref m) if m.get("$patch").and_then(Value::as_str) == Some("delete") => {
+                target.remove(&key);
+            }
+            Value::Mapping(m) => match target.get_mut(&key) {
+                Some(Value::Mapping(existing)) => merge(existing, m),
+                _ => {
+                    target.insert(key, Value::Mapping(m));
+                }
+            },
+            Value::Sequence(items) => match target.get_mut(&key) {
+                Some(Value::Sequence(existing)) => existing.extend(items),
+                _ => {
+                    target.insert(key, Value::Sequence(items));
+                }
+            },
+            other => {
+                target.insert(key, other);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "render_tests.rs"]
+mod tests;

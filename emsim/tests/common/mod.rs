@@ -44,6 +44,8 @@ pub async fn start_with_catalog(time_scale: f64, catalog: &str) -> Sim {
 }
 
 pub async fn start_with(config: Config) -> Sim {
+    // Several tests race to install it; any winner is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let state = AppState::new(config).expect("valid config");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));

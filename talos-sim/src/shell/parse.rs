@@ -299,7 +299,9 @@ fn lex(line: &str) -> Result<Vec<Token>, ParseError> {
         }
         i += 1;
     }
-    end_word!();
+    if in_word {
+        tokens.push(Token::Word { text: word, quoted });
+    }
     Ok(tokens)
 }
 

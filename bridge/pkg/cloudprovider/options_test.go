@@ -1,0 +1,43 @@
+package cloudprovider
+
+import (
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	o, err := OptionsFromEnv(env(map[string]string{"POD_NAME": "karpenter-0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Socket != DefaultSocket || o.CallTimeout != 5*time.Second || o.ListTimeout != 30*time.Second ||
+		o.InstanceTypesTTL != 5*time.Second || o.Identity != "karpenter-0" {
+		t.Fatalf("defaults: %+v", o)
+	}
+
+	o, err = OptionsFromEnv(env(map[string]string{
+		"PROVIDER_SOCKET": "/tmp/p.sock", "PROVIDER_CALL_TIMEOUT": "2s", "PROVIDER_LIST_TIMEOUT": "1m",
+		"PROVIDER_STARTUP_TIMEOUT": "10s", "PROVIDER_INSTANCE_TYPES_TTL": "0",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Socket != "/tmp/p.sock" || o.CallTimeout != 2*time.Second || o.ListTimeout != time.Minute ||
+		o.StartupTimeout != 10*time.Second || o.InstanceTypesTTL != 0 || o.Identity == "" {
+		t.Fatalf("overrides: %+v", o)
+	}
+
+	for _, bad := range []map[string]string{
+		{"PROVIDER_CALL_TIMEOUT": "soon"},
+		{"PROVIDER_CALL_TIMEOUT": "0"},
+		{"PROVIDER_LIST_TIMEOUT": "-1s"},
+	} {
+		if _, err := OptionsFromEnv(env(bad)); err == nil {
+			t.Fatalf("%v: want an error", bad)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+use super::*;
+
+const BASE: &str = include_str!("testdata/worker-v1.13.yaml");
+
+fn node() -> NodeSettings {
+    NodeSettings {
+        hostname: "default-abc12".into(),
+        labels: BTreeMap::from([
+            ("karpenter.sh/nodepool".to_string(), "default".to_string()),
+            ("topology.kubernetes.io/zone".to_string(), "fr-par-2".to_string()),
+        ]),
+        register_taints: vec![
+            Taint { key: "dedicated".into(), value: Some("metal".into()), effect: "NoSchedule".into() },
+            Taint { key: "karpenter.sh/unregistered".into(), value: None, effect: "NoExecute".into() },
+        ],
+        provider_id: "scaleway://baremetal/fr-par-2/srv-1".into(),
+        install_disk: "nvme0n1".into(),
+        primary_mac: "A0:36:9F:00:00:02".into(),
+        patches: vec![],
+    }
+}
+
+fn docs(rendered: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(rendered)
+        .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
+        .collect()
+}
+
+fn at<'a>(doc: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter().fold(doc, |v, k| v.get(*k).unwrap_or_else(|| panic!("missing {}", path.join("."))))
+}
+
+fn yaml(text: &str) -> Value {
+    serde_yaml_ng::from_str(text).expect("test YAML")
+}
+
+#[test]
+fn per_node_settings_land_in_their_v1_13_places() {
+    let out = render_machine_config(BASE, &node()).expect("renders");
+    let docs = docs(&out);
+    assert_eq!(docs.len(), 3, "{out}");
+    let main = &docs[0];
+    assert_eq!(at(main, &["version"]), &yaml("v1alpha1"));
+    assert_eq!(
+        at(main, &["machine", "nodeLabels"]),
+        &yaml("{karpenter.sh/nodepool: default, topology.kubernetes.io/zone: fr-par-2}")
+    );
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraArgs"]),
+        &yaml("{provider-id: 'scaleway://baremetal/fr-par-2/srv-1'}")
+    );
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraConfig", "registerWithTaints"]),
+        &yaml("[{key: dedicated, value: metal, effect: NoSchedule}, {key: karpenter.sh/unregistered, effect: NoExecute}]")
+    );
+    assert_eq!(at(main, &["machine", "install", "disk"]), &yaml("/dev/nvme0n1"));
+    // The base's own settings survive.
+    assert_eq!(at(main, &["machine", "install", "grubUseUKICmdline"]), &Value::Bool(true));
+    assert_eq!(at(main, &["machine", "kubelet", "image"]), &yaml("ghcr.io/siderolabs/kubelet:v1.35.0"));
+    assert_eq!(at(main, &["cluster", "controlPlane", "endpoint"]), &yaml("https://10.0.0.1:6443"));
+    assert_eq!(at(main, &["cluster", "token"]), &yaml("wc0ou0.fnrzkvy1lcpiuk4o"));
+
+    // The base's `HostnameConfig {auto: stable}` is replaced, not duplicated.
+    assert_eq!(
+        docs[1],
+        yaml("{apiVersion: v1alpha1, kind: HostnameConfig, auto: 'off', hostname: default-abc12}")
+    );
+    assert_eq!(
+        docs[2],
+        yaml(r#"{apiVersion: v1alpha1, kind: LinkAliasConfig, name: net0, selector: {match: 'mac(link.permanent_addr) == "a0:36:9f:00:00:02"'}}"#)
+    );
+}
+
+#[test]
+fn output_is_multi_document_yaml_with_off_quoted() {
+    let out = render_machine_config(BASE, &node()).expect("renders");
+    assert!(out.starts_with("version: v1alpha1\n"), "{out}");
+    assert_eq!(out.matches("\n---\n").count(), 2);
+    // A bare `off` would be read as a boolean by YAML 1.1 parsers.
+    assert!(out.contains("auto: 'off'\n"), "{out}");
+}
+
+#[test]
+fn deprecated_hostname_and_disk_selector_are_removed() {
+    let base = "version: v1alpha1\nmachine:\n  type: worker\n  network:\n    hostname: old-name\n  install:\n    diskSelector:\n      size: '> 100GB'\n  nodeLabels:\n    team: infra\n  kubelet:\n    extraConfig:\n      maxPods: 250\n      registerWithTaints:\n        - {key: dedicated, value: old, effect: NoSchedule}\n        - {key: gpu, effect: NoSchedule}\ncluster: {}\n";
+    let out = render_machine_config(base, &node()).expect("renders");
+    let main = &docs(&out)[0];
+    assert!(main["machine"].get("network").is_none(), "{out}");
+    assert!(main["machine"]["install"].get("diskSelector").is_none(), "{out}");
+    assert_eq!(at(main, &["machine", "nodeLabels", "team"]), &yaml("infra"));
+    assert_eq!(at(main, &["machine", "kubelet", "extraConfig", "maxPods"]), &yaml("250"));
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraConfig", "registerWithTaints"]),
+        &yaml("[{key: gpu, effect: NoSchedule}, {key: dedicated, value: metal, effect: NoSchedule}, {key: karpenter.sh/unregistered, effect: NoExecute}]")
+    );
+    // Only our HostnameConfig: the base had none.
+    assert_eq!(docs(&out).len(), 3);
+}
+
+#[test]
+fn other_network_settings_are_kept() {
+    let base = "version: v1alpha1\nmachine:\n  network:\n    hostname: x\n    nameservers: [1.1.1.1]\ncluster: {}\n";
+    let out = render_machine_config(base, &node()).expect("renders");
+    assert_eq!(at(&docs(&out)[0], &["machine", "network"]), &yaml("{nameservers: [1.1.1.1]}"));
+}
+
+#[test]
+fn patches_merge_v1alpha1_and_replace_or_delete_typed_documents() {
+    let mut n = node();
+    n.patches = vec![
+        "machine:\n  kubelet:\n    extraArgs:\n      rotate-server-certificates: 'true'\n  certSANs: [10.1.0.1]\n  install:\n    wipe: true\n  features:\n    hostDNS:\n      $patch: delete\n".into(),
+        "apiVersion: v1alpha1\nkind: LinkAliasConfig\nname: net0\nselector:\n  match: link.driver == \"ixgbe\"\n---\napiVersion: v1alpha1\nkind: ResolverConfig\nnameservers:\n  - address: 1.1.1.1\n".into(),
+        "apiVersion: v1alpha1\nkind: HostnameConfig\n$patch: delete\n".into(),
+    ];
+    let out = render_machine_config(BASE, &n).expect("renders");
+    let docs = docs(&out);
+    let main = &docs[0];
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraArgs"]),
+        &yaml("{provider-id: 'scaleway://baremetal/fr-par-2/srv-1', rotate-server-certificates: 'true'}")
+    );
+    assert_eq!(at(main, &["machine", "certSANs"]), &yaml("[10.1.0.1]"));
+    assert_eq!(at(main, &["machine", "install", "wipe"]), &Value::Bool(true));
+    assert_eq!(at(main, &["machine", "install", "disk"]), &yaml("/dev/nvme0n1"));
+    assert!(main["machine"]["features"].get("hostDNS").is_none());
+    assert!(main["machine"]["features"].get("kubePrism").is_some());
+
+    let kinds: Vec<&str> = docs[1..].iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["LinkAliasConfig", "ResolverConfig"]);
+    assert_eq!(at(&docs[1], &["selector", "match"]), &yaml("link.driver == \"ixgbe\""));
+}
+
+#[test]
+fn lists_from_patches_are_appended() {
+    let mut n = node();
+    n.patches = vec!["machine:\n  kubelet:\n    extraConfig:\n      registerWithTaints:\n        - {key: extra, effect: NoSchedule}\n".into()];
+    let out = render_machine_config(BASE, &n).expect("renders");
+    let taints = at(&docs(&out)[0], &["machine", "kubelet", "extraConfig", "registerWithTaints"]).clone();
+    assert_eq!(taints.as_sequence().map(Vec::len), Some(3));
+    assert_eq!(taints[2], yaml("{key: extra, effect: NoSchedule}"));
+}
+
+#[test]
+fn invalid_inputs_are_reported_without_their_content() {
+    assert_eq!(
+        render_machine_config("apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n", &node()),
+        Err(RenderError::InvalidBase("no v1alpha1 document".into()))
+    );
+    assert_eq!(
+        render_machine_config("version: v1alpha1\n---\nversion: v1alpha1\n", &node()),
+        Err(RenderError::InvalidBase("more than one v1alpha1 document".into()))
+    );
+    assert_eq!(
+        render_machine_config("version: v1alpha2\nmachine: {}\n", &node()),
+        Err(RenderError::InvalidBase("the main document is not version v1alpha1".into()))
+    );
+    assert_eq!(
+        render_machine_config("version: v1alpha1\nmachine: [secret-value]\n", &node()),
+        Err(RenderError::InvalidBase("machine is not a mapping".into()))
+    );
+    let err = render_machine_config("- just a list\n", &node()).unwrap_err();
+    assert_eq!(err, RenderError::InvalidBase("a document is not a mapping".into()));
+
+    let mut n = node();
+    n.patches = vec!["machine: {}\n".into(), "machine: [unclosed\n".into()];
+    match render_machine_config(BASE, &n) {
+        Err(RenderError::InvalidPatch { index: 1, reason }) => assert!(!reason.contains("unclosed"), "{reason}"),
+        other => panic!("expected InvalidPatch #1, got {other:?}"),
+    }
+}
