@@ -19,8 +19,7 @@ build-rust:
 
 # The Karpenter host (Go), linked with upstream Karpenter core
 build-bridge:
-    mkdir -p {{cache}}/bin
-    cd bridge && go build -trimpath -o {{KPS_BRIDGE_BIN}} ./cmd/karpenter-bridge
+    bridge/build.sh | tail -n 1
 
 # karpenter.sh CRDs of the pinned Karpenter module
 karpenter-crds:

@@ -54,6 +54,8 @@ fn init_tracing(format: LogFormat) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // One TLS crypto provider for every rustls user (reqwest, kube).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Crd => {
             print!("{}", nodeclass::crd_yaml());

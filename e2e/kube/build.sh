@@ -65,6 +65,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 tmp="$(mktemp -d "$cache_root/.kube-$key.XXXXXX")"
+chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 
 log "building Kubernetes $k8s_version into $final (a cold build takes several minutes)"

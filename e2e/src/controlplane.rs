@@ -249,7 +249,6 @@ impl ControlPlane {
         Fut: std::future::Future<Output = Result<bool>>,
     {
         let since = Instant::now();
-        let mut last_err: Option<anyhow::Error> = None;
         loop {
             if let Some(local) = self.local.as_mut() {
                 for proc in &mut local.procs {
@@ -263,14 +262,14 @@ impl ControlPlane {
                     }
                 }
             }
-            match check().await {
+            let last_err = match check().await {
                 Ok(true) => {
                     tracing::debug!(what, elapsed_ms = since.elapsed().as_millis() as u64, "ready");
                     return Ok(());
                 }
-                Ok(false) => last_err = None,
-                Err(e) => last_err = Some(e),
-            }
+                Ok(false) => None,
+                Err(e) => Some(e),
+            };
             if Instant::now() >= deadline {
                 let last = last_err.map(|e| format!(": last error: {e:#}")).unwrap_or_default();
                 bail!("timed out waiting for {what}{last}");

@@ -82,7 +82,8 @@ mod tests {
 
     #[test]
     fn formats_with_microseconds_and_z() {
-        let t = Utc.with_ymd_and_hms(2025, 10, 24, 13, 43, 11).unwrap() + TimeDelta::microseconds(51_888);
+        let t = Utc.with_ymd_and_hms(2025, 10, 24, 13, 43, 11).unwrap()
+            + TimeDelta::microseconds(51_888);
         assert_eq!(format_time(t), "2025-10-24T13:43:11.051888Z");
         let whole = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
         assert_eq!(format_time(whole), "2026-01-02T03:04:05.000000Z");

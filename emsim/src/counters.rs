@@ -30,7 +30,10 @@ impl Counters {
     pub fn record(&mut self, endpoint: &str, status: u16) {
         self.total += 1;
         *self.by_status.entry(status).or_default() += 1;
-        self.endpoints.entry(endpoint.to_string()).or_default().add(status);
+        self.endpoints
+            .entry(endpoint.to_string())
+            .or_default()
+            .add(status);
     }
 }
 

@@ -24,7 +24,10 @@ pub enum ApiError {
     Message { status: StatusCode, message: String },
     /// Typed `not_found` (IAM, offers).
     #[error("{resource} {resource_id} not found")]
-    NotFound { resource: String, resource_id: String },
+    NotFound {
+        resource: String,
+        resource_id: String,
+    },
     #[error("invalid arguments: {0:?}")]
     InvalidArguments(Vec<ArgumentDetail>),
     #[error("{resource} {resource_id} is in transient state {current_state}")]
@@ -49,7 +52,10 @@ pub enum ApiError {
     TooManyRequests { quota: u64, window_seconds: u64 },
     /// An injected fault: status and body as given to `POST /_emsim/faults`.
     #[error("injected fault {status}")]
-    Injected { status: StatusCode, body: Option<Value> },
+    Injected {
+        status: StatusCode,
+        body: Option<Value>,
+    },
 }
 
 impl ApiError {
@@ -189,10 +195,14 @@ mod tests {
         };
         assert_eq!(q.status(), StatusCode::FORBIDDEN);
         assert_eq!(q.body().unwrap()["details"][0]["quota"], 1);
-        let s = ApiError::OutOfStock { resource: "x".into() };
+        let s = ApiError::OutOfStock {
+            resource: "x".into(),
+        };
         assert_eq!(s.status(), StatusCode::PRECONDITION_FAILED);
         assert_eq!(s.body().unwrap()["type"], "out_of_stock");
-        let a = ApiError::DeniedAuthentication { reason: "not_found" };
+        let a = ApiError::DeniedAuthentication {
+            reason: "not_found",
+        };
         assert_eq!(a.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(a.body().unwrap()["method"], "api_key");
         let i = ApiError::Injected {

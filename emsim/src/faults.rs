@@ -43,17 +43,29 @@ impl Faults {
     /// `known` lists the endpoints that exist, to catch typos in tests.
     pub fn add(&mut self, spec: FaultSpec, known: &[String]) -> Result<Fault, ApiError> {
         if StatusCode::from_u16(spec.status).is_err() || spec.status < 200 {
-            return Err(ApiError::invalid("status", "constraint", "an HTTP status between 200 and 999"));
+            return Err(ApiError::invalid(
+                "status",
+                "constraint",
+                "an HTTP status between 200 and 999",
+            ));
         }
         if !known.iter().any(|k| k == &spec.endpoint) {
             return Err(ApiError::invalid(
                 "endpoint",
                 "constraint",
-                format!("unknown endpoint {:?}; known: {}", spec.endpoint, known.join(", ")),
+                format!(
+                    "unknown endpoint {:?}; known: {}",
+                    spec.endpoint,
+                    known.join(", ")
+                ),
             ));
         }
         if spec.count == Some(0) {
-            return Err(ApiError::invalid("count", "constraint", "at least 1, or absent for no limit"));
+            return Err(ApiError::invalid(
+                "count",
+                "constraint",
+                "at least 1, or absent for no limit",
+            ));
         }
         let fault = Fault { spec, fired: 0 };
         self.active.push(fault.clone());
@@ -63,7 +75,10 @@ impl Faults {
     /// The error to answer for a call to `endpoint`, if a fault matches; the
     /// oldest matching fault fires first.
     pub fn take(&mut self, endpoint: &str) -> Option<ApiError> {
-        let index = self.active.iter().position(|f| f.spec.endpoint == endpoint)?;
+        let index = self
+            .active
+            .iter()
+            .position(|f| f.spec.endpoint == endpoint)?;
         let fault = &mut self.active[index];
         fault.fired += 1;
         let error = ApiError::Injected {

@@ -34,6 +34,9 @@ struct Args {
     /// Default project (and organization) of orders and keys that name none.
     #[arg(long, env = "EMSIM_PROJECT_ID", default_value = DEFAULT_PROJECT_ID)]
     project_id: String,
+    /// Organization owning the project (default: the project id, as for a default project).
+    #[arg(long, env = "EMSIM_ORGANIZATION_ID")]
+    organization_id: Option<String>,
     /// IPv4 block the servers' addresses come from (first host: .10).
     #[arg(long, env = "EMSIM_IP_RANGE", default_value = "127.77.0.0/16")]
     ip_range: IpRange,
@@ -45,7 +48,9 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
         .init();
     let args = Args::parse();
     let catalog = match &args.catalog {
@@ -58,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         seed: args.seed,
         secret_keys: args.secret_keys,
         project_id: args.project_id.clone(),
+        organization_id: args.organization_id,
         ip_range: args.ip_range,
         rate_limit: args.rate_limit,
         catalog,

@@ -115,7 +115,11 @@ mod tests {
         put(&n);
         let text = format!("ssh-rsa {}", STANDARD.encode(&blob));
         let key = parse(&text).unwrap();
-        assert!(key.fingerprint.starts_with("2048 MD5:"), "{}", key.fingerprint);
+        assert!(
+            key.fingerprint.starts_with("2048 MD5:"),
+            "{}",
+            key.fingerprint
+        );
         assert!(key.fingerprint.ends_with(" (ssh-rsa)"));
     }
 

@@ -26,6 +26,9 @@ pub struct Config {
     /// Accepted `X-Auth-Token` values.
     pub secret_keys: Vec<String>,
     pub project_id: String,
+    /// Organization owning the project; `None`: the project id (as for an
+    /// organization's default project).
+    pub organization_id: Option<String>,
     pub ip_range: IpRange,
     /// Calls per second per endpoint before answering 429; `None`: no limit.
     pub rate_limit: Option<f64>,
@@ -44,6 +47,7 @@ impl Default for Config {
             seed: 0,
             secret_keys: vec![DEFAULT_SECRET_KEY.into()],
             project_id: DEFAULT_PROJECT_ID.into(),
+            organization_id: None,
             ip_range: "127.77.0.0/16".parse().expect("valid default range"),
             rate_limit: None,
             catalog: Catalog::seeded(),
@@ -77,6 +81,16 @@ impl AppState {
         if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
             anyhow::bail!("time scale must be a positive number");
         }
+        for (what, id) in [
+            ("project", Some(&config.project_id)),
+            ("organization", config.organization_id.as_ref()),
+        ] {
+            if let Some(id) = id
+                && !is_uuid(id)
+            {
+                anyhow::bail!("the {what} id must be a lowercase UUID, got {id:?}");
+            }
+        }
         if config.secret_keys.is_empty() {
             anyhow::bail!("at least one secret key is needed");
         }
@@ -89,6 +103,10 @@ impl AppState {
         let world = World::new(
             WorldConfig {
                 seed: config.seed,
+                organization_id: config
+                    .organization_id
+                    .clone()
+                    .unwrap_or_else(|| config.project_id.clone()),
                 project_id: config.project_id.clone(),
                 ip_range: config.ip_range,
                 timings: Timings::default(),
@@ -151,12 +169,18 @@ impl AppState {
         if !token.is_empty() && self.secret_keys.contains(token) {
             return Ok(());
         }
-        let reason = if is_uuid(token) { "not_found" } else { "invalid_argument" };
+        let reason = if is_uuid(token) {
+            "not_found"
+        } else {
+            "invalid_argument"
+        };
         Err(ApiError::DeniedAuthentication { reason })
     }
 
     pub fn rate_limit(&self, endpoint: &str) -> Result<(), ApiError> {
-        let Some(limiter) = &self.limiter else { return Ok(()) };
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
         let mut limiter = limiter.lock().expect("limiter lock");
         if limiter.allow(endpoint, Instant::now()) {
             Ok(())

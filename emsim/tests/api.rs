@@ -19,7 +19,10 @@ offers:
 fn is_api_time(v: &Value) -> bool {
     let s = v.as_str().unwrap_or("");
     // 2025-10-24T13:43:11.051888Z
-    s.len() == 27 && s.ends_with('Z') && s.as_bytes()[19] == b'.' && chrono::DateTime::parse_from_rfc3339(s).is_ok()
+    s.len() == 27
+        && s.ends_with('Z')
+        && s.as_bytes()[19] == b'.'
+        && chrono::DateTime::parse_from_rfc3339(s).is_ok()
 }
 
 #[tokio::test]
@@ -32,11 +35,20 @@ async fn create_delivers_then_ready_with_a_loopback_ip() {
     assert_eq!(created["offer_name"], "EM-A115X-SSD");
     assert_eq!(created["zone"], "fr-par-2");
     assert_eq!(created["install"], Value::Null);
-    assert!(is_api_time(&created["created_at"]), "{}", created["created_at"]);
+    assert!(
+        is_api_time(&created["created_at"]),
+        "{}",
+        created["created_at"]
+    );
 
     let id = created["id"].as_str().unwrap();
     let ready = sim.wait_ready(id).await;
-    let ipv4: Vec<&Value> = ready["ips"].as_array().unwrap().iter().filter(|ip| ip["version"] == "IPv4").collect();
+    let ipv4: Vec<&Value> = ready["ips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|ip| ip["version"] == "IPv4")
+        .collect();
     assert_eq!(ipv4.len(), 1);
     assert_eq!(ipv4[0]["address"], "127.77.0.10");
     assert_eq!(ready["boot_type"], "normal");
@@ -51,13 +63,24 @@ async fn power_actions_while_delivering_are_refused() {
     let id = created["id"].as_str().unwrap();
     for action in ["reboot", "start"] {
         let (status, body) = sim
-            .post(&format!("{ZONE_URL}/servers/{id}/{action}"), json!({"boot_type": "rescue", "ssh_key_ids": null}))
+            .post(
+                &format!("{ZONE_URL}/servers/{id}/{action}"),
+                json!({"boot_type": "rescue", "ssh_key_ids": null}),
+            )
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{action}");
         assert_eq!(body, json!({"message": "Server is not delivered"}));
     }
-    let (status, body) = sim.post(&format!("{ZONE_URL}/servers/{id}/stop"), json!({})).await;
-    assert_eq!((status, body), (StatusCode::BAD_REQUEST, json!({"message": "Server is not delivered"})));
+    let (status, body) = sim
+        .post(&format!("{ZONE_URL}/servers/{id}/stop"), json!({}))
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"message": "Server is not delivered"})
+        )
+    );
 }
 
 #[tokio::test]
@@ -70,19 +93,31 @@ async fn listing_paginates_orders_and_counts() {
     }
     let mut seen = Vec::new();
     for page in 1..=3 {
-        let (status, list) = sim.get(&format!("{ZONE_URL}/servers?page={page}&page_size=2")).await;
+        let (status, list) = sim
+            .get(&format!("{ZONE_URL}/servers?page={page}&page_size=2"))
+            .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(list["total_count"], 5);
         let servers = list["servers"].as_array().unwrap();
         assert_eq!(servers.len(), if page < 3 { 2 } else { 1 });
-        seen.extend(servers.iter().map(|s| s["id"].as_str().unwrap().to_string()));
+        seen.extend(
+            servers
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string()),
+        );
     }
     assert_eq!(seen, ids, "created_at_asc by default");
-    let (_, beyond) = sim.get(&format!("{ZONE_URL}/servers?page=4&page_size=2")).await;
+    let (_, beyond) = sim
+        .get(&format!("{ZONE_URL}/servers?page=4&page_size=2"))
+        .await;
     assert_eq!(beyond["servers"], json!([]));
     assert_eq!(beyond["total_count"], 5);
 
-    let (_, desc) = sim.get(&format!("{ZONE_URL}/servers?order_by=created_at_desc&page_size=1")).await;
+    let (_, desc) = sim
+        .get(&format!(
+            "{ZONE_URL}/servers?order_by=created_at_desc&page_size=1"
+        ))
+        .await;
     assert_eq!(desc["servers"][0]["id"], ids[4].as_str());
     let (status, bad) = sim.get(&format!("{ZONE_URL}/servers?page_size=1000")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -96,22 +131,36 @@ async fn listing_paginates_orders_and_counts() {
 #[tokio::test]
 async fn tag_filter_requires_every_tag_exactly() {
     let sim = start().await;
-    sim.create("EM-A115X-SSD", "ab", &["karpenter=yes", "pool=a"]).await;
+    sim.create("EM-A115X-SSD", "ab", &["karpenter=yes", "pool=a"])
+        .await;
     sim.create("EM-A115X-SSD", "a", &["karpenter=yes"]).await;
     sim.create("EM-A115X-SSD", "c", &["other"]).await;
     let names = |list: &Value| -> Vec<String> {
-        list["servers"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_string()).collect()
+        list["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
     };
-    let (_, one_tag) = sim.get(&format!("{ZONE_URL}/servers?tags=karpenter%3Dyes")).await;
+    let (_, one_tag) = sim
+        .get(&format!("{ZONE_URL}/servers?tags=karpenter%3Dyes"))
+        .await;
     assert_eq!(names(&one_tag), ["ab", "a"]);
     assert_eq!(one_tag["total_count"], 2);
-    let (_, both) = sim.get(&format!("{ZONE_URL}/servers?tags=karpenter%3Dyes&tags=pool%3Da")).await;
+    let (_, both) = sim
+        .get(&format!(
+            "{ZONE_URL}/servers?tags=karpenter%3Dyes&tags=pool%3Da"
+        ))
+        .await;
     assert_eq!(names(&both), ["ab"]);
     let (_, prefix) = sim.get(&format!("{ZONE_URL}/servers?tags=karpenter")).await;
     assert_eq!(prefix["total_count"], 0, "no substring matching");
     let (_, by_name) = sim.get(&format!("{ZONE_URL}/servers?name=a")).await;
     assert_eq!(names(&by_name), ["ab", "a"], "name is a substring filter");
-    let (_, by_status) = sim.get(&format!("{ZONE_URL}/servers?status=deleting")).await;
+    let (_, by_status) = sim
+        .get(&format!("{ZONE_URL}/servers?status=deleting"))
+        .await;
     assert_eq!(by_status["total_count"], 0);
 }
 
@@ -121,16 +170,23 @@ async fn delete_answers_deleting_then_404() {
     let (_, created) = sim.create("EM-A115X-SSD", "gone", &[]).await;
     let id = created["id"].as_str().unwrap();
     sim.wait_ready(id).await;
-    let (status, deleting) = sim.call(Method::DELETE, &format!("{ZONE_URL}/servers/{id}"), None).await;
+    let (status, deleting) = sim
+        .call(Method::DELETE, &format!("{ZONE_URL}/servers/{id}"), None)
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(deleting["status"], "deleting");
     let (status, body) = sim.wait_server(id, |s, _| s == StatusCode::NOT_FOUND).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body, json!({"message": "Not Found"}));
 
-    let (_, admin) = sim.admin(Method::GET, "/_emsim/servers", None).await;
-    assert_eq!(admin["servers"][0]["status"], "deleted");
-    assert!(admin["servers"][0]["deleted_at"].is_string());
+    let (_, live) = sim.admin(Method::GET, "/_emsim/servers", None).await;
+    assert_eq!(live["servers"], json!([]));
+    let (_, all) = sim
+        .admin(Method::GET, "/_emsim/servers?include_deleted=true", None)
+        .await;
+    assert_eq!(all["servers"][0]["id"], id);
+    assert_eq!(all["servers"][0]["status"], "deleting");
+    assert!(all["servers"][0]["deleted_at"].is_string());
 }
 
 #[tokio::test]
@@ -142,13 +198,22 @@ async fn out_of_stock_and_stock_control() {
     assert_eq!(body["message"], "resource is out of stock");
 
     let (status, _) = sim
-        .admin(Method::PUT, "/_emsim/stock", Some(json!({"zone": "fr-par-2", "offer": "EM-T620E-H100", "stock": 1})))
+        .admin(
+            Method::PUT,
+            "/_emsim/stock",
+            Some(json!({"zone": "fr-par-2", "offer": "EM-T620E-H100", "stock": 1})),
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = sim.create("EM-T620E-H100", "gpu", &[]).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let (_, offer) = sim.get(&format!("{ZONE_URL}/offers?name=EM-T620E-H100")).await;
-    assert_eq!(offer["offers"][0]["stock"], "empty", "the counted stock ran out");
+    let (_, offer) = sim
+        .get(&format!("{ZONE_URL}/offers?name=EM-T620E-H100"))
+        .await;
+    assert_eq!(
+        offer["offers"][0]["stock"], "empty",
+        "the counted stock ran out"
+    );
 }
 
 #[tokio::test]
@@ -158,7 +223,10 @@ async fn quota_exceeded_is_403() {
     let (status, body) = sim.create("EM-SLOW", "two", &[]).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(body["type"], "quotas_exceeded");
-    assert_eq!(body["details"], json!([{"resource": "EM_SLOW", "quota": 1, "current": 1}]));
+    assert_eq!(
+        body["details"],
+        json!([{"resource": "EM_SLOW", "quota": 1, "current": 1}])
+    );
 }
 
 #[tokio::test]
@@ -166,7 +234,12 @@ async fn authentication_is_required_on_the_api_only() {
     let sim = start().await;
     let path = format!("{ZONE_URL}/servers");
     let (status, body) = sim
-        .call_with_token(Method::GET, &path, None, Some("4d6b8a36-2f5b-4e1c-9c51-5b1b3a3f0a11"))
+        .call_with_token(
+            Method::GET,
+            &path,
+            None,
+            Some("4d6b8a36-2f5b-4e1c-9c51-5b1b3a3f0a11"),
+        )
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(
@@ -176,10 +249,16 @@ async fn authentication_is_required_on_the_api_only() {
     let (status, body) = sim.call_with_token(Method::GET, &path, None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["reason"], "invalid_argument");
-    assert_eq!(sim.admin(Method::GET, "/_emsim/servers", None).await.0, StatusCode::OK);
+    assert_eq!(
+        sim.admin(Method::GET, "/_emsim/servers", None).await.0,
+        StatusCode::OK
+    );
 
     let (_, counters) = sim.admin(Method::GET, "/_emsim/counters", None).await;
-    assert_eq!(counters["endpoints"]["GET /baremetal/v1/zones/{zone}/servers"]["by_status"]["401"], 2);
+    assert_eq!(
+        counters["endpoints"]["GET /baremetal/v1/zones/{zone}/servers"]["by_status"]["401"],
+        2
+    );
 }
 
 #[tokio::test]
@@ -187,21 +266,46 @@ async fn offers_are_hourly_by_default_with_monthly_twins() {
     let sim = start().await;
     let (_, hourly) = sim.get(&format!("{ZONE_URL}/offers")).await;
     let offers = hourly["offers"].as_array().unwrap();
-    assert_eq!(hourly["total_count"].as_u64().unwrap() as usize, offers.len());
-    assert!(offers.iter().all(|o| o["subscription_period"] == "hourly" && o["price_per_month"].is_null()));
+    assert_eq!(
+        hourly["total_count"].as_u64().unwrap() as usize,
+        offers.len()
+    );
+    assert!(
+        offers
+            .iter()
+            .all(|o| o["subscription_period"] == "hourly" && o["price_per_month"].is_null())
+    );
     let a115 = offers.iter().find(|o| o["name"] == "EM-A115X-SSD").unwrap();
-    assert_eq!(a115["price_per_hour"], json!({"currency_code": "EUR", "units": 0, "nanos": 91_000_000}));
+    assert_eq!(
+        a115["price_per_hour"],
+        json!({"currency_code": "EUR", "units": 0, "nanos": 91_000_000})
+    );
     assert_eq!(a115["disks"][0]["type"], "SSD");
 
     let twin = a115["monthly_offer_id"].as_str().unwrap();
     let (status, monthly) = sim.get(&format!("{ZONE_URL}/offers/{twin}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(monthly["subscription_period"], "monthly");
-    assert_eq!(monthly["fee"], json!({"currency_code": "EUR", "units": 32, "nanos": 990_000_000}));
-    let (_, monthly_list) = sim.get(&format!("{ZONE_URL}/offers?subscription_period=monthly")).await;
-    assert!(monthly_list["offers"].as_array().unwrap().iter().any(|o| o["id"] == twin));
+    assert_eq!(
+        monthly["fee"],
+        json!({"currency_code": "EUR", "units": 32, "nanos": 990_000_000})
+    );
+    let (_, monthly_list) = sim
+        .get(&format!("{ZONE_URL}/offers?subscription_period=monthly"))
+        .await;
+    assert!(
+        monthly_list["offers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["id"] == twin)
+    );
 
-    let (status, missing) = sim.get(&format!("{ZONE_URL}/offers/00000000-0000-4000-8000-000000000000")).await;
+    let (status, missing) = sim
+        .get(&format!(
+            "{ZONE_URL}/offers/00000000-0000-4000-8000-000000000000"
+        ))
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(missing["type"], "not_found");
     let (status, _) = sim.get("/baremetal/v1/zones/mars-1/offers").await;
@@ -218,15 +322,32 @@ async fn ssh_keys_drop_the_comment_and_delete_with_204() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{key}");
-    assert_eq!(key["public_key"], "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICJEoOOgQBLJPs4g/XcPTKT82NywNPpxeuA20FlOPlpO");
-    assert_eq!(key["fingerprint"], "256 MD5:6b:cd:72:8a:ae:45:24:4b:2b:72:f6:d0:6a:8d:16:06 (ssh-ed25519)");
+    assert_eq!(
+        key["public_key"],
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICJEoOOgQBLJPs4g/XcPTKT82NywNPpxeuA20FlOPlpO"
+    );
+    assert_eq!(
+        key["fingerprint"],
+        "256 MD5:6b:cd:72:8a:ae:45:24:4b:2b:72:f6:d0:6a:8d:16:06 (ssh-ed25519)"
+    );
     assert_eq!(key["disabled"], false);
-    let (_, list) = sim.get(&format!("/iam/v1alpha1/ssh-keys?project_id={}", emsim::state::DEFAULT_PROJECT_ID)).await;
+    let (_, list) = sim
+        .get(&format!(
+            "/iam/v1alpha1/ssh-keys?project_id={}",
+            emsim::state::DEFAULT_PROJECT_ID
+        ))
+        .await;
     assert_eq!(list["total_count"], 1);
     assert_eq!(list["ssh_keys"][0]["id"], key["id"]);
 
     let id = key["id"].as_str().unwrap();
-    let (status, body) = sim.call(Method::DELETE, &format!("/iam/v1alpha1/ssh-keys/{id}"), None).await;
+    let (status, body) = sim
+        .call(
+            Method::DELETE,
+            &format!("/iam/v1alpha1/ssh-keys/{id}"),
+            None,
+        )
+        .await;
     assert_eq!((status, body), (StatusCode::NO_CONTENT, Value::Null));
     let (status, body) = sim.get(&format!("/iam/v1alpha1/ssh-keys/{id}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -234,7 +355,12 @@ async fn ssh_keys_drop_the_comment_and_delete_with_204() {
         body,
         json!({"message": "resource is not found", "resource": "ssh_key", "resource_id": id, "type": "not_found"})
     );
-    let (status, bad) = sim.post("/iam/v1alpha1/ssh-keys", json!({"name": "x", "public_key": "nope"})).await;
+    let (status, bad) = sim
+        .post(
+            "/iam/v1alpha1/ssh-keys",
+            json!({"name": "x", "public_key": "nope"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(bad["details"][0]["argument_name"], "public_key");
 }
@@ -252,7 +378,13 @@ async fn injected_faults_answer_before_the_handler_and_are_counted() {
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, body) = sim.create("EM-A115X-SSD", "x", &[]).await;
-    assert_eq!((status, body), (StatusCode::SERVICE_UNAVAILABLE, json!({"message": "maintenance"})));
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"message": "maintenance"})
+        )
+    );
     assert_eq!(sim.create("EM-A115X-SSD", "x", &[]).await.0, StatusCode::OK);
 
     let (_, counters) = sim.admin(Method::GET, "/_emsim/counters", None).await;
@@ -261,7 +393,11 @@ async fn injected_faults_answer_before_the_handler_and_are_counted() {
     assert_eq!(create["by_status"], json!({"200": 1, "503": 1}));
 
     let (status, typo) = sim
-        .admin(Method::POST, "/_emsim/faults", Some(json!({"endpoint": "POST /servers", "status": 500})))
+        .admin(
+            Method::POST,
+            "/_emsim/faults",
+            Some(json!({"endpoint": "POST /servers", "status": 500})),
+        )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{typo}");
 
@@ -274,7 +410,7 @@ async fn injected_faults_answer_before_the_handler_and_are_counted() {
 #[tokio::test]
 async fn rate_limit_answers_429() {
     let sim = common::start_with(emsim::Config {
-        rate_limit: Some(1.0),
+        rate_limit: Some(0.01),
         ..emsim::Config::default()
     })
     .await;

@@ -272,6 +272,9 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
         (Step::RetryRebootRescue, Observation::Server(server)) if server.status == ServerStatus::Ready => {
             (stay(state, Step::RebootRescue), Action::RebootRescue)
         }
+        (Step::RetryRebootNormal, Observation::Server(server)) if server.status == ServerStatus::Ready => {
+            (stay(state, Step::RebootNormal), Action::RebootNormal)
+        }
         (Step::RetryRebootRescue | Step::RetryRebootNormal, Observation::Server(_) | Observation::ApiFailed(_)) => {
             (state.clone(), Action::PollServer)
         }
@@ -361,9 +364,6 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
         }
         (Step::RebootNormal, Observation::ApiFailed(err)) => {
             fail(state, now, format!("normal reboot refused: {err}"))
-        }
-        (Step::RetryRebootNormal, Observation::Server(server)) if server.status == ServerStatus::Ready => {
-            (stay(state, Step::RebootNormal), Action::RebootNormal)
         }
 
         (Step::ProbeTalos, Observation::TalosUp) => {

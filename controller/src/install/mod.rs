@@ -12,6 +12,8 @@ mod commands;
 mod driver;
 pub mod machine;
 #[cfg(test)]
+mod driver_tests;
+#[cfg(test)]
 mod tests_support;
 
 use std::collections::{BTreeMap, HashMap};

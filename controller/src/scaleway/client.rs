@@ -97,6 +97,9 @@ enum Idempotency {
 
 impl ScalewayClient {
     pub fn new(config: ClientConfig) -> Result<Self, ApiError> {
+        // reqwest is built without a default rustls provider (the workspace
+        // standardises on ring); installing it twice is a harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(config.request_timeout)
             .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))

@@ -14,7 +14,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::endpoints;
-use super::extract::{ApiJson, check_zone};
+use super::extract::{ApiJson, Params, check_zone};
 use crate::catalog::Stock;
 use crate::clock::{format_time, secs};
 use crate::counters::Counters;
@@ -24,41 +24,42 @@ use crate::model::Server;
 use crate::sim::{BootRecord, Pending, ServerRecord};
 use crate::state::AppState;
 
+/// A server as `GET /servers/{id}` returns it (or last returned it, once
+/// deleted), plus what only the simulator knows.
 #[derive(Serialize)]
 struct AdminServer<'a> {
-    id: &'a str,
-    zone: &'a str,
-    status: &'a str,
+    #[serde(flatten)]
+    server: Server,
     address: String,
     powered_on: bool,
     boot_history: &'a [BootRecord],
     pending: Option<&'a Pending>,
-    created_at: String,
     deleted_at: Option<String>,
-    /// As `GET /servers/{id}` returns it (or last returned it, once deleted).
-    server: Server,
 }
 
 impl<'a> From<&'a ServerRecord> for AdminServer<'a> {
     fn from(s: &'a ServerRecord) -> Self {
         Self {
-            id: &s.id,
-            zone: &s.zone,
-            status: if s.deleted_at.is_some() { "deleted" } else { s.status.as_str() },
+            server: s.to_wire(),
             address: s.address.to_string(),
             powered_on: s.powered_on.is_some(),
             boot_history: &s.boot_history,
             pending: s.pending.as_ref(),
-            created_at: format_time(s.created_at),
             deleted_at: s.deleted_at.map(format_time),
-            server: s.to_wire(),
         }
     }
 }
 
-pub async fn servers(State(state): State<AppState>) -> Json<Value> {
+/// Live servers of every zone; `?include_deleted=true` adds the deleted ones.
+pub async fn servers(State(state): State<AppState>, params: Params) -> Json<Value> {
+    let include_deleted = params.get("include_deleted") == Some("true");
     let (world, _) = state.world();
-    let servers: Vec<AdminServer> = world.all_servers().into_iter().map(AdminServer::from).collect();
+    let servers: Vec<AdminServer> = world
+        .all_servers()
+        .into_iter()
+        .filter(|s| include_deleted || s.deleted_at.is_none())
+        .map(AdminServer::from)
+        .collect();
     Json(json!({ "servers": servers }))
 }
 
@@ -81,7 +82,10 @@ pub struct StockBody {
     stock: Stock,
 }
 
-pub async fn set_stock(State(state): State<AppState>, ApiJson(body): ApiJson<StockBody>) -> Result<Json<Value>, ApiError> {
+pub async fn set_stock(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<StockBody>,
+) -> Result<Json<Value>, ApiError> {
     check_zone(&body.zone)?;
     let (mut world, _) = state.world();
     match world.set_stock(&body.zone, &body.offer, body.stock) {
@@ -102,7 +106,10 @@ pub struct QuotaBody {
     quota: Option<u64>,
 }
 
-pub async fn set_quota(State(state): State<AppState>, ApiJson(body): ApiJson<QuotaBody>) -> Result<StatusCode, ApiError> {
+pub async fn set_quota(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<QuotaBody>,
+) -> Result<StatusCode, ApiError> {
     let (mut world, _) = state.world();
     if world.set_quota(&body.offer, body.quota) {
         Ok(StatusCode::NO_CONTENT)
@@ -114,8 +121,15 @@ pub async fn set_quota(State(state): State<AppState>, ApiJson(body): ApiJson<Quo
     }
 }
 
-pub async fn add_fault(State(state): State<AppState>, ApiJson(spec): ApiJson<FaultSpec>) -> Result<(StatusCode, Json<Fault>), ApiError> {
-    let fault = state.faults.lock().expect("faults lock").add(spec, &endpoints())?;
+pub async fn add_fault(
+    State(state): State<AppState>,
+    ApiJson(spec): ApiJson<FaultSpec>,
+) -> Result<(StatusCode, Json<Fault>), ApiError> {
+    let fault = state
+        .faults
+        .lock()
+        .expect("faults lock")
+        .add(spec, &endpoints())?;
     tracing::info!(endpoint = %fault.spec.endpoint, status = fault.spec.status, count = ?fault.spec.count, "fault armed");
     Ok((StatusCode::CREATED, Json(fault)))
 }
@@ -140,9 +154,16 @@ pub struct AdvanceBody {
     seconds: f64,
 }
 
-pub async fn advance_clock(State(state): State<AppState>, ApiJson(body): ApiJson<AdvanceBody>) -> Result<Json<Value>, ApiError> {
+pub async fn advance_clock(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<AdvanceBody>,
+) -> Result<Json<Value>, ApiError> {
     if !(body.seconds.is_finite() && body.seconds >= 0.0) {
-        return Err(ApiError::invalid("seconds", "constraint", "a non-negative number"));
+        return Err(ApiError::invalid(
+            "seconds",
+            "constraint",
+            "a non-negative number",
+        ));
     }
     state.clock.advance(secs(body.seconds));
     let now = state.world().1;
@@ -170,5 +191,9 @@ pub async fn events(State(state): State<AppState>) -> Response {
     let lines = tokio_stream::iter(snapshot)
         .chain(live)
         .map(|event| Ok::<_, Infallible>(Bytes::from(event.to_line())));
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response()
 }

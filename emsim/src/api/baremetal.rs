@@ -14,7 +14,11 @@ use crate::state::AppState;
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
-pub async fn list_offers(State(state): State<AppState>, Path(zone): Path<String>, params: Params) -> ApiResult<ListOffers> {
+pub async fn list_offers(
+    State(state): State<AppState>,
+    Path(zone): Path<String>,
+    params: Params,
+) -> ApiResult<ListOffers> {
     check_zone(&zone)?;
     let page = params.page(50)?;
     // The SDK sends `unknown_subscription_period` when the caller sets nothing.
@@ -39,10 +43,16 @@ pub async fn list_offers(State(state): State<AppState>, Path(zone): Path<String>
         .filter(|o| name.is_none_or(|n| o.name.eq_ignore_ascii_case(n)))
         .collect();
     let (offers, total_count) = page.slice(offers);
-    Ok(Json(ListOffers { total_count, offers }))
+    Ok(Json(ListOffers {
+        total_count,
+        offers,
+    }))
 }
 
-pub async fn get_offer(State(state): State<AppState>, Path((zone, id)): Path<(String, String)>) -> ApiResult<Offer> {
+pub async fn get_offer(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult<Offer> {
     check_zone(&zone)?;
     state
         .world()
@@ -87,10 +97,18 @@ pub async fn create_server(
 ) -> ApiResult<Server> {
     check_zone(&zone)?;
     if body.offer_id.is_empty() {
-        return Err(ApiError::invalid("offer_id", "required", "the offer to order"));
+        return Err(ApiError::invalid(
+            "offer_id",
+            "required",
+            "the offer to order",
+        ));
     }
     if !is_uuid(&body.offer_id) {
-        return Err(ApiError::invalid("offer_id", "constraint", "must be a valid UUID"));
+        return Err(ApiError::invalid(
+            "offer_id",
+            "constraint",
+            "must be a valid UUID",
+        ));
     }
     if body.name.is_empty() {
         return Err(ApiError::invalid("name", "required", "the server name"));
@@ -98,7 +116,11 @@ pub async fn create_server(
     if let Some(project_id) = body.project_id.as_deref().filter(|p| !p.is_empty())
         && !is_uuid(project_id)
     {
-        return Err(ApiError::invalid("project_id", "constraint", "must be a valid UUID"));
+        return Err(ApiError::invalid(
+            "project_id",
+            "constraint",
+            "must be a valid UUID",
+        ));
     }
     if body.install.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::invalid(
@@ -108,7 +130,11 @@ pub async fn create_server(
         ));
     }
     if body.option_ids.as_ref().is_some_and(|o| !o.is_empty()) {
-        return Err(ApiError::invalid("option_ids", "constraint", "emsim does not simulate options"));
+        return Err(ApiError::invalid(
+            "option_ids",
+            "constraint",
+            "emsim does not simulate options",
+        ));
     }
     let req = NewServer {
         offer_id: body.offer_id,
@@ -121,7 +147,10 @@ pub async fn create_server(
     world.create_server(now, &zone, req).map(Json)
 }
 
-pub async fn get_server(State(state): State<AppState>, Path((zone, id)): Path<(String, String)>) -> ApiResult<Server> {
+pub async fn get_server(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult<Server> {
     check_zone(&zone)?;
     let (world, _) = state.world();
     world.server(&zone, &id).map(|s| Json(s.to_wire()))
@@ -134,11 +163,19 @@ fn matches(server: &ServerRecord, params: &Params, tags: &[String], statuses: &[
     tags.iter().all(|t| server.tags.contains(t))
         && (statuses.is_empty() || statuses.iter().any(|s| s == server.status.as_str()))
         && params.get("name").is_none_or(|n| server.name.contains(n))
-        && params.get("project_id").is_none_or(|p| server.project_id == p)
-        && params.get("organization_id").is_none_or(|o| server.organization_id == o)
+        && params
+            .get("project_id")
+            .is_none_or(|p| server.project_id == p)
+        && params
+            .get("organization_id")
+            .is_none_or(|o| server.organization_id == o)
 }
 
-pub async fn list_servers(State(state): State<AppState>, Path(zone): Path<String>, params: Params) -> ApiResult<ListServers> {
+pub async fn list_servers(
+    State(state): State<AppState>,
+    Path(zone): Path<String>,
+    params: Params,
+) -> ApiResult<ListServers> {
     check_zone(&zone)?;
     let page = params.page(50)?;
     let order = params.order_by(&["created_at_asc", "created_at_desc"])?;
@@ -155,10 +192,16 @@ pub async fn list_servers(State(state): State<AppState>, Path(zone): Path<String
         servers.reverse();
     }
     let (servers, total_count) = page.slice(servers);
-    Ok(Json(ListServers { total_count, servers }))
+    Ok(Json(ListServers {
+        total_count,
+        servers,
+    }))
 }
 
-pub async fn delete_server(State(state): State<AppState>, Path((zone, id)): Path<(String, String)>) -> ApiResult<Server> {
+pub async fn delete_server(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult<Server> {
     check_zone(&zone)?;
     let (mut world, now) = state.world();
     world.delete(now, &zone, &id).map(Json)
@@ -198,7 +241,14 @@ async fn boot(
     let boot_type = BootType::parse(body.boot_type.as_deref())?;
     let (mut world, now) = state.world();
     world
-        .boot(now, &zone, &id, request, boot_type, body.ssh_key_ids.unwrap_or_default())
+        .boot(
+            now,
+            &zone,
+            &id,
+            request,
+            boot_type,
+            body.ssh_key_ids.unwrap_or_default(),
+        )
         .map(Json)
 }
 

@@ -40,7 +40,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
-        Ok(Params(form_urlencoded::parse(query.as_bytes()).into_owned().collect()))
+        Ok(Params(
+            form_urlencoded::parse(query.as_bytes())
+                .into_owned()
+                .collect(),
+        ))
     }
 }
 
@@ -66,8 +70,9 @@ impl Params {
     fn number(&self, name: &str) -> Result<Option<u64>, ApiError> {
         self.get(name)
             .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| ApiError::invalid(name, "constraint", "must be a positive integer"))
+                v.parse::<u64>().map_err(|_| {
+                    ApiError::invalid(name, "constraint", "must be a positive integer")
+                })
             })
             .transpose()
     }
@@ -76,11 +81,19 @@ impl Params {
     pub fn page(&self, default_size: u64) -> Result<Page, ApiError> {
         let page = self.number("page")?.unwrap_or(1);
         if page < 1 {
-            return Err(ApiError::invalid("page", "constraint", "must be at least 1"));
+            return Err(ApiError::invalid(
+                "page",
+                "constraint",
+                "must be at least 1",
+            ));
         }
         let size = self.number("page_size")?.unwrap_or(default_size);
         if !(1..=100).contains(&size) {
-            return Err(ApiError::invalid("page_size", "constraint", "must be between 1 and 100"));
+            return Err(ApiError::invalid(
+                "page_size",
+                "constraint",
+                "must be between 1 and 100",
+            ));
         }
         Ok(Page { page, size })
     }
@@ -90,7 +103,11 @@ impl Params {
         match self.get("order_by") {
             None => Ok(allowed[0]),
             Some(v) => allowed.iter().find(|a| **a == v).copied().ok_or_else(|| {
-                ApiError::invalid("order_by", "constraint", format!("one of {}", allowed.join(", ")))
+                ApiError::invalid(
+                    "order_by",
+                    "constraint",
+                    format!("one of {}", allowed.join(", ")),
+                )
             }),
         }
     }
@@ -151,9 +168,15 @@ mod tests {
         assert!(params("page=0").page(50).is_err());
         assert!(params("page_size=101").page(50).is_err());
         assert!(params("page=x").page(50).is_err());
-        let (items, total) = params("page=2&page_size=2").page(50).unwrap().slice(vec![1, 2, 3, 4, 5]);
+        let (items, total) = params("page=2&page_size=2")
+            .page(50)
+            .unwrap()
+            .slice(vec![1, 2, 3, 4, 5]);
         assert_eq!((items, total), (vec![3, 4], 5));
-        let (items, total) = params("page=9&page_size=2").page(50).unwrap().slice(vec![1, 2, 3]);
+        let (items, total) = params("page=9&page_size=2")
+            .page(50)
+            .unwrap()
+            .slice(vec![1, 2, 3]);
         assert_eq!((items, total), (vec![], 3));
     }
 
@@ -161,7 +184,12 @@ mod tests {
     fn order_by_defaults_and_validates() {
         let allowed = ["created_at_asc", "created_at_desc"];
         assert_eq!(params("").order_by(&allowed).unwrap(), "created_at_asc");
-        assert_eq!(params("order_by=created_at_desc").order_by(&allowed).unwrap(), "created_at_desc");
+        assert_eq!(
+            params("order_by=created_at_desc")
+                .order_by(&allowed)
+                .unwrap(),
+            "created_at_desc"
+        );
         assert!(params("order_by=name").order_by(&allowed).is_err());
     }
 }

@@ -24,24 +24,75 @@ const ZONE: &str = "/baremetal/v1/zones/{zone}";
 fn api_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
     vec![
         ("GET", format!("{ZONE}/offers"), get(baremetal::list_offers)),
-        ("GET", format!("{ZONE}/offers/{{offer_id}}"), get(baremetal::get_offer)),
-        ("GET", format!("{ZONE}/servers"), get(baremetal::list_servers)),
-        ("POST", format!("{ZONE}/servers"), post(baremetal::create_server)),
-        ("GET", format!("{ZONE}/servers/{{server_id}}"), get(baremetal::get_server)),
-        ("DELETE", format!("{ZONE}/servers/{{server_id}}"), delete(baremetal::delete_server)),
-        ("POST", format!("{ZONE}/servers/{{server_id}}/reboot"), post(baremetal::reboot_server)),
-        ("POST", format!("{ZONE}/servers/{{server_id}}/start"), post(baremetal::start_server)),
-        ("POST", format!("{ZONE}/servers/{{server_id}}/stop"), post(baremetal::stop_server)),
-        ("GET", "/iam/v1alpha1/ssh-keys".into(), get(iam::list_ssh_keys)),
-        ("POST", "/iam/v1alpha1/ssh-keys".into(), post(iam::create_ssh_key)),
-        ("GET", "/iam/v1alpha1/ssh-keys/{ssh_key_id}".into(), get(iam::get_ssh_key)),
-        ("DELETE", "/iam/v1alpha1/ssh-keys/{ssh_key_id}".into(), delete(iam::delete_ssh_key)),
+        (
+            "GET",
+            format!("{ZONE}/offers/{{offer_id}}"),
+            get(baremetal::get_offer),
+        ),
+        (
+            "GET",
+            format!("{ZONE}/servers"),
+            get(baremetal::list_servers),
+        ),
+        (
+            "POST",
+            format!("{ZONE}/servers"),
+            post(baremetal::create_server),
+        ),
+        (
+            "GET",
+            format!("{ZONE}/servers/{{server_id}}"),
+            get(baremetal::get_server),
+        ),
+        (
+            "DELETE",
+            format!("{ZONE}/servers/{{server_id}}"),
+            delete(baremetal::delete_server),
+        ),
+        (
+            "POST",
+            format!("{ZONE}/servers/{{server_id}}/reboot"),
+            post(baremetal::reboot_server),
+        ),
+        (
+            "POST",
+            format!("{ZONE}/servers/{{server_id}}/start"),
+            post(baremetal::start_server),
+        ),
+        (
+            "POST",
+            format!("{ZONE}/servers/{{server_id}}/stop"),
+            post(baremetal::stop_server),
+        ),
+        (
+            "GET",
+            "/iam/v1alpha1/ssh-keys".into(),
+            get(iam::list_ssh_keys),
+        ),
+        (
+            "POST",
+            "/iam/v1alpha1/ssh-keys".into(),
+            post(iam::create_ssh_key),
+        ),
+        (
+            "GET",
+            "/iam/v1alpha1/ssh-keys/{ssh_key_id}".into(),
+            get(iam::get_ssh_key),
+        ),
+        (
+            "DELETE",
+            "/iam/v1alpha1/ssh-keys/{ssh_key_id}".into(),
+            delete(iam::delete_ssh_key),
+        ),
     ]
 }
 
 /// `METHOD /path-template` of every simulated API endpoint.
 pub fn endpoints() -> Vec<String> {
-    api_routes().into_iter().map(|(m, p, _)| format!("{m} {p}")).collect()
+    api_routes()
+        .into_iter()
+        .map(|(m, p, _)| format!("{m} {p}"))
+        .collect()
 }
 
 pub fn app(state: AppState) -> Router {
@@ -61,7 +112,9 @@ pub fn app(state: AppState) -> Router {
         .route("/_emsim/quota", put(admin::set_quota))
         .route(
             "/_emsim/faults",
-            post(admin::add_fault).get(admin::list_faults).delete(admin::clear_faults),
+            post(admin::add_fault)
+                .get(admin::list_faults)
+                .delete(admin::clear_faults),
         )
         .route("/_emsim/clock", get(admin::clock))
         .route("/_emsim/clock/advance", post(admin::advance_clock));
@@ -69,7 +122,12 @@ pub fn app(state: AppState) -> Router {
     api.merge(admin).fallback(not_found).with_state(state)
 }
 
-async fn gate(State(state): State<AppState>, matched: MatchedPath, req: Request, next: Next) -> Response {
+async fn gate(
+    State(state): State<AppState>,
+    matched: MatchedPath,
+    req: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let endpoint = format!("{} {}", req.method(), matched.as_str());
     let admitted = state
@@ -85,7 +143,11 @@ async fn gate(State(state): State<AppState>, matched: MatchedPath, req: Request,
         Err(error) => error.into_response(),
     };
     let status = response.status().as_u16();
-    state.counters.lock().expect("counters lock").record(&endpoint, status);
+    state
+        .counters
+        .lock()
+        .expect("counters lock")
+        .record(&endpoint, status);
     tracing::debug!(%endpoint, status, elapsed_ms = started.elapsed().as_millis() as u64, "api call");
     response
 }
@@ -96,6 +158,10 @@ async fn not_found(State(state): State<AppState>, req: Request) -> Response {
     let endpoint = format!("{} (unmatched) {}", req.method(), req.uri().path());
     tracing::warn!(%endpoint, "call to an unknown endpoint");
     let response = ApiError::server_not_found().into_response();
-    state.counters.lock().expect("counters lock").record(&endpoint, 404);
+    state
+        .counters
+        .lock()
+        .expect("counters lock")
+        .record(&endpoint, 404);
     response
 }

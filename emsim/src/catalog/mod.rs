@@ -15,7 +15,9 @@ use uuid::Uuid;
 use crate::model::{Cpu, Disk, Gpu, Memory, Money, Offer};
 
 /// The zones the real API knows (`facts/scaleway-api.md`).
-pub const ZONES: &[&str] = &["fr-par-1", "fr-par-2", "nl-ams-1", "nl-ams-2", "pl-waw-2", "pl-waw-3"];
+pub const ZONES: &[&str] = &[
+    "fr-par-1", "fr-par-2", "nl-ams-1", "nl-ams-2", "pl-waw-2", "pl-waw-3",
+];
 
 const SEEDED: &str = include_str!("seeded.yaml");
 
@@ -191,7 +193,8 @@ impl Catalog {
     /// Reads a catalog file; `.json` is parsed as JSON, anything else as YAML
     /// (a superset of JSON).
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading catalog {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading catalog {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("parsing catalog {}", path.display()))
     }
 
@@ -220,7 +223,11 @@ fn expand(spec: &OfferSpec) -> anyhow::Result<Vec<CatalogOffer>> {
     }
     for zone in spec.zones.iter().chain(spec.stock_by_zone.keys()) {
         if !ZONES.contains(&zone.as_str()) {
-            bail!("offer {}: unknown zone {zone} (known: {})", spec.name, ZONES.join(", "));
+            bail!(
+                "offer {}: unknown zone {zone} (known: {})",
+                spec.name,
+                ZONES.join(", ")
+            );
         }
     }
     let quota_name = spec
@@ -230,7 +237,9 @@ fn expand(spec: &OfferSpec) -> anyhow::Result<Vec<CatalogOffer>> {
     let mut out = Vec::new();
     for zone in &spec.zones {
         let stock = spec.stock_by_zone.get(zone).copied().unwrap_or(spec.stock);
-        let monthly_id = spec.price_per_month.map(|_| offer_id(zone, &spec.name, "monthly"));
+        let monthly_id = spec
+            .price_per_month
+            .map(|_| offer_id(zone, &spec.name, "monthly"));
         let base = Offer {
             id: offer_id(zone, &spec.name, "hourly"),
             name: spec.name.clone(),
@@ -287,7 +296,9 @@ fn expand(spec: &OfferSpec) -> anyhow::Result<Vec<CatalogOffer>> {
 
 fn offer_id(zone: &str, name: &str, period: &str) -> String {
     let digest = md5::compute(format!("emsim-offer:{zone}:{name}:{period}"));
-    uuid::Builder::from_md5_bytes(digest.0).into_uuid().to_string()
+    uuid::Builder::from_md5_bytes(digest.0)
+        .into_uuid()
+        .to_string()
 }
 
 /// True when `s` is a canonical lowercase hyphenated UUID, the only id form the
@@ -303,7 +314,11 @@ mod tests {
     fn hourly<'a>(c: &'a Catalog, zone: &str, name: &str) -> &'a CatalogOffer {
         c.offers
             .iter()
-            .find(|o| o.offer.zone == zone && o.offer.name == name && o.offer.subscription_period == "hourly")
+            .find(|o| {
+                o.offer.zone == zone
+                    && o.offer.name == name
+                    && o.offer.subscription_period == "hourly"
+            })
             .unwrap_or_else(|| panic!("{name} in {zone}"))
     }
 
@@ -327,8 +342,14 @@ mod tests {
         assert_eq!(h100.offer.gpus.len(), 2);
         assert_eq!(h100.offer.gpus[0].vram, 80_000_000_000);
 
-        assert_eq!(hourly(&c, "fr-par-1", "EM-L105X-SATA").offer.quota_name, "EM_L105X_SATA");
-        assert_eq!(hourly(&c, "fr-par-2", "EM-I215E-NVME").offer.disks[0].kind, "NVMe");
+        assert_eq!(
+            hourly(&c, "fr-par-1", "EM-L105X-SATA").offer.quota_name,
+            "EM_L105X_SATA"
+        );
+        assert_eq!(
+            hourly(&c, "fr-par-2", "EM-I215E-NVME").offer.disks[0].kind,
+            "NVMe"
+        );
         let rv = hourly(&c, "fr-par-2", "EM-RV1-C4M16S128-A");
         assert_eq!(rv.offer.commercial_range, "labs");
         assert_eq!(rv.offer.monthly_offer_id, None);
@@ -360,7 +381,8 @@ mod tests {
         assert_eq!(c.offers[0].offer.stock, "low");
         assert_eq!(c.offers[0].delivery, Delivery::Fixed(30.0));
         assert_eq!(c.offers[0].quota, Some(1));
-        let err = Catalog::parse("offers: [{name: X, zones: [mars-1], price_per_hour: 1}]").unwrap_err();
+        let err =
+            Catalog::parse("offers: [{name: X, zones: [mars-1], price_per_hour: 1}]").unwrap_err();
         assert!(err.to_string().contains("unknown zone"), "{err}");
     }
 

@@ -30,7 +30,9 @@ impl FromStr for IpRange {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (addr, prefix) = s.split_once('/').ok_or("expected a.b.c.d/len")?;
         let addr: Ipv4Addr = addr.parse().map_err(|e| format!("bad address: {e}"))?;
-        let prefix: u8 = prefix.parse().map_err(|e| format!("bad prefix length: {e}"))?;
+        let prefix: u8 = prefix
+            .parse()
+            .map_err(|e| format!("bad prefix length: {e}"))?;
         if !(8..=27).contains(&prefix) {
             return Err("prefix length must be between 8 and 27".into());
         }
@@ -69,7 +71,11 @@ impl IpPool {
         let count = last - first + 1;
         for _ in 0..count {
             let candidate = self.next;
-            self.next = if candidate >= last { first } else { candidate + 1 };
+            self.next = if candidate >= last {
+                first
+            } else {
+                candidate + 1
+            };
             if self.used.insert(candidate) {
                 return Some(Ipv4Addr::from(candidate));
             }

@@ -47,8 +47,9 @@ impl Default for Timings {
 #[derive(Debug, Clone)]
 pub struct WorldConfig {
     pub seed: u64,
-    /// Also used as the organization id, as for a default project.
+    /// Project of the orders and keys that name none.
     pub project_id: String,
+    pub organization_id: String,
     pub ip_range: IpRange,
     pub timings: Timings,
     pub rescue_user: String,
@@ -133,7 +134,12 @@ impl World {
     }
 
     fn restore_catalog_state(&mut self) {
-        self.stock = self.catalog.offers.iter().map(|o| (o.offer.id.clone(), o.stock)).collect();
+        self.stock = self
+            .catalog
+            .offers
+            .iter()
+            .map(|o| (o.offer.id.clone(), o.stock))
+            .collect();
         self.quotas = self
             .catalog
             .offers
@@ -226,7 +232,12 @@ impl World {
 
     // ----- servers -----
 
-    pub fn create_server(&mut self, now: SimTime, zone: &str, req: NewServer) -> Result<model::Server, ApiError> {
+    pub fn create_server(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        req: NewServer,
+    ) -> Result<model::Server, ApiError> {
         let Some(catalog_offer) = self.catalog.find(zone, &req.offer_id).cloned() else {
             return Err(ApiError::NotFound {
                 resource: "baremetal_offer".into(),
@@ -234,7 +245,9 @@ impl World {
             });
         };
         let offer = &catalog_offer.offer;
-        let project_id = req.project_id.unwrap_or_else(|| self.config.project_id.clone());
+        let project_id = req
+            .project_id
+            .unwrap_or_else(|| self.config.project_id.clone());
 
         if let Some(Some(quota)) = self.quotas.get(&offer.quota_name) {
             let current = self
@@ -271,7 +284,7 @@ impl World {
         let server = ServerRecord {
             id: id.clone(),
             zone: zone.to_string(),
-            organization_id: self.config.project_id.clone(),
+            organization_id: self.config.organization_id.clone(),
             project_id,
             name: req.name,
             description: req.description,
@@ -284,7 +297,16 @@ impl World {
             created_at: now,
             updated_at: now,
             address,
-            ipv6: std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, (offset >> 16) as u16, offset as u16),
+            ipv6: std::net::Ipv6Addr::new(
+                0x2001,
+                0xdb8,
+                0x77,
+                0,
+                0,
+                0,
+                (offset >> 16) as u16,
+                offset as u16,
+            ),
             ip_ids,
             delivered: false,
             rescue_server: None,
@@ -319,7 +341,11 @@ impl World {
 
     /// Every server ever ordered, deleted ones included, oldest first.
     pub fn all_servers(&self) -> Vec<&ServerRecord> {
-        let mut list: Vec<_> = self.servers.values().chain(self.tombstones.iter()).collect();
+        let mut list: Vec<_> = self
+            .servers
+            .values()
+            .chain(self.tombstones.iter())
+            .collect();
         list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         list
     }
@@ -366,7 +392,10 @@ impl World {
         });
         server.pending = Some(Pending {
             at: now + secs(duration),
-            action: Action::Boot { boot_type, rescue_keys },
+            action: Action::Boot {
+                boot_type,
+                rescue_keys,
+            },
         });
         let was_on = server.powered_on.take().is_some();
         let server = server.clone();
@@ -398,7 +427,12 @@ impl World {
         Ok(server.to_wire())
     }
 
-    pub fn delete(&mut self, now: SimTime, zone: &str, id: &str) -> Result<model::Server, ApiError> {
+    pub fn delete(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+    ) -> Result<model::Server, ApiError> {
         self.server(zone, id)?.check(Request::Delete)?;
         let delete = self.config.timings.delete;
         let server = self.servers.get_mut(id).expect("checked above");
@@ -440,12 +474,17 @@ impl World {
 
     fn fire(&mut self, id: &str, at: SimTime) {
         let server = self.servers.get_mut(id).expect("pending server exists");
-        let Some(pending) = server.pending.take() else { return };
+        let Some(pending) = server.pending.take() else {
+            return;
+        };
         server.updated_at = at;
         match pending.action {
             Action::Deliver | Action::Boot { .. } => {
                 let (boot_type, keys) = match pending.action {
-                    Action::Boot { boot_type, rescue_keys } => (boot_type, rescue_keys),
+                    Action::Boot {
+                        boot_type,
+                        rescue_keys,
+                    } => (boot_type, rescue_keys),
                     _ => (BootType::Normal, Vec::new()),
                 };
                 server.delivered = true;
@@ -492,7 +531,8 @@ impl World {
             server: server.to_wire(),
             address: server.address.to_string(),
             boot_type: boot_type.map(|b| b.as_str().to_string()),
-            rescue_user: (boot_type == Some(BootType::Rescue)).then(|| self.config.rescue_user.clone()),
+            rescue_user: (boot_type == Some(BootType::Rescue))
+                .then(|| self.config.rescue_user.clone()),
             rescue_ssh_public_keys: rescue_keys,
             offer,
         });
@@ -505,7 +545,11 @@ impl World {
     /// a receiver for what follows; taken together under the world lock so that
     /// nothing falls between the snapshot and the live events.
     pub fn subscribe(&self) -> (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>) {
-        let mut snapshot: Vec<_> = self.servers.values().filter_map(|s| s.powered_on.clone()).collect();
+        let mut snapshot: Vec<_> = self
+            .servers
+            .values()
+            .filter_map(|s| s.powered_on.clone())
+            .collect();
         snapshot.sort_by_key(|e| e.seq);
         (snapshot, self.events.subscribe())
     }
@@ -517,10 +561,13 @@ impl World {
     }
 
     pub fn ssh_key(&self, id: &str) -> Result<&SshKeyRecord, ApiError> {
-        self.ssh_keys.iter().find(|k| k.id == id).ok_or_else(|| ApiError::NotFound {
-            resource: "ssh_key".into(),
-            resource_id: id.into(),
-        })
+        self.ssh_keys
+            .iter()
+            .find(|k| k.id == id)
+            .ok_or_else(|| ApiError::NotFound {
+                resource: "ssh_key".into(),
+                resource_id: id.into(),
+            })
     }
 
     pub fn create_ssh_key(
@@ -538,7 +585,7 @@ impl World {
             created_at: now,
             updated_at: now,
             project_id: project_id.unwrap_or_else(|| self.config.project_id.clone()),
-            organization_id: self.config.project_id.clone(),
+            organization_id: self.config.organization_id.clone(),
             disabled: false,
         };
         tracing::info!(ssh_key_id = %record.id, project_id = %record.project_id, "ssh key created");
@@ -560,7 +607,13 @@ impl World {
                     .iter()
                     .find(|k| &k.id == id)
                     .map(|k| k.public_key.clone())
-                    .ok_or_else(|| ApiError::invalid("ssh_key_ids", "constraint", format!("unknown SSH key {id}")))
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "ssh_key_ids",
+                            "constraint",
+                            format!("unknown SSH key {id}"),
+                        )
+                    })
             })
             .collect()
     }
@@ -583,7 +636,9 @@ impl World {
     }
 
     fn uuid(&mut self) -> String {
-        uuid::Builder::from_random_bytes(self.rng.random()).into_uuid().to_string()
+        uuid::Builder::from_random_bytes(self.rng.random())
+            .into_uuid()
+            .to_string()
     }
 
     fn password(&mut self) -> String {

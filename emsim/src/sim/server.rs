@@ -146,8 +146,14 @@ impl ServerRecord {
             (Delivering, _) => Err(ApiError::not_delivered()),
             (Stopping | Starting, _) => Err(self.transient()),
             (Ready, Reboot | Stop) | (Stopped, Reboot | Start) => Ok(()),
-            (Ready, Start) => Err(ApiError::message(StatusCode::BAD_REQUEST, "Server is already started")),
-            (Stopped, Stop) => Err(ApiError::message(StatusCode::BAD_REQUEST, "Server is already stopped")),
+            (Ready, Start) => Err(ApiError::message(
+                StatusCode::BAD_REQUEST,
+                "Server is already started",
+            )),
+            (Stopped, Stop) => Err(ApiError::message(
+                StatusCode::BAD_REQUEST,
+                "Server is already stopped",
+            )),
         }
     }
 
@@ -200,7 +206,11 @@ impl ServerRecord {
             install: None,
             tags: self.tags.clone(),
             ips,
-            domain: if self.delivered { self.domain() } else { String::new() },
+            domain: if self.delivered {
+                self.domain()
+            } else {
+                String::new()
+            },
             boot_type: self.boot_type.as_str().into(),
             ping_status: ping_status.into(),
             project_id: self.project_id.clone(),
@@ -262,7 +272,10 @@ mod tests {
         let ready = record(Status::Ready);
         assert_eq!(ready.check(Request::Reboot), Ok(()));
         assert_eq!(ready.check(Request::Stop), Ok(()));
-        assert_eq!(ready.check(Request::Start).unwrap_err().status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            ready.check(Request::Start).unwrap_err().status(),
+            StatusCode::BAD_REQUEST
+        );
 
         let stopped = record(Status::Stopped);
         assert_eq!(stopped.check(Request::Start), Ok(()));
@@ -271,11 +284,17 @@ mod tests {
 
         for status in [Status::Stopping, Status::Starting] {
             let r = record(status);
-            assert_eq!(r.check(Request::Reboot).unwrap_err().status(), StatusCode::CONFLICT);
+            assert_eq!(
+                r.check(Request::Reboot).unwrap_err().status(),
+                StatusCode::CONFLICT
+            );
             assert_eq!(r.check(Request::Delete), Ok(()));
         }
         let deleting = record(Status::Deleting);
-        assert_eq!(deleting.check(Request::Delete).unwrap_err().status(), StatusCode::CONFLICT);
+        assert_eq!(
+            deleting.check(Request::Delete).unwrap_err().status(),
+            StatusCode::CONFLICT
+        );
     }
 
     #[test]
@@ -289,13 +308,19 @@ mod tests {
         assert_eq!(ready.ips[0].version, "IPv6");
         assert_eq!(ready.ips[1].version, "IPv4");
         assert_eq!(ready.ips[1].address, "127.77.0.10");
-        assert_eq!(ready.domain, "3d3662cd-1da0-4b00-8828-61d44fa9ee49.fr-par-2.baremetal.scw.cloud");
+        assert_eq!(
+            ready.domain,
+            "3d3662cd-1da0-4b00-8828-61d44fa9ee49.fr-par-2.baremetal.scw.cloud"
+        );
     }
 
     #[test]
     fn boot_type_parsing() {
         assert_eq!(BootType::parse(None), Ok(BootType::Normal));
-        assert_eq!(BootType::parse(Some("unknown_boot_type")), Ok(BootType::Normal));
+        assert_eq!(
+            BootType::parse(Some("unknown_boot_type")),
+            Ok(BootType::Normal)
+        );
         assert_eq!(BootType::parse(Some("rescue")), Ok(BootType::Rescue));
         assert!(BootType::parse(Some("pxe")).is_err());
     }

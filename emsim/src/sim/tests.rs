@@ -25,15 +25,24 @@ fn world() -> World {
     let config = WorldConfig {
         seed: 7,
         project_id: "22222222-2222-4222-8222-222222222222".into(),
+        organization_id: "33333333-3333-4333-8333-333333333333".into(),
         ip_range: "127.77.0.0/16".parse().unwrap(),
         timings: Timings::default(),
         rescue_user: "rescue".into(),
     };
-    World::new(config, Catalog::parse(CATALOG).unwrap(), Arc::new(Notify::new()))
+    World::new(
+        config,
+        Catalog::parse(CATALOG).unwrap(),
+        Arc::new(Notify::new()),
+    )
 }
 
 fn offer_id(w: &World, name: &str) -> String {
-    w.offers("fr-par-1").into_iter().find(|o| o.name == name).unwrap().id
+    w.offers("fr-par-1")
+        .into_iter()
+        .find(|o| o.name == name)
+        .unwrap()
+        .id
 }
 
 fn order(w: &mut World, name: &str, now: SimTime) -> Result<model::Server, ApiError> {
@@ -70,7 +79,10 @@ fn delivery_then_power_on_event_with_address() {
     assert_eq!(w.next_deadline(), Some(t0() + secs(10.0)));
 
     w.advance(t0() + secs(9.9));
-    assert_eq!(w.server("fr-par-1", &s.id).unwrap().status, Status::Delivering);
+    assert_eq!(
+        w.server("fr-par-1", &s.id).unwrap().status,
+        Status::Delivering
+    );
     w.advance(t0() + secs(10.0));
     let wire = w.server("fr-par-1", &s.id).unwrap().to_wire();
     assert_eq!(wire.status, "ready");
@@ -94,7 +106,14 @@ fn rescue_reboot_carries_project_and_extra_keys() {
     let key = add_key(&mut w, t0());
     let s = order(&mut w, "EM-FAST", t0()).unwrap();
     let err = w
-        .boot(t0(), "fr-par-1", &s.id, Request::Reboot, BootType::Rescue, vec![])
+        .boot(
+            t0(),
+            "fr-par-1",
+            &s.id,
+            Request::Reboot,
+            BootType::Rescue,
+            vec![],
+        )
         .unwrap_err();
     assert_eq!(err, ApiError::not_delivered());
     w.advance(t0() + secs(10.0));
@@ -103,7 +122,14 @@ fn rescue_reboot_carries_project_and_extra_keys() {
 
     let now = t0() + secs(60.0);
     let rebooted = w
-        .boot(now, "fr-par-1", &s.id, Request::Reboot, BootType::Rescue, vec![key.id.clone()])
+        .boot(
+            now,
+            "fr-par-1",
+            &s.id,
+            Request::Reboot,
+            BootType::Rescue,
+            vec![key.id.clone()],
+        )
         .unwrap();
     assert_eq!(rebooted.status, "stopping");
     assert_eq!(rebooted.boot_type, "rescue");
@@ -112,7 +138,10 @@ fn rescue_reboot_carries_project_and_extra_keys() {
     assert_eq!(rescue.password.len(), 16);
     let off = rx.try_recv().unwrap();
     assert_eq!(off.kind, EventKind::PowerOff);
-    assert!(w.subscribe().0.is_empty(), "off servers are not in the snapshot");
+    assert!(
+        w.subscribe().0.is_empty(),
+        "off servers are not in the snapshot"
+    );
 
     w.advance(now + secs(12.0));
     let on = rx.try_recv().unwrap();
@@ -120,19 +149,34 @@ fn rescue_reboot_carries_project_and_extra_keys() {
     assert_eq!(on.boot_type.as_deref(), Some("rescue"));
     assert_eq!(on.rescue_user.as_deref(), Some("rescue"));
     // The project key and the same key named on the call: listed once.
-    assert_eq!(on.rescue_ssh_public_keys.as_ref().unwrap(), &vec![key.public_key.clone()]);
+    assert_eq!(
+        on.rescue_ssh_public_keys.as_ref().unwrap(),
+        &vec![key.public_key.clone()]
+    );
     assert_eq!(on.seq, off.seq + 1);
     let history = &w.server("fr-par-1", &s.id).unwrap().boot_history;
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].ssh_key_ids, vec![key.id]);
 
-    let unknown = w.boot(now + secs(20.0), "fr-par-1", &s.id, Request::Reboot, BootType::Rescue, vec![
-        "00000000-0000-4000-8000-000000000000".into(),
-    ]);
+    let unknown = w.boot(
+        now + secs(20.0),
+        "fr-par-1",
+        &s.id,
+        Request::Reboot,
+        BootType::Rescue,
+        vec!["00000000-0000-4000-8000-000000000000".into()],
+    );
     assert_eq!(unknown.unwrap_err().status(), http::StatusCode::BAD_REQUEST);
 
     let normal = w
-        .boot(now + secs(30.0), "fr-par-1", &s.id, Request::Reboot, BootType::Normal, vec![])
+        .boot(
+            now + secs(30.0),
+            "fr-par-1",
+            &s.id,
+            Request::Reboot,
+            BootType::Normal,
+            vec![],
+        )
         .unwrap();
     assert_eq!(normal.rescue_server, None);
 }
@@ -155,7 +199,10 @@ fn delete_frees_address_and_stock_then_404() {
     let gone = rx.try_recv().unwrap();
     assert_eq!(gone.kind, EventKind::Deleted);
     assert_eq!(gone.address, "127.77.0.10");
-    assert_eq!(w.server("fr-par-1", &s.id).unwrap_err(), ApiError::server_not_found());
+    assert_eq!(
+        w.server("fr-par-1", &s.id).unwrap_err(),
+        ApiError::server_not_found()
+    );
     assert_eq!(w.offer("fr-par-1", &s.offer_id).unwrap().stock, "low");
     let record = w.all_servers()[0];
     assert_eq!(record.deleted_at, Some(t0() + secs(25.0)));
@@ -182,8 +229,14 @@ fn quota_counts_live_servers_of_the_project() {
 #[test]
 fn stock_can_be_set_by_name() {
     let mut w = world();
-    assert_eq!(w.set_stock("fr-par-1", "EM-FAST", Stock::Level(StockLevel::Empty)), 1);
-    assert_eq!(order(&mut w, "EM-FAST", t0()).unwrap_err().status(), http::StatusCode::PRECONDITION_FAILED);
+    assert_eq!(
+        w.set_stock("fr-par-1", "EM-FAST", Stock::Level(StockLevel::Empty)),
+        1
+    );
+    assert_eq!(
+        order(&mut w, "EM-FAST", t0()).unwrap_err().status(),
+        http::StatusCode::PRECONDITION_FAILED
+    );
     assert_eq!(w.set_stock("fr-par-1", "nope", Stock::Count(1)), 0);
 }
 
@@ -215,7 +268,14 @@ fn stop_and_start_cycle() {
     assert_eq!(w.server("fr-par-1", &s.id).unwrap().status, Status::Stopped);
     assert!(w.subscribe().0.is_empty());
     let starting = w
-        .boot(t0() + secs(30.0), "fr-par-1", &s.id, Request::Start, BootType::Normal, vec![])
+        .boot(
+            t0() + secs(30.0),
+            "fr-par-1",
+            &s.id,
+            Request::Start,
+            BootType::Normal,
+            vec![],
+        )
         .unwrap();
     assert_eq!(starting.status, "starting");
     w.advance(t0() + secs(42.0));

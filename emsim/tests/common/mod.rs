@@ -47,7 +47,9 @@ pub async fn start_with(config: Config) -> Sim {
     // Several tests race to install it; any winner is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let state = AppState::new(config).expect("valid config");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let task = tokio::spawn(async move {
         emsim::serve(listener, state).await.expect("serve");
@@ -64,8 +66,14 @@ pub async fn start_with(config: Config) -> Sim {
 
 impl Sim {
     /// An authenticated API call; returns status and JSON body (Null if empty).
-    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        self.call_with_token(method, path, body, Some(DEFAULT_SECRET_KEY)).await
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        self.call_with_token(method, path, body, Some(DEFAULT_SECRET_KEY))
+            .await
     }
 
     pub async fn call_with_token(
@@ -105,7 +113,10 @@ impl Sim {
     pub async fn offer_id(&self, name: &str) -> String {
         let (status, list) = self.get(&format!("{ZONE_URL}/offers?name={name}")).await;
         assert_eq!(status, StatusCode::OK, "{list}");
-        list["offers"][0]["id"].as_str().unwrap_or_else(|| panic!("offer {name}: {list}")).to_string()
+        list["offers"][0]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("offer {name}: {list}"))
+            .to_string()
     }
 
     pub async fn create(&self, offer: &str, name: &str, tags: &[&str]) -> (StatusCode, Value) {
@@ -121,23 +132,37 @@ impl Sim {
     }
 
     /// Polls a server until `done` holds for its (status, body), within 10 s real.
-    pub async fn wait_server(&self, id: &str, done: impl Fn(StatusCode, &Value) -> bool) -> (StatusCode, Value) {
+    pub async fn wait_server(
+        &self,
+        id: &str,
+        done: impl Fn(StatusCode, &Value) -> bool,
+    ) -> (StatusCode, Value) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let (status, body) = self.get(&format!("{ZONE_URL}/servers/{id}")).await;
             if done(status, &body) {
                 return (status, body);
             }
-            assert!(tokio::time::Instant::now() < deadline, "server {id} stuck at {status} {body}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "server {id} stuck at {status} {body}"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
     pub async fn wait_ready(&self, id: &str) -> Value {
-        self.wait_server(id, |s, b| s == StatusCode::OK && b["status"] == "ready").await.1
+        self.wait_server(id, |s, b| s == StatusCode::OK && b["status"] == "ready")
+            .await
+            .1
     }
 
-    pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn admin(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         self.call_with_token(method, path, body, None).await
     }
 
@@ -172,7 +197,12 @@ impl EventFollower {
                     let line: Vec<u8> = self.buffer.drain(..=pos).collect();
                     return serde_json::from_slice(&line).expect("one JSON object per line");
                 }
-                let chunk = self.stream.next().await.expect("stream open").expect("chunk");
+                let chunk = self
+                    .stream
+                    .next()
+                    .await
+                    .expect("stream open")
+                    .expect("chunk");
                 self.buffer.extend_from_slice(&chunk);
             }
         })

@@ -170,8 +170,9 @@ pub fn parse_milli(q: &str) -> Option<u128> {
 fn amount(map: &BTreeMap<String, String>, key: &str, capacity: u128) -> u128 {
     match map.get(key) {
         Some(v) if v.ends_with('%') => {
+            // The kubelet truncates (int64 of a float product).
             let pct: f64 = v.trim_end_matches('%').parse().unwrap_or(0.0);
-            (capacity as f64 * pct / 100.0).round() as u128
+            (capacity as f64 * pct / 100.0) as u128
         }
         Some(v) => parse_milli(v).map(|m| m / 1000).unwrap_or(0),
         None => 0,

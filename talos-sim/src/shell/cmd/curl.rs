@@ -99,7 +99,7 @@ fn parse_args(argv: &[String]) -> Result<Args, (i32, String)> {
     let mut a = Args::default();
     let mut flags = Flags::new(argv);
     while let Some(flag) = flags.next_flag().map_err(usage)? {
-        let mut number = |flags: &mut Flags, name: &str| -> Result<f64, (i32, String)> {
+        let number = |flags: &mut Flags, name: &str| -> Result<f64, (i32, String)> {
             let v = flags.value(name).map_err(usage)?;
             v.parse::<f64>()
                 .map_err(|_| usage(format!("option --{name}: expected a proper numerical parameter")))
