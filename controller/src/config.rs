@@ -34,7 +34,10 @@ fn parse_zone(text: &str) -> Result<String, String> {
     let ok = parts.len() == 3
         && parts[0].len() == 2
         && parts[1].len() == 3
-        && parts.iter().take(2).all(|p| p.bytes().all(|b| b.is_ascii_lowercase()))
+        && parts
+            .iter()
+            .take(2)
+            .all(|p| p.bytes().all(|b| b.is_ascii_lowercase()))
         && !parts[2].is_empty()
         && parts[2].bytes().all(|b| b.is_ascii_digit());
     if ok {
@@ -57,13 +60,21 @@ pub struct ScalewayArgs {
     #[arg(long = "scw-access-key", env = "SCW_ACCESS_KEY")]
     pub access_key: Option<String>,
     /// Secret key, sent as `X-Auth-Token`. Never logged.
-    #[arg(long = "scw-secret-key", env = "SCW_SECRET_KEY", hide_env_values = true)]
+    #[arg(
+        long = "scw-secret-key",
+        env = "SCW_SECRET_KEY",
+        hide_env_values = true
+    )]
     pub secret_key: String,
     /// Project that servers are ordered in and IAM SSH keys are looked up in.
     #[arg(long = "scw-project-id", env = "SCW_DEFAULT_PROJECT_ID")]
     pub project_id: String,
     /// Base URL of the API (emsim's address in tests).
-    #[arg(long = "scw-api-url", env = "SCW_API_URL", default_value = "https://api.scaleway.com")]
+    #[arg(
+        long = "scw-api-url",
+        env = "SCW_API_URL",
+        default_value = "https://api.scaleway.com"
+    )]
     pub api_url: String,
     /// Timeout of one HTTP request to the API.
     #[arg(long = "scw-api-timeout", env = "SCW_API_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
@@ -75,7 +86,11 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub scaleway: ScalewayArgs,
     /// Unix socket the CloudProvider gRPC service listens on (shared with the bridge).
-    #[arg(long, env = "PROVIDER_SOCKET", default_value = "/var/run/karpenter/provider.sock")]
+    #[arg(
+        long,
+        env = "PROVIDER_SOCKET",
+        default_value = "/var/run/karpenter/provider.sock"
+    )]
     pub socket: PathBuf,
     /// Name of the cluster, written into the ownership tag of every server.
     #[arg(long, env = "CLUSTER_NAME")]

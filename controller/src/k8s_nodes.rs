@@ -4,9 +4,9 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use tracing::info;
 
 use crate::install::{NodePort, NodePortError};
@@ -33,10 +33,14 @@ impl KubeNodes {
 /// other API answers will not change on retry.
 fn classify(err: kube::Error) -> NodePortError {
     match err {
-        kube::Error::Api(status) if status.code == 429 || status.code == 409 || status.code >= 500 => {
+        kube::Error::Api(status)
+            if status.code == 429 || status.code == 409 || status.code >= 500 =>
+        {
             NodePortError::Unavailable(format!("{} {}", status.code, status.message))
         }
-        kube::Error::Api(status) => NodePortError::Refused(format!("{} {}", status.code, status.message)),
+        kube::Error::Api(status) => {
+            NodePortError::Refused(format!("{} {}", status.code, status.message))
+        }
         other => NodePortError::Unavailable(other.to_string()),
     }
 }
@@ -60,7 +64,11 @@ impl NodePort for KubeNodes {
     }
 
     async fn delete_node_claim(&self, name: &str, reason: &str) -> Result<(), NodePortError> {
-        match self.node_claims.delete(name, &DeleteParams::default()).await {
+        match self
+            .node_claims
+            .delete(name, &DeleteParams::default())
+            .await
+        {
             Ok(_) => {
                 info!(nodeclaim = %name, %reason, "deleted NodeClaim");
                 Ok(())

@@ -20,14 +20,26 @@ use karpenter_scaleway::metrics;
 use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
 use karpenter_scaleway::provider::{Provider, ProviderSettings};
 use karpenter_scaleway::rescue::RusshShell;
-use karpenter_scaleway::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
+use karpenter_scaleway::scaleway::{
+    ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey,
+};
 use karpenter_scaleway::talos::GrpcTalos;
 
 #[derive(Parser)]
-#[command(name = "karpenter-scaleway", version, about = "Karpenter cloud provider for Scaleway Elastic Metal")]
+#[command(
+    name = "karpenter-scaleway",
+    version,
+    about = "Karpenter cloud provider for Scaleway Elastic Metal"
+)]
 struct Cli {
     /// Log format; the level comes from RUST_LOG (default `info`).
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -85,10 +97,8 @@ async fn termination() {
 }
 
 /// A future that resolves once shutdown has been requested.
-fn stopped(mut rx: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync + 'static {
-    async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    }
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -117,7 +127,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let catalog = CatalogStore::new(args.unavailable_offering_ttl);
-    let refresher = tokio::spawn(run_refresher(catalog.clone(), api.clone(), zones.clone(), args.catalog_refresh));
+    let refresher = tokio::spawn(run_refresher(
+        catalog.clone(),
+        api.clone(),
+        zones.clone(),
+        args.catalog_refresh,
+    ));
 
     let nodeclasses = NodeClassController::new(
         client.clone(),
@@ -162,7 +177,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     let leadership = Leadership::default();
     let metrics_server = args.metrics_listen.map(|addr| {
-        tokio::spawn(metrics::serve(addr, catalog, leadership.clone(), stopped(stop_rx.clone())))
+        tokio::spawn(metrics::serve(
+            addr,
+            catalog,
+            leadership.clone(),
+            stopped(stop_rx.clone()),
+        ))
     });
 
     let stop_tx = Arc::new(stop_tx);

@@ -35,14 +35,33 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .map(|d| d.as_secs_f64());
     let mut out = String::new();
     let mut gauge = |name: &str, help: &str, value: f64| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
     };
-    gauge("karpenter_scaleway_catalog_revision", "Revision of the published catalog.", snapshot.revision as f64);
-    gauge("karpenter_scaleway_catalog_instance_types", "Instance types in the default catalog.", snapshot.default.len() as f64);
+    gauge(
+        "karpenter_scaleway_catalog_revision",
+        "Revision of the published catalog.",
+        snapshot.revision as f64,
+    );
+    gauge(
+        "karpenter_scaleway_catalog_instance_types",
+        "Instance types in the default catalog.",
+        snapshot.default.len() as f64,
+    );
     if let Some(age) = age {
-        gauge("karpenter_scaleway_catalog_age_seconds", "Seconds since the last successful offer refresh.", age);
+        gauge(
+            "karpenter_scaleway_catalog_age_seconds",
+            "Seconds since the last successful offer refresh.",
+            age,
+        );
     }
-    gauge("karpenter_scaleway_leader", "1 when the bridge reported this replica as leader.", f64::from(u8::from(state.leadership.is_leader())));
+    gauge(
+        "karpenter_scaleway_leader",
+        "1 when the bridge reported this replica as leader.",
+        f64::from(u8::from(state.leadership.is_leader())),
+    );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -55,9 +74,14 @@ pub async fn serve(
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .with_state(AppState { catalog, leadership });
+        .with_state(AppState {
+            catalog,
+            leadership,
+        });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     info!(%addr, "serving /healthz and /metrics");
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
     Ok(())
 }

@@ -29,7 +29,12 @@ use crate::procs::Proc;
 use components::Layout;
 use pki::Pki;
 
-const BINARIES: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+const BINARIES: [&str; 4] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
 
 /// How to start a local control plane.
 #[derive(Debug, Clone)]
@@ -121,13 +126,21 @@ impl ControlPlane {
         let deadline = started + opts.start_timeout;
         let probe = Probe::new(&pki)?;
 
-        cp.spawn(&opts.bin_dir, "etcd", components::etcd_args(&layout, &ports))?;
+        cp.spawn(
+            &opts.bin_dir,
+            "etcd",
+            components::etcd_args(&layout, &ports),
+        )?;
         cp.wait_for("etcd health", deadline, || {
             probe.ok(format!("http://127.0.0.1:{}/health", ports.etcd_client))
         })
         .await?;
 
-        cp.spawn(&opts.bin_dir, "kube-apiserver", components::apiserver_args(&layout, &ports))?;
+        cp.spawn(
+            &opts.bin_dir,
+            "kube-apiserver",
+            components::apiserver_args(&layout, &ports),
+        )?;
         cp.wait_for("kube-apiserver /readyz", deadline, || {
             probe.ok(format!("https://127.0.0.1:{}/readyz", ports.apiserver))
         })
@@ -138,9 +151,16 @@ impl ControlPlane {
             "kube-controller-manager",
             components::controller_manager_args(&layout, &ports),
         )?;
-        cp.spawn(&opts.bin_dir, "kube-scheduler", components::scheduler_args(&layout, &ports))?;
+        cp.spawn(
+            &opts.bin_dir,
+            "kube-scheduler",
+            components::scheduler_args(&layout, &ports),
+        )?;
         cp.wait_for("kube-controller-manager /healthz", deadline, || {
-            probe.ok(format!("https://127.0.0.1:{}/healthz", ports.controller_manager))
+            probe.ok(format!(
+                "https://127.0.0.1:{}/healthz",
+                ports.controller_manager
+            ))
         })
         .await?;
         cp.wait_for("kube-scheduler /healthz", deadline, || {
@@ -205,6 +225,15 @@ impl ControlPlane {
         self.local.as_ref().map(|l| l.ports)
     }
 
+    /// Process ids of the running components, in start order (empty for an
+    /// existing cluster).
+    pub fn pids(&self) -> Vec<u32> {
+        self.local
+            .as_ref()
+            .map(|l| l.procs.iter().map(Proc::pid).collect())
+            .unwrap_or_default()
+    }
+
     /// Where the component logs (`<component>.log`) are, for a local one.
     pub fn work_dir(&self) -> Option<&Path> {
         self.local.as_ref().map(|l| l.work_dir.as_path())
@@ -214,9 +243,10 @@ impl ControlPlane {
     pub async fn client(&self) -> Result<kube::Client> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig_path)
             .with_context(|| format!("reading {}", self.kubeconfig_path.display()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .context("loading the kubeconfig")?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .context("loading the kubeconfig")?;
         kube::Client::try_from(config).context("building the Kubernetes client")
     }
 
@@ -264,14 +294,20 @@ impl ControlPlane {
             }
             let last_err = match check().await {
                 Ok(true) => {
-                    tracing::debug!(what, elapsed_ms = since.elapsed().as_millis() as u64, "ready");
+                    tracing::debug!(
+                        what,
+                        elapsed_ms = since.elapsed().as_millis() as u64,
+                        "ready"
+                    );
                     return Ok(());
                 }
                 Ok(false) => None,
                 Err(e) => Some(e),
             };
             if Instant::now() >= deadline {
-                let last = last_err.map(|e| format!(": last error: {e:#}")).unwrap_or_default();
+                let last = last_err
+                    .map(|e| format!(": last error: {e:#}"))
+                    .unwrap_or_default();
                 bail!("timed out waiting for {what}{last}");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -308,9 +344,11 @@ struct Probe {
 
 impl Probe {
     fn new(pki: &Pki) -> Result<Probe> {
-        let ca = reqwest::Certificate::from_pem(pki.ca.cert_pem.as_bytes()).context("loading the CA")?;
+        let ca =
+            reqwest::Certificate::from_pem(pki.ca.cert_pem.as_bytes()).context("loading the CA")?;
         let identity = format!("{}{}", pki.admin.cert_pem, pki.admin.key_pem);
-        let identity = reqwest::Identity::from_pem(identity.as_bytes()).context("loading the admin identity")?;
+        let identity = reqwest::Identity::from_pem(identity.as_bytes())
+            .context("loading the admin identity")?;
         let http = reqwest::Client::builder()
             .tls_certs_only([ca])
             .identity(identity)
@@ -356,8 +394,14 @@ fn write_files(layout: &Layout, pki: &Pki, ports: &Ports) -> Result<()> {
     std::fs::create_dir_all(layout.pki_dir()).context("creating the pki dir")?;
     pki::write_pair(&layout.ca, &pki.ca)?;
     pki::write_pair(&layout.apiserver_serving, &pki.apiserver_serving)?;
-    pki::write_pair(&layout.apiserver_kubelet_client, &pki.apiserver_kubelet_client)?;
-    pki::write_pair(&layout.controller_manager_serving, &pki.controller_manager_serving)?;
+    pki::write_pair(
+        &layout.apiserver_kubelet_client,
+        &pki.apiserver_kubelet_client,
+    )?;
+    pki::write_pair(
+        &layout.controller_manager_serving,
+        &pki.controller_manager_serving,
+    )?;
     pki::write_pair(&layout.scheduler_serving, &pki.scheduler_serving)?;
     pki::write_pair(&layout.service_account, &pki.service_account)?;
 
@@ -369,7 +413,11 @@ fn write_files(layout: &Layout, pki: &Pki, ports: &Ports) -> Result<()> {
             "system:kube-controller-manager",
             &pki.controller_manager,
         ),
-        (&layout.scheduler_kubeconfig, "system:kube-scheduler", &pki.scheduler),
+        (
+            &layout.scheduler_kubeconfig,
+            "system:kube-scheduler",
+            &pki.scheduler,
+        ),
     ];
     for (path, user, pair) in kubeconfigs {
         let text = kubeconfig::render(CLUSTER_NAME, &server, &pki.ca.cert_pem, user, pair)?;

@@ -1,5 +1,6 @@
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -31,7 +32,7 @@ struct Args {
     #[arg(long = "secret-key", env = "EMSIM_SECRET_KEYS", value_delimiter = ',', hide_env_values = true,
           default_value = DEFAULT_SECRET_KEY)]
     secret_keys: Vec<String>,
-    /// Default project (and organization) of orders and keys that name none.
+    /// Project of the orders and SSH keys that name none.
     #[arg(long, env = "EMSIM_PROJECT_ID", default_value = DEFAULT_PROJECT_ID)]
     project_id: String,
     /// Organization owning the project (default: the project id, as for a default project).
@@ -51,6 +52,8 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     let catalog = match &args.catalog {

@@ -31,7 +31,12 @@ enum StreamError {
 /// Follows `{emsim_url}/_emsim/events` forever.
 pub async fn follow(emsim_url: &str, sink: &impl EventSink) {
     let url = format!("{}/_emsim/events", emsim_url.trim_end_matches('/'));
-    let client = match reqwest::Client::builder().no_proxy().connect_timeout(Duration::from_secs(5)).build() {
+    crate::install_crypto_provider();
+    let client = match reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+    {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the HTTP client for the event stream");
@@ -57,7 +62,12 @@ async fn stream_once(
     sink: &impl EventSink,
     delivered: &mut bool,
 ) -> StreamError {
-    let response = match client.get(url).header("Accept", "application/x-ndjson").send().await {
+    let response = match client
+        .get(url)
+        .header("Accept", "application/x-ndjson")
+        .send()
+        .await
+    {
         Ok(r) => r,
         Err(e) => return StreamError::Connect(e),
     };
@@ -98,6 +108,8 @@ async fn deliver(line: &[u8], sink: &impl EventSink) {
             tracing::info!(seq = event.seq, kind = %event.kind, server_id = %event.server.id, "event");
             sink.handle(command).await;
         }
-        Err(e) => tracing::warn!(seq = event.seq, server_id = %event.server.id, error = %e, "skipping event"),
+        Err(e) => {
+            tracing::warn!(seq = event.seq, server_id = %event.server.id, error = %e, "skipping event")
+        }
     }
 }

@@ -26,7 +26,9 @@ pub enum BootError {
     Blank,
     #[error("no bootable device: no image header ({0})")]
     BadHeader(String),
-    #[error("no bootable device: payload ends at byte {end}, past the end of the {disk_size}-byte disk")]
+    #[error(
+        "no bootable device: payload ends at byte {end}, past the end of the {disk_size}-byte disk"
+    )]
     Truncated { end: u64, disk_size: u64 },
     #[error("no bootable device: payload sha256 {actual} does not match the header's {expected}")]
     HashMismatch { expected: String, actual: String },
@@ -54,9 +56,7 @@ impl ImageHeader {
             .map_err(|_| BootError::BadHeader("header is not ASCII".into()))?;
         let mut lines = text.lines();
         if lines.next() != Some(MAGIC) {
-            return Err(BootError::BadHeader(format!(
-                "first line is not {MAGIC:?}"
-            )));
+            return Err(BootError::BadHeader(format!("first line is not {MAGIC:?}")));
         }
         let (mut version, mut arch, mut length, mut sha) = (None, None, None, None);
         for line in lines {
@@ -97,8 +97,11 @@ pub fn verify(mut disk: impl Read, disk_size: u64) -> Result<ImageHeader, BootEr
         return Err(BootError::Truncated { end, disk_size });
     }
     let mut hasher = Sha256::new();
-    let copied = io::copy(&mut disk.take(header.payload_length), &mut HashWriter(&mut hasher))
-        .map_err(io)?;
+    let copied = io::copy(
+        &mut disk.take(header.payload_length),
+        &mut HashWriter(&mut hasher),
+    )
+    .map_err(io)?;
     if copied != header.payload_length {
         return Err(BootError::Truncated { end, disk_size });
     }
@@ -136,10 +139,12 @@ impl Write for HashWriter<'_> {
 }
 
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// Deterministic payload generator (splitmix64 seeded from the image's
@@ -306,7 +311,10 @@ mod tests {
         ));
         assert!(img[..HEADER_LEN].ends_with(&[0, 0, 0, 0]));
         let header = ImageHeader::parse(&img[..HEADER_LEN]).unwrap();
-        assert_eq!(hex(&Sha256::digest(&img[HEADER_LEN..])), header.payload_sha256);
+        assert_eq!(
+            hex(&Sha256::digest(&img[HEADER_LEN..])),
+            header.payload_sha256
+        );
     }
 
     #[test]
@@ -328,7 +336,10 @@ mod tests {
 
     #[test]
     fn verify_rejects_blank_corrupt_and_truncated_disks() {
-        assert_eq!(verify(&vec![0u8; 1 << 16][..], 1 << 16), Err(BootError::Blank));
+        assert_eq!(
+            verify(&vec![0u8; 1 << 16][..], 1 << 16),
+            Err(BootError::Blank)
+        );
 
         let mut corrupt = raw_image(64 << 10);
         corrupt[HEADER_LEN + 100] ^= 0xff;
@@ -345,7 +356,10 @@ mod tests {
 
         let mut garbage = vec![0u8; 8192];
         garbage[..5].copy_from_slice(b"hello");
-        assert!(matches!(verify(&garbage[..], 8192), Err(BootError::BadHeader(_))));
+        assert!(matches!(
+            verify(&garbage[..], 8192),
+            Err(BootError::BadHeader(_))
+        ));
     }
 
     #[test]
@@ -354,7 +368,9 @@ mod tests {
         let mut xz = Vec::new();
         write_image("v1.13.9", "amd64", 256 << 10, Compression::Xz, &mut xz).unwrap();
         let mut out = Vec::new();
-        liblzma::read::XzDecoder::new(&xz[..]).read_to_end(&mut out).unwrap();
+        liblzma::read::XzDecoder::new(&xz[..])
+            .read_to_end(&mut out)
+            .unwrap();
         assert_eq!(out, raw);
         let mut zst = Vec::new();
         write_image("v1.13.9", "amd64", 256 << 10, Compression::Zstd, &mut zst).unwrap();

@@ -32,7 +32,10 @@ impl<S> Killable<S> {
             self.dead = true;
         }
         if self.dead {
-            Err(io::Error::new(io::ErrorKind::ConnectionAborted, "server powered off"))
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "server powered off",
+            ))
         } else {
             Ok(())
         }
@@ -40,7 +43,11 @@ impl<S> Killable<S> {
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Killable<S> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if let Err(e) = this.check(cx) {
             return Poll::Ready(Err(e));
@@ -50,7 +57,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Killable<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Killable<S> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if let Err(e) = this.check(cx) {
             return Poll::Ready(Err(e));

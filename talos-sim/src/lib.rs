@@ -20,6 +20,13 @@ pub mod shell;
 pub mod ssh;
 pub mod talos_api;
 
+/// Makes ring the process' rustls provider. Several providers end up linked
+/// into the workspace, and then rustls (through reqwest and kube) needs one
+/// chosen explicitly; the first call wins, later ones are no-ops.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Generated from `proto/talos/machine/machine.proto`.
 pub mod proto {
     #![allow(clippy::all, clippy::pedantic)]

@@ -73,11 +73,15 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
         };
         if let (Some(api), Some(kind)) = (text(map.get("apiVersion")), text(map.get("kind"))) {
             if api != "v1alpha1" {
-                return Err(ConfigError::Decode(format!("unknown apiVersion {api:?} for kind {kind:?}")));
+                return Err(ConfigError::Decode(format!(
+                    "unknown apiVersion {api:?} for kind {kind:?}"
+                )));
             }
             if kind == "HostnameConfig" {
                 if hostname_doc.is_some() {
-                    return Err(ConfigError::Decode("duplicate document: HostnameConfig".into()));
+                    return Err(ConfigError::Decode(
+                        "duplicate document: HostnameConfig".into(),
+                    ));
                 }
                 hostname_doc = Some(value.clone());
             }
@@ -85,8 +89,14 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
             if v1alpha1.is_some() {
                 return Err(ConfigError::Decode("duplicate v1alpha1 document".into()));
             }
-            if let Some(key) = map.keys().filter_map(|k| k.as_str()).find(|k| !V1ALPHA1_KEYS.contains(k)) {
-                return Err(ConfigError::Decode(format!("unknown keys found during decoding:\n{key}")));
+            if let Some(key) = map
+                .keys()
+                .filter_map(|k| k.as_str())
+                .find(|k| !V1ALPHA1_KEYS.contains(k))
+            {
+                return Err(ConfigError::Decode(format!(
+                    "unknown keys found during decoding:\n{key}"
+                )));
             }
             if text(map.get("version")) != Some("v1alpha1") {
                 return Err(ConfigError::Decode("invalid config version".into()));
@@ -105,7 +115,9 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
     let mut config = NodeConfig::default();
     let machine = &root["machine"];
     if !machine.is_mapping() {
-        return Err(ConfigError::Invalid(vec!["machine instructions are required".into()]));
+        return Err(ConfigError::Invalid(vec![
+            "machine instructions are required".into(),
+        ]));
     }
     check_cluster(&root["cluster"], &mut config, &mut errors);
     check_machine(machine, &root["cluster"], &mut errors);
@@ -117,13 +129,23 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
             errors.push(format!("invalid machine node labels: {e}"));
         }
     }
-    config.node_annotations = string_map(&machine["nodeAnnotations"], "machine.nodeAnnotations", &mut errors);
+    config.node_annotations = string_map(
+        &machine["nodeAnnotations"],
+        "machine.nodeAnnotations",
+        &mut errors,
+    );
     for (key, val) in string_map(&machine["nodeTaints"], "machine.nodeTaints", &mut errors) {
         let (value, effect) = val.split_once(':').unwrap_or(("", val.as_str()));
         if !TAINT_EFFECTS.contains(&effect) {
-            errors.push(format!("invalid machine node taints: invalid taint effect: {effect:?}"));
+            errors.push(format!(
+                "invalid machine node taints: invalid taint effect: {effect:?}"
+            ));
         }
-        config.node_taints.push(Taint { key, value: value.to_string(), effect: effect.to_string() });
+        config.node_taints.push(Taint {
+            key,
+            value: value.to_string(),
+            effect: effect.to_string(),
+        });
     }
 
     let kubelet = &machine["kubelet"];
@@ -145,7 +167,11 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
     config.eviction_hard = string_map(&extra["evictionHard"], "evictionHard", &mut errors);
     config.install_disk = text(machine["install"].get("disk")).map(str::to_string);
 
-    if errors.is_empty() { Ok(config) } else { Err(ConfigError::Invalid(errors)) }
+    if errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError::Invalid(errors))
+    }
 }
 
 fn text(v: Option<&Value>) -> Option<&str> {
@@ -163,14 +189,15 @@ fn check_cluster(cluster: &Value, config: &mut NodeConfig, errors: &mut Vec<Stri
             Ok(url) if url.scheme() == "https" && url.host_str().is_some() => {
                 config.control_plane_endpoint = endpoint.to_string();
             }
-            _ => errors.push(format!("invalid controlplane endpoint: {endpoint:?} is not an https URL")),
+            _ => errors.push(format!(
+                "invalid controlplane endpoint: {endpoint:?} is not an https URL"
+            )),
         },
     }
     match text(cluster.get("token")) {
         None | Some("") => errors.push("cluster.token is required on worker machines".into()),
-        Some(token) if !is_bootstrap_token(token) => {
-            errors.push("cluster.token is not a valid bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})".into())
-        }
+        Some(token) if !is_bootstrap_token(token) => errors
+            .push("cluster.token is not a valid bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})".into()),
         Some(_) => {}
     }
 }
@@ -178,14 +205,16 @@ fn check_cluster(cluster: &Value, config: &mut NodeConfig, errors: &mut Vec<Stri
 fn check_machine(machine: &Value, cluster: &Value, errors: &mut Vec<String>) {
     match text(machine.get("type")).unwrap_or("") {
         "worker" => {}
-        t @ ("controlplane" | "init") => {
-            errors.push(format!("talos-sim only simulates worker machines, got machine.type {t:?}"))
-        }
+        t @ ("controlplane" | "init") => errors.push(format!(
+            "talos-sim only simulates worker machines, got machine.type {t:?}"
+        )),
         other => errors.push(format!("unknown machine type {other:?}")),
     }
     let ca = &machine["ca"];
     let has_ca_crt = text(ca.get("crt")).is_some_and(|c| !c.is_empty());
-    let has_accepted = machine["acceptedCAs"].as_sequence().is_some_and(|s| !s.is_empty());
+    let has_accepted = machine["acceptedCAs"]
+        .as_sequence()
+        .is_some_and(|s| !s.is_empty());
     if !has_ca_crt && !has_accepted {
         errors.push(
             "trusted CA certificates are required on non-controlplane nodes (.machine.ca.crt, .machine.acceptedCAs)"
@@ -193,10 +222,16 @@ fn check_machine(machine: &Value, cluster: &Value, errors: &mut Vec<String>) {
         );
     }
     if text(ca.get("key")).is_some_and(|k| !k.is_empty()) {
-        errors.push("issuing Talos API CA key is not allowed on non-controlplane nodes (.machine.ca)".into());
+        errors.push(
+            "issuing Talos API CA key is not allowed on non-controlplane nodes (.machine.ca)"
+                .into(),
+        );
     }
     if text(cluster["ca"].get("key")).is_some_and(|k| !k.is_empty()) {
-        errors.push("issuing Kubernetes API CA key is not allowed on non-controlplane nodes (.cluster.ca)".into());
+        errors.push(
+            "issuing Kubernetes API CA key is not allowed on non-controlplane nodes (.cluster.ca)"
+                .into(),
+        );
     }
     let install = &machine["install"];
     if !install.is_mapping() {
@@ -266,7 +301,9 @@ fn register_taints(v: &Value, errors: &mut Vec<String>) -> Vec<Taint> {
         let key = text(item.get("key")).unwrap_or("");
         let effect = text(item.get("effect")).unwrap_or("");
         if key.is_empty() || !TAINT_EFFECTS.contains(&effect) {
-            errors.push(format!("invalid registerWithTaints entry: key {key:?}, effect {effect:?}"));
+            errors.push(format!(
+                "invalid registerWithTaints entry: key {key:?}, effect {effect:?}"
+            ));
             continue;
         }
         taints.push(Taint {
@@ -279,14 +316,20 @@ fn register_taints(v: &Value, errors: &mut Vec<String>) -> Vec<Taint> {
 }
 
 fn is_bootstrap_token(token: &str) -> bool {
-    let ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let ok = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
     matches!(token.split_once('.'), Some((id, secret)) if ok(id, 6) && ok(secret, 16))
 }
 
 fn is_dns_label(label: &str) -> bool {
     !label.is_empty()
         && label.len() <= 63
-        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !label.starts_with('-')
         && !label.ends_with('-')
 }
@@ -300,11 +343,14 @@ fn validate_label(key: &str, value: &str) -> Result<(), String> {
     let name_ok = |s: &str| {
         !s.is_empty()
             && s.len() <= 63
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
             && s.as_bytes()[0].is_ascii_alphanumeric()
             && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
     };
-    let (prefix, name) = key.rsplit_once('/').map_or((None, key), |(p, n)| (Some(p), n));
+    let (prefix, name) = key
+        .rsplit_once('/')
+        .map_or((None, key), |(p, n)| (Some(p), n));
     if prefix.is_some_and(|p| !is_hostname(p)) || !name_ok(name) {
         return Err(format!("invalid label key {key:?}"));
     }

@@ -24,17 +24,32 @@ fn worker_config_is_read() {
     assert_eq!(
         cfg.node_taints,
         vec![
-            Taint { key: "dedicated".into(), value: "gpu".into(), effect: "NoSchedule".into() },
-            Taint { key: "example.com/flag".into(), value: "".into(), effect: "PreferNoSchedule".into() },
+            Taint {
+                key: "dedicated".into(),
+                value: "gpu".into(),
+                effect: "NoSchedule".into()
+            },
+            Taint {
+                key: "example.com/flag".into(),
+                value: "".into(),
+                effect: "PreferNoSchedule".into()
+            },
         ]
     );
     assert_eq!(
         cfg.register_with_taints,
-        vec![Taint { key: "karpenter.sh/unregistered".into(), value: "".into(), effect: "NoExecute".into() }]
+        vec![Taint {
+            key: "karpenter.sh/unregistered".into(),
+            value: "".into(),
+            effect: "NoExecute".into()
+        }]
     );
     assert_eq!(cfg.max_pods, Some(250));
     assert_eq!(cfg.system_reserved["memory"], "512Mi");
-    assert_eq!(cfg.kubelet_image.as_deref(), Some("ghcr.io/siderolabs/kubelet:v1.35.2"));
+    assert_eq!(
+        cfg.kubelet_image.as_deref(),
+        Some("ghcr.io/siderolabs/kubelet:v1.35.2")
+    );
     assert_eq!(cfg.install_disk.as_deref(), Some("/dev/nvme0n1"));
 }
 
@@ -44,21 +59,33 @@ fn provider_id_may_be_a_list() {
         "provider-id: scaleway://baremetal/fr-par-2/11111111-2222-3333-4444-555555555555",
         "provider-id: [\"scaleway://baremetal/fr-par-2/x\"]",
     );
-    assert_eq!(parse(&yaml).unwrap().provider_id.as_deref(), Some("scaleway://baremetal/fr-par-2/x"));
+    assert_eq!(
+        parse(&yaml).unwrap().provider_id.as_deref(),
+        Some("scaleway://baremetal/fr-par-2/x")
+    );
 }
 
 #[test]
 fn deprecated_network_hostname_is_a_fallback() {
     let base = WORKER.split("\n---\n").next().unwrap();
     assert_eq!(parse(base).unwrap().hostname, None);
-    let yaml = base.replace("  type: worker\n", "  type: worker\n  network:\n    hostname: legacy-node\n");
-    assert_eq!(parse(&yaml).unwrap().hostname.as_deref(), Some("legacy-node"));
+    let yaml = base.replace(
+        "  type: worker\n",
+        "  type: worker\n  network:\n    hostname: legacy-node\n",
+    );
+    assert_eq!(
+        parse(&yaml).unwrap().hostname.as_deref(),
+        Some("legacy-node")
+    );
 }
 
 #[test]
 fn missing_essentials_are_reported_together() {
     let yaml = WORKER
-        .replace("    endpoint: https://127.0.0.1:6443\n", "    endpoint: \"\"\n")
+        .replace(
+            "    endpoint: https://127.0.0.1:6443\n",
+            "    endpoint: \"\"\n",
+        )
         .replace("  token: k8sabc.0123456789abcdef\n", "");
     let errors = invalid(&yaml);
     assert_eq!(
@@ -79,7 +106,10 @@ fn controlplane_and_unknown_types_are_refused() {
         invalid(&WORKER.replace("type: worker", "type: controlplane")),
         vec!["talos-sim only simulates worker machines, got machine.type \"controlplane\""]
     );
-    assert_eq!(invalid(&WORKER.replace("type: worker", "type: toaster")), vec!["unknown machine type \"toaster\""]);
+    assert_eq!(
+        invalid(&WORKER.replace("type: worker", "type: toaster")),
+        vec!["unknown machine type \"toaster\""]
+    );
 }
 
 #[test]
@@ -92,7 +122,11 @@ fn secrets_are_never_echoed() {
 
 #[test]
 fn ca_keys_on_workers_are_refused() {
-    let yaml = WORKER.replacen("    key: \"\"", "    key: LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0t", 1);
+    let yaml = WORKER.replacen(
+        "    key: \"\"",
+        "    key: LS0tLS1CRUdJTiBFQyBQUklWQVRFIEtFWS0tLS0t",
+        1,
+    );
     assert_eq!(
         invalid(&yaml),
         vec!["issuing Talos API CA key is not allowed on non-controlplane nodes (.machine.ca)"]
@@ -101,8 +135,13 @@ fn ca_keys_on_workers_are_refused() {
 
 #[test]
 fn structural_problems() {
-    assert!(matches!(parse("machine: [").unwrap_err(), ConfigError::Decode(_)));
-    assert!(matches!(parse("foo: bar").unwrap_err(), ConfigError::Decode(m) if m == "missing kind"));
+    assert!(matches!(
+        parse("machine: [").unwrap_err(),
+        ConfigError::Decode(_)
+    ));
+    assert!(
+        matches!(parse("foo: bar").unwrap_err(), ConfigError::Decode(m) if m == "missing kind")
+    );
     assert_eq!(
         parse(&WORKER.replace("persist: true", "persist: true\nbogus: 1")).unwrap_err(),
         ConfigError::Decode("unknown keys found during decoding:\nbogus".into())
@@ -111,9 +150,14 @@ fn structural_problems() {
         invalid("apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: a\n"),
         vec!["the applied machine configuration doesn't contain v1alpha1 config"]
     );
-    assert_eq!(invalid("version: v1alpha1\ncluster: {}\n"), vec!["machine instructions are required"]);
+    assert_eq!(
+        invalid("version: v1alpha1\ncluster: {}\n"),
+        vec!["machine instructions are required"]
+    );
     let doubled = format!("{WORKER}---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: b\n");
-    assert!(matches!(parse(&doubled).unwrap_err(), ConfigError::Decode(m) if m.contains("duplicate")));
+    assert!(
+        matches!(parse(&doubled).unwrap_err(), ConfigError::Decode(m) if m.contains("duplicate"))
+    );
 }
 
 #[test]
@@ -123,7 +167,16 @@ fn bad_labels_taints_and_hostnames() {
         .replace("dedicated: gpu:NoSchedule", "dedicated: gpu:Sometimes")
         .replace("hostname: default-abcde", "hostname: Not_A_Host");
     let errors = invalid(&yaml);
-    assert!(errors.contains(&"invalid hostname \"Not_A_Host\"".to_string()), "{errors:?}");
-    assert!(errors.contains(&"invalid machine node labels: invalid label key \"bad key!\"".to_string()));
-    assert!(errors.contains(&"invalid machine node taints: invalid taint effect: \"Sometimes\"".to_string()));
+    assert!(
+        errors.contains(&"invalid hostname \"Not_A_Host\"".to_string()),
+        "{errors:?}"
+    );
+    assert!(
+        errors.contains(&"invalid machine node labels: invalid label key \"bad key!\"".to_string())
+    );
+    assert!(
+        errors.contains(
+            &"invalid machine node taints: invalid taint effect: \"Sometimes\"".to_string()
+        )
+    );
 }

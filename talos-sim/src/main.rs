@@ -101,8 +101,10 @@ fn main() -> ExitCode {
 }
 
 fn make_image(args: &MakeImageArgs) -> anyhow::Result<()> {
-    let size = image::parse_size(&args.size).with_context(|| format!("invalid --size {:?}", args.size))?;
-    let file = File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let size =
+        image::parse_size(&args.size).with_context(|| format!("invalid --size {:?}", args.size))?;
+    let file =
+        File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let header = image::write_image(
         &args.version,
         &args.arch,
@@ -122,9 +124,10 @@ fn make_image(args: &MakeImageArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let emsim_url = args.emsim_url.context("--emsim-url is required (or use `talos-sim make-image`)")?;
-    // Several rustls providers end up linked in; pick one for the process.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let emsim_url = args
+        .emsim_url
+        .context("--emsim-url is required (or use `talos-sim make-image`)")?;
+    talos_sim::install_crypto_provider();
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating the state dir {}", args.state_dir.display()))?;
     let sim = Simulator::new(Settings {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use russh::keys::PrivateKey;
 use russh::keys::ssh_key::private::Ed25519Keypair;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +17,10 @@ use crate::disk::Disk;
 use crate::model::{BootType, Command};
 use crate::os::{Boot, Settings};
 use crate::records::{OsState, Record, ServerRecord};
+
+/// How long a power-on may take to bring its services up before the next
+/// event is handled anyway.
+const SETTLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub struct Simulator {
     settings: Arc<Settings>,
@@ -64,6 +68,8 @@ impl Simulator {
         let mut servers = self.servers.lock().await;
         match command {
             Command::PowerOn(on) => {
+                let on = *on;
+                let server_id = on.server_id.clone();
                 let slot = servers.entry(on.server_id.clone()).or_insert_with(|| Slot {
                     record: Record::new(&on.server_id),
                     host_key: new_host_key(),
@@ -94,6 +100,7 @@ impl Simulator {
                 });
                 slot.disk = Some(disk.clone());
                 let cancel = CancellationToken::new();
+                let (settled_tx, settled_rx) = oneshot::channel();
                 let boot_type = on.boot_type;
                 let address = on.address;
                 let boot = Boot {
@@ -103,6 +110,7 @@ impl Simulator {
                     host_key: slot.host_key.clone(),
                     settings: self.settings.clone(),
                     cancel: cancel.clone(),
+                    settled: std::sync::Mutex::new(Some(settled_tx)),
                 };
                 slot.running = Some(Running {
                     boot_type,
@@ -110,9 +118,17 @@ impl Simulator {
                     cancel,
                     task: tokio::spawn(boot.run()),
                 });
+                if tokio::time::timeout(SETTLE_TIMEOUT, settled_rx)
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(%server_id, "boot still settling, moving on");
+                }
             }
             Command::PowerOff { server_id } => {
-                let Some(slot) = servers.get_mut(&server_id) else { return };
+                let Some(slot) = servers.get_mut(&server_id) else {
+                    return;
+                };
                 if let Some(running) = slot.running.take() {
                     running.stop().await;
                     tracing::info!(%server_id, "powered off");
@@ -120,7 +136,9 @@ impl Simulator {
                 slot.record.set_state(OsState::Off);
             }
             Command::Deleted { server_id } => {
-                let Some(slot) = servers.get_mut(&server_id) else { return };
+                let Some(slot) = servers.get_mut(&server_id) else {
+                    return;
+                };
                 if let Some(running) = slot.running.take() {
                     running.stop().await;
                 }
@@ -141,7 +159,12 @@ impl Simulator {
     }
 
     pub async fn records(&self) -> Vec<ServerRecord> {
-        self.servers.lock().await.values().map(|s| s.record.snapshot()).collect()
+        self.servers
+            .lock()
+            .await
+            .values()
+            .map(|s| s.record.snapshot())
+            .collect()
     }
 
     /// Powers everything off and forgets every server and disk.

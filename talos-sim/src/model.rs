@@ -93,7 +93,7 @@ pub enum BootType {
 /// server manager only matches on complete commands.
 #[derive(Debug, Clone)]
 pub enum Command {
-    PowerOn(PowerOn),
+    PowerOn(Box<PowerOn>),
     PowerOff { server_id: String },
     Deleted { server_id: String },
 }
@@ -125,7 +125,7 @@ impl Event {
         match self.kind.as_str() {
             "power_off" => Ok(Command::PowerOff { server_id }),
             "deleted" => Ok(Command::Deleted { server_id }),
-            "power_on" => self.power_on().map(Command::PowerOn),
+            "power_on" => self.power_on().map(|on| Command::PowerOn(Box::new(on))),
             other => Err(EventError::UnknownType(other.to_string())),
         }
     }
@@ -194,8 +194,15 @@ pub struct Machine {
 
 impl Machine {
     pub fn from_offer(server_id: &str, offer: &Offer) -> Result<Self, EventError> {
-        let disk = offer.disks.first().ok_or(EventError::Missing("offer disk"))?;
-        let threads = offer.cpus.iter().map(|c| c.thread_count.max(c.core_count)).sum();
+        let disk = offer
+            .disks
+            .first()
+            .ok_or(EventError::Missing("offer disk"))?;
+        let threads = offer
+            .cpus
+            .iter()
+            .map(|c| c.thread_count.max(c.core_count))
+            .sum();
         Ok(Self {
             offer_name: offer.name.clone(),
             disk_name: disk_name(&disk.kind).to_string(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use russh::keys::PrivateKey;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
@@ -42,6 +42,10 @@ pub struct Boot {
     pub host_key: PrivateKey,
     pub settings: Arc<Settings>,
     pub cancel: CancellationToken,
+    /// Fired (or dropped) once the boot settled: its services listen, or it
+    /// stopped at a dead end. Lets event handling finish a power-on before
+    /// the next event, like a machine that reached `ready`.
+    pub settled: std::sync::Mutex<Option<oneshot::Sender<()>>>,
 }
 
 impl Boot {
@@ -49,6 +53,17 @@ impl Boot {
         match self.on.boot_type {
             BootType::Rescue => self.rescue().await,
             BootType::Normal => self.normal().await,
+        }
+    }
+
+    fn settle(&self) {
+        if let Some(tx) = self
+            .settled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = tx.send(());
         }
     }
 
@@ -74,15 +89,25 @@ impl Boot {
 
     async fn rescue(self) {
         if let Err(e) = self.disk.ensure() {
-            self.fail(format!("cannot create the disk file {}: {e}", self.disk.path.display()));
+            self.fail(format!(
+                "cannot create the disk file {}: {e}",
+                self.disk.path.display()
+            ));
         }
-        let Some(listener) = self.bind(self.settings.ssh_port, "rescue SSH").await else { return };
+        let Some(listener) = self.bind(self.settings.ssh_port, "rescue SSH").await else {
+            return;
+        };
         self.record.update(|r| {
             r.state = OsState::Rescue;
             r.boot_error = None;
         });
         tracing::info!(server_id = %self.server_id(), address = %self.on.address, "booted into rescue");
-        let hostname = if self.on.server_name.is_empty() { "rescue".to_string() } else { self.on.server_name.clone() };
+        self.settle();
+        let hostname = if self.on.server_name.is_empty() {
+            "rescue".to_string()
+        } else {
+            self.on.server_name.clone()
+        };
         let ssh = RescueSsh {
             server_id: self.on.server_id.clone(),
             user: self.on.rescue_user.clone(),
@@ -109,6 +134,7 @@ impl Boot {
                     r.disk.image_sha256 = None;
                     r.disk.image_version = None;
                 });
+                self.settle();
                 return;
             }
         };
@@ -129,6 +155,7 @@ impl Boot {
             },
         };
         self.record.set_state(OsState::Configured);
+        self.settle();
         let cfg = match machine_config::parse(&yaml) {
             Ok(cfg) => cfg,
             Err(e) => return self.fail(format!("the installed machine config is invalid: {e}")),
@@ -142,6 +169,7 @@ impl Boot {
         let listener = self.bind(self.settings.talos_port, "the Talos API").await?;
         self.record.set_state(OsState::Maintenance);
         tracing::info!(server_id = %self.server_id(), version = %header.version, "booted Talos in maintenance mode");
+        self.settle();
         let (applied_tx, mut applied_rx) = mpsc::channel(1);
         let api = MaintenanceApi::new(
             &self.on.server_id,
@@ -154,8 +182,7 @@ impl Boot {
             applied_tx,
         );
         let stop = self.cancel.child_token();
-        let server = api.serve(listener, stop.clone());
-        tokio::pin!(server);
+        let mut server = Box::pin(api.serve(listener, stop.clone()));
         let applied = tokio::select! {
             result = &mut server => {
                 if let Err(e) = result {
@@ -166,6 +193,7 @@ impl Boot {
             Some(applied) = applied_rx.recv() => applied,
         };
         let _ = tokio::time::timeout(self.settings.install_delay, &mut server).await;
+        // The "reboot": the listener and every connection go away.
         stop.cancel();
         drop(server);
         if let Err(e) = self.disk.install_config(&applied.yaml) {

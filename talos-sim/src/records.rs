@@ -120,10 +120,22 @@ mod tests {
         assert_eq!(json["id"], "srv-1");
         assert_eq!(json["state"], "no_bootable_device");
         assert_eq!(json["commands"][0], "lsblk -dno NAME,TYPE");
-        for key in ["address", "disk", "rescue_sessions", "applied_configs", "node_name"] {
+        for key in [
+            "address",
+            "disk",
+            "rescue_sessions",
+            "applied_configs",
+            "node_name",
+        ] {
             assert!(json.get(key).is_some(), "{key} missing");
         }
-        for key in ["name", "path", "size_bytes", "image_sha256", "image_version"] {
+        for key in [
+            "name",
+            "path",
+            "size_bytes",
+            "image_sha256",
+            "image_version",
+        ] {
             assert!(json["disk"].get(key).is_some(), "disk.{key} missing");
         }
     }

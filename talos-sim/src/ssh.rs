@@ -105,18 +105,35 @@ struct Connection {
 
 impl Connection {
     fn allowed(&self, user: &str, key: &PublicKey) -> bool {
-        user == self.shared.user && self.shared.authorized.iter().any(|k| k.key_data() == key.key_data())
+        user == self.shared.user
+            && self
+                .shared
+                .authorized
+                .iter()
+                .any(|k| k.key_data() == key.key_data())
     }
 }
 
 impl russh::server::Handler for Connection {
     type Error = russh::Error;
 
-    async fn auth_publickey_offered(&mut self, user: &str, offer: PublicKeyOffer<'_>) -> Result<Auth, Self::Error> {
-        Ok(if self.allowed(user, offer.public_key) { Auth::Accept } else { Auth::reject() })
+    async fn auth_publickey_offered(
+        &mut self,
+        user: &str,
+        offer: PublicKeyOffer<'_>,
+    ) -> Result<Auth, Self::Error> {
+        Ok(if self.allowed(user, offer.public_key) {
+            Auth::Accept
+        } else {
+            Auth::reject()
+        })
     }
 
-    async fn auth_publickey(&mut self, user: &str, key: VerifiedPublicKey<'_>) -> Result<Auth, Self::Error> {
+    async fn auth_publickey(
+        &mut self,
+        user: &str,
+        key: VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
         let ok = self.allowed(user, key.public_key);
         let server_id = &self.shared.server_id;
         if ok {
@@ -152,13 +169,22 @@ impl russh::server::Handler for Connection {
         Ok(())
     }
 
-    async fn shell_request(&mut self, channel: ChannelId, session: &mut Session) -> Result<(), Self::Error> {
+    async fn shell_request(
+        &mut self,
+        channel: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
         // Only non-interactive `exec` is simulated.
         session.channel_failure(channel)?;
         Ok(())
     }
 
-    async fn exec_request(&mut self, channel: ChannelId, data: &[u8], session: &mut Session) -> Result<(), Self::Error> {
+    async fn exec_request(
+        &mut self,
+        channel: ChannelId,
+        data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
         let Some(chan) = self.channels.remove(&channel) else {
             session.channel_failure(channel)?;
             return Ok(());
@@ -191,18 +217,25 @@ async fn exec(channel: Channel<Msg>, line: String, env: Arc<ShellEnv>) {
 
     let feed_stdin = async move {
         while let Some(msg) = reader.wait().await {
-            match msg {
-                ChannelMsg::Data { data } => {
-                    if stdin_tx.send(data).await.is_err() {
-                        break;
-                    }
-                }
+            let data = match msg {
+                ChannelMsg::Data { data } => data,
                 ChannelMsg::Eof | ChannelMsg::Close => break,
-                _ => {}
+                _ => continue,
+            };
+            if stdin_tx.send(data).await.is_err() {
+                break;
             }
         }
     };
-    let run = run_line(env, &line, Stdio { stdin: Input::from_receiver(stdin_rx), stdout, stderr });
+    let run = run_line(
+        env,
+        &line,
+        Stdio {
+            stdin: Input::from_receiver(stdin_rx),
+            stdout,
+            stderr,
+        },
+    );
     let forward_stdout = async {
         while let Some(chunk) = stdout_rx.read().await {
             if writer.data_bytes(chunk).await.is_err() {
@@ -227,7 +260,9 @@ async fn exec(channel: Channel<Msg>, line: String, env: Arc<ShellEnv>) {
         status = finished => status,
         status = feed => status,
     };
-    let _ = writer.exit_status(u32::try_from(status).unwrap_or(255)).await;
+    let _ = writer
+        .exit_status(u32::try_from(status).unwrap_or(255))
+        .await;
     let _ = writer.eof().await;
     let _ = writer.close().await;
 }

@@ -19,8 +19,8 @@ use crate::machine_config::{self, NodeConfig};
 use crate::proto::apply_configuration_request::Mode;
 use crate::proto::machine_service_server::{MachineService, MachineServiceServer};
 use crate::proto::{
-    ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, Metadata, PlatformInfo, Version,
-    VersionInfo, VersionResponse,
+    ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, Metadata,
+    PlatformInfo, Version, VersionInfo, VersionResponse,
 };
 use crate::records::{AppliedConfig, Record};
 
@@ -71,11 +71,18 @@ impl MaintenanceApi {
     }
 
     fn metadata(&self) -> Option<Metadata> {
-        Some(Metadata { hostname: self.address.to_string(), error: String::new() })
+        Some(Metadata {
+            hostname: self.address.to_string(),
+            error: String::new(),
+        })
     }
 
     /// Serves on `listener` until `cancel` fires; connections die with it.
-    pub async fn serve(self, listener: TcpListener, cancel: CancellationToken) -> anyhow::Result<()> {
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
         let tls = TlsAcceptor::from(Arc::new(tls_config(IpAddr::V4(self.address))?));
         let server_id = self.server_id.clone();
         let routes = tonic::service::Routes::new(MachineServiceServer::new(self)).prepare();
@@ -117,12 +124,15 @@ impl MaintenanceApi {
 /// A self-signed certificate for the server's address, generated per boot
 /// like Talos' maintenance-mode certificate.
 pub fn tls_config(ip: IpAddr) -> anyhow::Result<rustls::ServerConfig> {
-    let rcgen::CertifiedKey { cert, signing_key } = rcgen::generate_simple_self_signed(vec![ip.to_string()])?;
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec![ip.to_string()])?;
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(signing_key.serialize_der().into());
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.der().clone()], key)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone()], key)?;
     // gRPC clients (grpc-go in particular) insist on negotiating h2.
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
@@ -135,10 +145,13 @@ impl MachineService for MaintenanceApi {
         request: Request<ApplyConfigurationRequest>,
     ) -> Result<Response<ApplyConfigurationResponse>, Status> {
         let request = request.into_inner();
-        let mode = Mode::try_from(request.mode)
-            .map_err(|_| Status::invalid_argument(format!("unknown apply mode {}", request.mode)))?;
+        let mode = Mode::try_from(request.mode).map_err(|_| {
+            Status::invalid_argument(format!("unknown apply mode {}", request.mode))
+        })?;
         let Ok(mut applied) = self.applied.try_lock() else {
-            return Err(Status::failed_precondition("another apply configuration is already in progress"));
+            return Err(Status::failed_precondition(
+                "another apply configuration is already in progress",
+            ));
         };
         if *applied {
             return Err(Status::failed_precondition(
@@ -153,12 +166,24 @@ impl MachineService for MaintenanceApi {
         })?;
         // In maintenance mode a reboot-less apply means "install now".
         let (mode_out, details) = match mode {
-            Mode::Reboot | Mode::Auto | Mode::NoReboot => (Mode::NoReboot, "Applied configuration without a reboot"),
-            Mode::Staged => (Mode::Staged, "Staged configuration to be applied after the next reboot"),
-            Mode::Try => return Err(Status::unimplemented("talos-sim does not simulate the try apply mode")),
+            Mode::Reboot | Mode::Auto | Mode::NoReboot => {
+                (Mode::NoReboot, "Applied configuration without a reboot")
+            }
+            Mode::Staged => (
+                Mode::Staged,
+                "Staged configuration to be applied after the next reboot",
+            ),
+            Mode::Try => {
+                return Err(Status::unimplemented(
+                    "talos-sim does not simulate the try apply mode",
+                ));
+            }
         };
         if request.dry_run {
-            return Ok(self.reply(mode_out, format!("Dry run summary:\n{details} (skipped in dry-run).\n")));
+            return Ok(self.reply(
+                mode_out,
+                format!("Dry run summary:\n{details} (skipped in dry-run).\n"),
+            ));
         }
         self.record.update(|r| {
             r.applied_configs.push(AppliedConfig {
@@ -199,7 +224,10 @@ impl MachineService for MaintenanceApi {
                     os: "linux".into(),
                     arch: self.image_arch.clone(),
                 }),
-                platform: Some(PlatformInfo { name: "metal".into(), mode: "metal".into() }),
+                platform: Some(PlatformInfo {
+                    name: "metal".into(),
+                    mode: "metal".into(),
+                }),
             }],
         }))
     }

@@ -19,7 +19,11 @@ impl EventSink for Recorder {
             Command::PowerOn(on) => format!(
                 "power_on {} {} {} {}",
                 on.server_id,
-                if on.boot_type == BootType::Rescue { "rescue" } else { "normal" },
+                if on.boot_type == BootType::Rescue {
+                    "rescue"
+                } else {
+                    "normal"
+                },
                 on.address,
                 on.machine.disk_name
             ),
@@ -49,7 +53,11 @@ async fn fake_emsim(scripts: Vec<(Vec<String>, bool)>) -> (String, Arc<Mutex<Vec
             let (mut conn, _) = listener.accept().await.unwrap();
             let mut request = vec![0u8; 4096];
             let n = conn.read(&mut request).await.unwrap();
-            let first = String::from_utf8_lossy(&request[..n]).lines().next().unwrap_or("").to_string();
+            let first = String::from_utf8_lossy(&request[..n])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
             seen.lock().unwrap().push(first);
             conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n")
                 .await
@@ -81,7 +89,13 @@ async fn follows_reconnects_and_skips_bad_lines() {
             ],
             false,
         ),
-        (vec![event(4, "power_on", "s1", "normal"), event(5, "deleted", "s1", "normal")], true),
+        (
+            vec![
+                event(4, "power_on", "s1", "normal"),
+                event(5, "deleted", "s1", "normal"),
+            ],
+            true,
+        ),
     ];
     let (url, requests) = fake_emsim(scripts).await;
     let recorder = Recorder::default();

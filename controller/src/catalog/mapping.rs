@@ -42,16 +42,33 @@ pub fn arch_of(offer: &Offer) -> Result<&'static str, String> {
         .unwrap_or_default();
     let words: Vec<&str> = cpu.split(|c: char| !c.is_ascii_alphanumeric()).collect();
     let has_word = |w: &str| words.contains(&w);
-    if tags.iter().any(|t| t == "riscv" || t == "risc-v") || cpu.contains("risc") || has_word("th1520") {
+    if tags.iter().any(|t| t == "riscv" || t == "risc-v")
+        || cpu.contains("risc")
+        || has_word("th1520")
+    {
         return Err("RISC-V is not supported by Talos".into());
     }
-    if tags.iter().any(|t| t == "arm64" || t == "arm") || has_word("ampere") || has_word("altra") || has_word("arm") || has_word("neoverse") {
+    if tags.iter().any(|t| t == "arm64" || t == "arm")
+        || has_word("ampere")
+        || has_word("altra")
+        || has_word("arm")
+        || has_word("neoverse")
+    {
         return Ok("arm64");
     }
-    if has_word("intel") || has_word("xeon") || has_word("amd") || has_word("epyc") || has_word("ryzen") || has_word("opteron") {
+    if has_word("intel")
+        || has_word("xeon")
+        || has_word("amd")
+        || has_word("epyc")
+        || has_word("ryzen")
+        || has_word("opteron")
+    {
         return Ok("amd64");
     }
-    Err(format!("unknown CPU architecture {:?}", offer.cpus.first().map(|c| c.name.as_str()).unwrap_or("")))
+    Err(format!(
+        "unknown CPU architecture {:?}",
+        offer.cpus.first().map(|c| c.name.as_str()).unwrap_or("")
+    ))
 }
 
 /// A label value: lowercase, `[a-z0-9.-]`, at most 63 characters, starting and
@@ -67,7 +84,8 @@ fn label_value(raw: &str) -> String {
         }
     }
     out.truncate(63);
-    out.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
+    out.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
 }
 
 /// Hardware of one offer as an instance type without offerings.
@@ -86,7 +104,15 @@ fn hardware(offer: &Offer, arch: &'static str) -> Result<InstanceType, String> {
         pods: MAX_PODS,
         // Every GPU offer Scaleway sells is NVIDIA; another vendor would need its
         // own device plugin resource name.
-        nvidia_gpus: if offer.gpus.iter().all(|g| g.name.to_ascii_lowercase().contains("nvidia")) { gpus } else { 0 },
+        nvidia_gpus: if offer
+            .gpus
+            .iter()
+            .all(|g| g.name.to_ascii_lowercase().contains("nvidia"))
+        {
+            gpus
+        } else {
+            0
+        },
     };
     let mut labels = BTreeMap::new();
     let mut put = |k: &str, v: String| {
@@ -102,13 +128,19 @@ fn hardware(offer: &Offer, arch: &'static str) -> Result<InstanceType, String> {
     put(LABEL_INSTANCE_CPU, threads.to_string());
     put(LABEL_INSTANCE_MEMORY, (memory / (1024 * 1024)).to_string());
     put(LABEL_INSTANCE_DISK_TYPE, label_value(&disk.kind));
-    put(LABEL_INSTANCE_DISK_SIZE, (disk.capacity / 1_000_000_000).to_string());
+    put(
+        LABEL_INSTANCE_DISK_SIZE,
+        (disk.capacity / 1_000_000_000).to_string(),
+    );
     if let Some(gpu) = offer.gpus.first() {
         put(LABEL_INSTANCE_GPU_NAME, label_value(&gpu.name));
         put(LABEL_INSTANCE_GPU_COUNT, gpus.to_string());
     }
     if offer.bandwidth > 0 {
-        put(LABEL_INSTANCE_BANDWIDTH, (offer.bandwidth / 1_000_000).to_string());
+        put(
+            LABEL_INSTANCE_BANDWIDTH,
+            (offer.bandwidth / 1_000_000).to_string(),
+        );
     }
     Ok(InstanceType {
         name: offer.name.clone(),
@@ -125,7 +157,9 @@ fn hardware(offer: &Offer, arch: &'static str) -> Result<InstanceType, String> {
 /// taken from the first zone (zones sorted). Sold-out and disabled offers stay
 /// listed with `available = false`, because a type that disappears makes every
 /// node of that type drift.
-pub fn instance_types(offers_by_zone: &BTreeMap<String, Vec<Offer>>) -> (Vec<InstanceType>, Vec<Excluded>) {
+pub fn instance_types(
+    offers_by_zone: &BTreeMap<String, Vec<Offer>>,
+) -> (Vec<InstanceType>, Vec<Excluded>) {
     let mut types: BTreeMap<String, InstanceType> = BTreeMap::new();
     let mut excluded = Vec::new();
     for (zone, offers) in offers_by_zone {
@@ -232,7 +266,10 @@ mod tests {
         assert_eq!(get(LABEL_OS).values, vec!["linux"]);
         assert_eq!(get(LABEL_CAPACITY_TYPE).values, vec!["on-demand"]);
         assert_eq!(get(LABEL_WINDOWS_BUILD).operator, Operator::DoesNotExist);
-        assert_eq!(get(LABEL_INSTANCE_GPU_NAME).operator, Operator::DoesNotExist);
+        assert_eq!(
+            get(LABEL_INSTANCE_GPU_NAME).operator,
+            Operator::DoesNotExist
+        );
         for key in crate::catalog::PROVIDER_LABELS {
             assert!(reqs.iter().any(|r| r.key == *key), "{key} undefined");
         }

@@ -49,20 +49,28 @@ impl Resources {
             }
         };
         put("cpu", self.cpu_millis, cpu_quantity(self.cpu_millis));
-        put("memory", self.memory_bytes, bytes_quantity(self.memory_bytes));
+        put(
+            "memory",
+            self.memory_bytes,
+            bytes_quantity(self.memory_bytes),
+        );
         put(
             "ephemeral-storage",
             self.ephemeral_storage_bytes,
             bytes_quantity(self.ephemeral_storage_bytes),
         );
         put("pods", self.pods, self.pods.to_string());
-        put("nvidia.com/gpu", self.nvidia_gpus, self.nvidia_gpus.to_string());
+        put(
+            "nvidia.com/gpu",
+            self.nvidia_gpus,
+            self.nvidia_gpus.to_string(),
+        );
         out
     }
 }
 
 pub fn cpu_quantity(millis: u64) -> String {
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         (millis / 1000).to_string()
     } else {
         format!("{millis}m")
@@ -72,11 +80,11 @@ pub fn cpu_quantity(millis: u64) -> String {
 pub fn bytes_quantity(bytes: u64) -> String {
     if bytes == 0 {
         "0".into()
-    } else if bytes % GI == 0 {
+    } else if bytes.is_multiple_of(GI) {
         format!("{}Gi", bytes / GI)
-    } else if bytes % MI == 0 {
+    } else if bytes.is_multiple_of(MI) {
         format!("{}Mi", bytes / MI)
-    } else if bytes % KI == 0 {
+    } else if bytes.is_multiple_of(KI) {
         format!("{}Ki", bytes / KI)
     } else {
         bytes.to_string()

@@ -111,10 +111,16 @@ impl CatalogStore {
 
     fn mark_unavailable_at(&self, offer: &str, zone: &str, now: Instant) {
         let mut inputs = self.lock();
-        inputs
-            .unavailable
-            .insert((offer.to_string(), zone.to_string()), now + self.unavailable_ttl);
-        info!(offer, zone, ttl_s = self.unavailable_ttl.as_secs(), "offering marked unavailable");
+        inputs.unavailable.insert(
+            (offer.to_string(), zone.to_string()),
+            now + self.unavailable_ttl,
+        );
+        info!(
+            offer,
+            zone,
+            ttl_s = self.unavailable_ttl.as_secs(),
+            "offering marked unavailable"
+        );
         self.publish(&inputs, now);
     }
 
@@ -140,7 +146,11 @@ impl CatalogStore {
         for it in &mut default {
             for o in &mut it.offerings {
                 let key = (it.name.clone(), o.zone.clone());
-                if inputs.unavailable.get(&key).is_some_and(|until| *until > now) {
+                if inputs
+                    .unavailable
+                    .get(&key)
+                    .is_some_and(|until| *until > now)
+                {
                     o.available = false;
                 }
             }
@@ -254,7 +264,12 @@ mod tests {
         instance_types(&by_zone).0
     }
 
-    fn offering_available(s: &Snapshot, class: Option<&str>, name: &str, zone: &str) -> Option<bool> {
+    fn offering_available(
+        s: &Snapshot,
+        class: Option<&str>,
+        name: &str,
+        zone: &str,
+    ) -> Option<bool> {
         s.for_class(class)
             .iter()
             .find(|t| t.name == name)?
@@ -286,15 +301,24 @@ mod tests {
         store.mark_unavailable_at("EM-A115X-SSD", "fr-par-2", t0);
         let s = store.snapshot();
         assert_eq!(s.revision, 2);
-        assert_eq!(offering_available(&s, None, "EM-A115X-SSD", "fr-par-2"), Some(false));
-        assert_eq!(offering_available(&s, None, "EM-A115X-SSD", "nl-ams-1"), Some(true));
+        assert_eq!(
+            offering_available(&s, None, "EM-A115X-SSD", "fr-par-2"),
+            Some(false)
+        );
+        assert_eq!(
+            offering_available(&s, None, "EM-A115X-SSD", "nl-ams-1"),
+            Some(true)
+        );
         // Still listed: the type stays in the catalog.
         store.expire_at(t0 + Duration::from_secs(30));
         assert_eq!(store.snapshot().revision, 2);
         store.expire_at(t0 + Duration::from_secs(61));
         let s = store.snapshot();
         assert_eq!(s.revision, 3);
-        assert_eq!(offering_available(&s, None, "EM-A115X-SSD", "fr-par-2"), Some(true));
+        assert_eq!(
+            offering_available(&s, None, "EM-A115X-SSD", "fr-par-2"),
+            Some(true)
+        );
     }
 
     #[test]
@@ -306,8 +330,14 @@ mod tests {
             ("all".to_string(), vec![]),
         ]));
         let s = store.snapshot();
-        assert_eq!(offering_available(&s, Some("par"), "EM-A115X-SSD", "nl-ams-1"), None);
-        assert_eq!(offering_available(&s, Some("par"), "EM-A115X-SSD", "fr-par-2"), Some(true));
+        assert_eq!(
+            offering_available(&s, Some("par"), "EM-A115X-SSD", "nl-ams-1"),
+            None
+        );
+        assert_eq!(
+            offering_available(&s, Some("par"), "EM-A115X-SSD", "fr-par-2"),
+            Some(true)
+        );
         assert_eq!(s.for_class(Some("all")).len(), s.default.len());
         assert_eq!(s.for_class(Some("unknown")).len(), s.default.len());
         let zones = s.for_class(Some("par"))[0].zones();
@@ -332,7 +362,12 @@ mod tests {
         assert!(!refresh_once(&store, &api, &zones, &mut last_good, &mut logged).await);
         let after = store.snapshot();
         // fr-par-2 failed and kept its offers; nl-ams-1 answered with none.
-        assert!(after.default.iter().all(|t| t.zones().into_iter().eq(["fr-par-2".to_string()])));
+        assert!(
+            after
+                .default
+                .iter()
+                .all(|t| t.zones().into_iter().eq(["fr-par-2".to_string()]))
+        );
         assert_eq!(after.default.len(), before.default.len());
         assert!(after.revision > before.revision);
     }

@@ -8,8 +8,10 @@ use super::pb;
 use crate::catalog::{InstanceType, Operator, Requirement, Snapshot};
 use crate::provider::ProviderError;
 
-const CREATE_ERROR_DETAIL_URL: &str = "type.googleapis.com/karpenter.cloudprovider.v1.CreateErrorDetail";
-const NOT_LEADER_DETAIL_URL: &str = "type.googleapis.com/karpenter.cloudprovider.v1.NotLeaderDetail";
+const CREATE_ERROR_DETAIL_URL: &str =
+    "type.googleapis.com/karpenter.cloudprovider.v1.CreateErrorDetail";
+const NOT_LEADER_DETAIL_URL: &str =
+    "type.googleapis.com/karpenter.cloudprovider.v1.NotLeaderDetail";
 
 /// `google.rpc.Status`, the payload of the `grpc-status-details-bin` trailer.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -48,7 +50,10 @@ pub fn error_status(err: ProviderError) -> Status {
     match err {
         ProviderError::InsufficientCapacity(_) => Status::resource_exhausted(message),
         ProviderError::NodeClassNotReady(_) => Status::failed_precondition(message),
-        ProviderError::CreateFailed { reason, message: detail } => with_detail(
+        ProviderError::CreateFailed {
+            reason,
+            message: detail,
+        } => with_detail(
             Code::Internal,
             message,
             CREATE_ERROR_DETAIL_URL,
@@ -98,9 +103,24 @@ pub fn instance_type(it: &InstanceType) -> pb::InstanceType {
             .collect(),
         capacity: it.capacity.to_quantities(true).into_iter().collect(),
         overhead: Some(pb::Overhead {
-            kube_reserved: it.overhead.kube_reserved.to_quantities(false).into_iter().collect(),
-            system_reserved: it.overhead.system_reserved.to_quantities(false).into_iter().collect(),
-            eviction_threshold: it.overhead.eviction_threshold.to_quantities(false).into_iter().collect(),
+            kube_reserved: it
+                .overhead
+                .kube_reserved
+                .to_quantities(false)
+                .into_iter()
+                .collect(),
+            system_reserved: it
+                .overhead
+                .system_reserved
+                .to_quantities(false)
+                .into_iter()
+                .collect(),
+            eviction_threshold: it
+                .overhead
+                .eviction_threshold
+                .to_quantities(false)
+                .into_iter()
+                .collect(),
         }),
     }
 }

@@ -67,7 +67,8 @@ impl CloudProviderService {
 }
 
 fn decode(bytes: &[u8], what: &str) -> Result<Value, Status> {
-    serde_json::from_slice(bytes).map_err(|e| Status::invalid_argument(format!("decoding {what} JSON: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| Status::invalid_argument(format!("decoding {what} JSON: {e}")))
 }
 
 fn encode(value: &Value) -> Result<Vec<u8>, Status> {
@@ -75,7 +76,10 @@ fn encode(value: &Value) -> Result<Vec<u8>, Status> {
 }
 
 fn claim_name(claim: &Value) -> &str {
-    claim.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+    claim
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// Logs a failed call once, at the level its meaning deserves.
@@ -86,11 +90,15 @@ fn log_error(rpc: &str, subject: &str, err: &ProviderError) {
     }
 }
 
-type WatchStreamOut = Pin<Box<dyn Stream<Item = Result<pb::WatchInstanceTypesResponse, Status>> + Send>>;
+type WatchStreamOut =
+    Pin<Box<dyn Stream<Item = Result<pb::WatchInstanceTypesResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl CloudProvider for CloudProviderService {
-    async fn create(&self, req: Request<pb::CreateRequest>) -> Result<Response<pb::CreateResponse>, Status> {
+    async fn create(
+        &self,
+        req: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
         self.require_leader()?;
         let claim = decode(&req.get_ref().node_claim_json, "NodeClaim")?;
         let name = claim_name(&claim).to_string();
@@ -105,7 +113,10 @@ impl CloudProvider for CloudProviderService {
         }
     }
 
-    async fn delete(&self, req: Request<pb::DeleteRequest>) -> Result<Response<pb::DeleteResponse>, Status> {
+    async fn delete(
+        &self,
+        req: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
         self.require_leader()?;
         let claim = decode(&req.get_ref().node_claim_json, "NodeClaim")?;
         match self.provider.delete(&claim).await {
@@ -130,7 +141,10 @@ impl CloudProvider for CloudProviderService {
         }
     }
 
-    async fn list(&self, _req: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
+    async fn list(
+        &self,
+        _req: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
         match self.provider.list().await {
             Ok(claims) => Ok(Response::new(pb::ListResponse {
                 node_claims_json: claims.iter().map(encode).collect::<Result<_, _>>()?,
@@ -152,7 +166,9 @@ impl CloudProvider for CloudProviderService {
             .and_then(Value::as_str);
         let snapshot = self.provider.catalog().snapshot();
         if !snapshot.is_loaded() {
-            return Err(Status::unavailable("the offer catalog has not been read yet"));
+            return Err(Status::unavailable(
+                "the offer catalog has not been read yet",
+            ));
         }
         Ok(Response::new(pb::GetInstanceTypesResponse {
             instance_types: convert::instance_types(&snapshot.for_class(class)),
@@ -174,9 +190,15 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn is_drifted(&self, req: Request<pb::IsDriftedRequest>) -> Result<Response<pb::IsDriftedResponse>, Status> {
+    async fn is_drifted(
+        &self,
+        req: Request<pb::IsDriftedRequest>,
+    ) -> Result<Response<pb::IsDriftedResponse>, Status> {
         let claim = decode(&req.get_ref().node_claim_json, "NodeClaim")?;
-        let reason = self.provider.is_drifted(&claim).map_err(convert::error_status)?;
+        let reason = self
+            .provider
+            .is_drifted(&claim)
+            .map_err(convert::error_status)?;
         Ok(Response::new(pb::IsDriftedResponse { reason }))
     }
 
@@ -184,10 +206,15 @@ impl CloudProvider for CloudProviderService {
         &self,
         _req: Request<pb::RepairPoliciesRequest>,
     ) -> Result<Response<pb::RepairPoliciesResponse>, Status> {
-        Ok(Response::new(pb::RepairPoliciesResponse { policies: vec![] }))
+        Ok(Response::new(pb::RepairPoliciesResponse {
+            policies: vec![],
+        }))
     }
 
-    async fn info(&self, _req: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+    async fn info(
+        &self,
+        _req: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
         Ok(Response::new(pb::InfoResponse {
             name: PROVIDER_NAME.into(),
             node_classes: vec![pb::NodeClassKind {

@@ -105,12 +105,24 @@ fn details(status: &Status) -> RpcStatus {
 #[tokio::test]
 async fn info_and_repair_policies() {
     let mut h = start().await;
-    let info = h.client.info(pb::InfoRequest {}).await.unwrap().into_inner();
+    let info = h
+        .client
+        .info(pb::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(info.name, "scaleway");
     assert_eq!(info.node_classes[0].kind, "ScalewayElasticMetalNodeClass");
     assert_eq!(info.node_classes[0].group, "karpenter.scaleway.com");
-    assert!(info.well_known_labels.contains(&"karpenter.scaleway.com/instance-cpu".to_string()));
-    let policies = h.client.repair_policies(pb::RepairPoliciesRequest {}).await.unwrap();
+    assert!(
+        info.well_known_labels
+            .contains(&"karpenter.scaleway.com/instance-cpu".to_string())
+    );
+    let policies = h
+        .client
+        .repair_policies(pb::RepairPoliciesRequest {})
+        .await
+        .unwrap();
     assert!(policies.get_ref().policies.is_empty());
     h.stop().await;
 }
@@ -118,10 +130,16 @@ async fn info_and_repair_policies() {
 #[tokio::test]
 async fn mutating_calls_need_leadership() {
     let mut h = start().await;
-    let err = h.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
+    let err = h
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     let d = details(&err);
-    assert_eq!(d.details[0].type_url, "type.googleapis.com/karpenter.cloudprovider.v1.NotLeaderDetail");
+    assert_eq!(
+        d.details[0].type_url,
+        "type.googleapis.com/karpenter.cloudprovider.v1.NotLeaderDetail"
+    );
     let err = h
         .client
         .delete(pb::DeleteRequest {
@@ -138,15 +156,32 @@ async fn mutating_calls_need_leadership() {
 async fn create_get_list_delete_round_trip() {
     let mut h = start().await;
     h.lead().await;
-    let created = h.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
-    let pid = created["status"]["providerID"].as_str().unwrap().to_string();
+    let created = h
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    let pid = created["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(pid.starts_with(&format!("scaleway://baremetal/{ZONE}/")));
 
-    let got = h.client.get(pb::GetRequest { provider_id: pid.clone() }).await.unwrap();
+    let got = h
+        .client
+        .get(pb::GetRequest {
+            provider_id: pid.clone(),
+        })
+        .await
+        .unwrap();
     let got: serde_json::Value = serde_json::from_slice(&got.get_ref().node_claim_json).unwrap();
     assert_eq!(got["status"]["providerID"], pid.as_str());
 
-    let listed = h.client.list(pb::ListRequest {}).await.unwrap().into_inner();
+    let listed = h
+        .client
+        .list(pb::ListRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(listed.node_claims_json.len(), 1);
 
     let del = pb::DeleteRequest {
@@ -154,12 +189,24 @@ async fn create_get_list_delete_round_trip() {
     };
     h.client.delete(del.clone()).await.unwrap();
     h.fixture.api.finish_deletions();
-    assert_eq!(h.client.delete(del).await.unwrap_err().code(), Code::NotFound);
-    let err = h.client.get(pb::GetRequest { provider_id: pid }).await.unwrap_err();
+    assert_eq!(
+        h.client.delete(del).await.unwrap_err().code(),
+        Code::NotFound
+    );
+    let err = h
+        .client
+        .get(pb::GetRequest { provider_id: pid })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
-    h.fixture.api.fail_next(Op::ListServers, ApiError::Unavailable("boom".into()));
-    assert_ne!(h.client.list(pb::ListRequest {}).await.unwrap_err().code(), Code::Ok);
+    h.fixture
+        .api
+        .fail_next(Op::ListServers, ApiError::Unavailable("boom".into()));
+    assert_ne!(
+        h.client.list(pb::ListRequest {}).await.unwrap_err().code(),
+        Code::Ok
+    );
     h.stop().await;
 }
 
@@ -167,20 +214,34 @@ async fn create_get_list_delete_round_trip() {
 async fn create_errors_follow_the_table() {
     let mut h = start().await;
     h.lead().await;
-    let err = h.create(claim("default-a", &["EM-T620E-H100"])).await.unwrap_err();
+    let err = h
+        .create(claim("default-a", &["EM-T620E-H100"]))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
 
     let mut c = claim("default-a", &["EM-A115X-SSD"]);
     c["spec"]["nodeClassRef"]["name"] = json!("missing");
     let err = h.create(c).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    assert!(err.details().is_empty(), "NodeClassNotReady carries no NotLeaderDetail");
+    assert!(
+        err.details().is_empty(),
+        "NodeClassNotReady carries no NotLeaderDetail"
+    );
 
-    h.fixture.api.fail_next(Op::CreateServer, ApiError::Unauthorized("bad key".into()));
-    let err = h.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
+    h.fixture
+        .api
+        .fail_next(Op::CreateServer, ApiError::Unauthorized("bad key".into()));
+    let err = h
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
     let d = details(&err);
     assert_eq!(d.code, err.code() as i32);
-    assert_eq!(d.details[0].type_url, "type.googleapis.com/karpenter.cloudprovider.v1.CreateErrorDetail");
+    assert_eq!(
+        d.details[0].type_url,
+        "type.googleapis.com/karpenter.cloudprovider.v1.CreateErrorDetail"
+    );
     let detail = pb::CreateErrorDetail::decode(d.details[0].value.as_slice()).unwrap();
     assert_eq!(detail.condition_reason, "ScalewayUnauthorized");
     assert!(detail.condition_message.contains("bad key"));
@@ -208,15 +269,33 @@ async fn instance_types_and_watch() {
         .await
         .unwrap()
         .into_inner();
-    let h100 = resp.instance_types.iter().find(|t| t.name == "EM-T620E-H100").unwrap();
+    let h100 = resp
+        .instance_types
+        .iter()
+        .find(|t| t.name == "EM-T620E-H100")
+        .unwrap();
     assert!(!h100.offerings[0].available, "sold-out types stay listed");
     assert_eq!(h100.capacity["nvidia.com/gpu"], "2");
-    let a = resp.instance_types.iter().find(|t| t.name == "EM-A115X-SSD").unwrap();
+    let a = resp
+        .instance_types
+        .iter()
+        .find(|t| t.name == "EM-A115X-SSD")
+        .unwrap();
     assert!((a.offerings[0].price - 0.091).abs() < 1e-9);
-    let zone_req = a.requirements.iter().find(|r| r.key == "topology.kubernetes.io/zone").unwrap();
+    let zone_req = a
+        .requirements
+        .iter()
+        .find(|r| r.key == "topology.kubernetes.io/zone")
+        .unwrap();
     assert_eq!(zone_req.operator, pb::requirement::Operator::In as i32);
     assert_eq!(zone_req.values, vec![ZONE]);
-    assert!(a.overhead.as_ref().unwrap().system_reserved.contains_key("memory"));
+    assert!(
+        a.overhead
+            .as_ref()
+            .unwrap()
+            .system_reserved
+            .contains_key("memory")
+    );
 
     let mut stream = h
         .client
@@ -237,7 +316,11 @@ async fn instance_types_and_watch() {
         .unwrap()
         .unwrap();
     assert!(second.revision > first.revision);
-    let a = second.default_catalog.iter().find(|t| t.name == "EM-A115X-SSD").unwrap();
+    let a = second
+        .default_catalog
+        .iter()
+        .find(|t| t.name == "EM-A115X-SSD")
+        .unwrap();
     assert!(!a.offerings[0].available);
     drop(stream);
     h.stop().await;

@@ -140,9 +140,18 @@ mod tests {
     #[test]
     fn compression_follows_the_file_name() {
         let base = "https://factory.talos.dev/image/376567988ad3/v1.13.9/metal-amd64";
-        assert_eq!(Compression::from_url(&format!("{base}.raw.xz")), Ok(Compression::Xz));
-        assert_eq!(Compression::from_url(&format!("{base}.raw.zst")), Ok(Compression::Zstd));
-        assert_eq!(Compression::from_url(&format!("{base}.raw")), Ok(Compression::None));
+        assert_eq!(
+            Compression::from_url(&format!("{base}.raw.xz")),
+            Ok(Compression::Xz)
+        );
+        assert_eq!(
+            Compression::from_url(&format!("{base}.raw.zst")),
+            Ok(Compression::Zstd)
+        );
+        assert_eq!(
+            Compression::from_url(&format!("{base}.raw")),
+            Ok(Compression::None)
+        );
         assert_eq!(
             Compression::from_url(&format!("{base}.raw.zst?X-Amz-Signature=abc")),
             Ok(Compression::Zstd)
@@ -153,11 +162,21 @@ mod tests {
     #[test]
     fn write_image_pipes_download_through_the_decompressor_into_dd() {
         assert_eq!(
-            write_image("https://img.example/metal-amd64.raw.xz", Compression::Xz, "nvme0n1", true),
+            write_image(
+                "https://img.example/metal-amd64.raw.xz",
+                Compression::Xz,
+                "nvme0n1",
+                true
+            ),
             "set -o pipefail; curl -fsSL 'https://img.example/metal-amd64.raw.xz' | xz -d | dd of=/dev/nvme0n1 bs=4M oflag=direct status=none"
         );
         assert_eq!(
-            write_image("https://img.example/a.raw.zst", Compression::Zstd, "sda", false),
+            write_image(
+                "https://img.example/a.raw.zst",
+                Compression::Zstd,
+                "sda",
+                false
+            ),
             "set -o pipefail; curl -fsSL 'https://img.example/a.raw.zst' | zstd -d | sudo dd of=/dev/sda bs=4M oflag=direct status=none"
         );
         assert_eq!(
@@ -169,7 +188,10 @@ mod tests {
     #[test]
     fn urls_are_quoted_against_the_shell() {
         let line = write_image("https://x/it's.raw.xz", Compression::Xz, "sda", true);
-        assert!(line.contains(r"curl -fsSL 'https://x/it'\''s.raw.xz' |"), "{line}");
+        assert!(
+            line.contains(r"curl -fsSL 'https://x/it'\''s.raw.xz' |"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -183,18 +205,24 @@ mod tests {
     #[test]
     fn first_disk_skips_loop_and_rom_devices() {
         assert_eq!(pick_disk(LSBLK, None), Ok("nvme0n1".to_string()));
-        assert_eq!(pick_disk("sda disk\nsdb disk\n", None), Ok("sda".to_string()));
+        assert_eq!(
+            pick_disk("sda disk\nsdb disk\n", None),
+            Ok("sda".to_string())
+        );
     }
 
     #[test]
     fn selector_must_name_a_present_disk() {
         assert_eq!(pick_disk(LSBLK, Some("nvme1n1")), Ok("nvme1n1".to_string()));
-        assert_eq!(pick_disk(LSBLK, Some("/dev/nvme1n1")), Ok("nvme1n1".to_string()));
+        assert_eq!(
+            pick_disk(LSBLK, Some("/dev/nvme1n1")),
+            Ok("nvme1n1".to_string())
+        );
         assert_eq!(
             pick_disk(LSBLK, Some("sda")),
             Err("install disk sda not found (disks: nvme0n1, nvme1n1)".to_string())
         );
-        assert_eq!(pick_disk(LSBLK, Some("loop0")).is_err(), true);
+        assert!(pick_disk(LSBLK, Some("loop0")).is_err());
         assert_eq!(
             pick_disk("loop0 loop\n", None),
             Err("no disk found by lsblk".to_string())
@@ -215,6 +243,8 @@ mod tests {
                    2: eth0: <BROADCAST,MULTICAST> mtu 1500\\    link/ether 52:54:00:12:34:56 brd ff:ff:ff:ff:ff:ff\n";
         assert_eq!(pick_mac(out), Ok("52:54:00:12:34:56".to_string()));
         assert!(pick_mac("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536\\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00\n").is_err());
-        assert!(pick_mac("2: eth0: <UP> mtu 1500\\    link/ether zz:54:00:12:34:56 brd\n").is_err());
+        assert!(
+            pick_mac("2: eth0: <UP> mtu 1500\\    link/ether zz:54:00:12:34:56 brd\n").is_err()
+        );
     }
 }

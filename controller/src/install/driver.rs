@@ -21,10 +21,14 @@ const CLEANUP_ATTEMPTS: u32 = 5;
 
 pub(super) async fn run(engine: InstallEngine, spec: InstallSpec) {
     let span = info_span!("install", server_id = %spec.server_id, node = %spec.node_name);
-    Driver { engine: &engine, spec: &spec, session: None }
-        .run()
-        .instrument(span)
-        .await;
+    Driver {
+        engine: &engine,
+        spec: &spec,
+        session: None,
+    }
+    .run()
+    .instrument(span)
+    .await;
 }
 
 struct Driver<'a> {
@@ -51,7 +55,8 @@ impl Driver<'_> {
             let obs = self.perform(&plan, &state, &action).await;
             let (next_state, next_action) = machine::next(&plan, &state, obs, Instant::now());
             if next_state.phase != state.phase {
-                self.engine.set_phase(&self.spec.server_id, next_state.phase);
+                self.engine
+                    .set_phase(&self.spec.server_id, next_state.phase);
                 self.log_phase(next_state.phase);
             }
             state = next_state;
@@ -78,14 +83,19 @@ impl Driver<'_> {
         let settings = &deps.settings;
         let (zone, id) = (self.spec.zone.as_str(), self.spec.server_id.as_str());
         match action {
-            Action::PollServer => match bounded(settings.call_timeout, deps.elastic_metal.get_server(zone, id)).await {
-                Ok(Ok(server)) => Observation::Server(Box::new(server)),
-                Ok(Err(err)) => api_failed("get server", err),
-                Err(elapsed) => api_failed("get server", ApiError::Unavailable(elapsed)),
-            },
+            Action::PollServer => {
+                let call = deps.elastic_metal.get_server(zone, id);
+                match bounded(settings.call_timeout, call).await {
+                    Ok(Ok(server)) => Observation::Server(Box::new(server)),
+                    Ok(Err(err)) => api_failed("get server", err),
+                    Err(elapsed) => api_failed("get server", ApiError::Unavailable(elapsed)),
+                }
+            }
             Action::RebootRescue | Action::RebootNormal => {
                 let (boot, keys) = match action {
-                    Action::RebootRescue => (BootType::Rescue, vec![self.spec.rescue_ssh_key_id.clone()]),
+                    Action::RebootRescue => {
+                        (BootType::Rescue, vec![self.spec.rescue_ssh_key_id.clone()])
+                    }
                     _ => (BootType::Normal, Vec::new()),
                 };
                 let call = deps.elastic_metal.reboot_server(zone, id, boot, &keys);
@@ -99,7 +109,11 @@ impl Driver<'_> {
                 }
             }
             Action::ConnectSsh { host, user } => {
-                let target = SshTarget { host: host.clone(), port: settings.ssh_port, user: user.clone() };
+                let target = SshTarget {
+                    host: host.clone(),
+                    port: settings.ssh_port,
+                    user: user.clone(),
+                };
                 let key = self.spec.rescue_private_key.expose();
                 let connect = deps.rescue.connect(&target, key);
                 match bounded(settings.call_timeout, connect).await {
@@ -132,12 +146,20 @@ impl Driver<'_> {
             }
             Action::ApplyConfig { host, disk, mac } => {
                 let settings_for_node = node_settings(self.spec, disk, mac);
-                let config = match render_machine_config(self.spec.base_machine_config.expose(), &settings_for_node) {
+                let config = match render_machine_config(
+                    self.spec.base_machine_config.expose(),
+                    &settings_for_node,
+                ) {
                     Ok(config) => config,
                     Err(err) => return Observation::ConfigInvalid(err.to_string()),
                 };
                 let addr = format!("{host}:{}", settings.talos_port);
-                match bounded(settings.call_timeout, deps.talos.apply_configuration(&addr, &config)).await {
+                match bounded(
+                    settings.call_timeout,
+                    deps.talos.apply_configuration(&addr, &config),
+                )
+                .await
+                {
                     Ok(Ok(warnings)) => {
                         for warning in warnings {
                             warn!(%warning, "Talos warning on the applied config");
@@ -185,7 +207,12 @@ impl Driver<'_> {
             Ok(Ok(out)) => {
                 // Command lines are not logged: an image URL may carry a
                 // signed query string.
-                info!(?step, exit_status = out.exit_status, elapsed_ms = started.elapsed().as_millis() as u64, "rescue command finished");
+                info!(
+                    ?step,
+                    exit_status = out.exit_status,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "rescue command finished"
+                );
                 debug!(?step, stdout = %out.stdout, stderr = %out.stderr, "rescue command output");
                 Observation::Command(out)
             }
@@ -197,7 +224,9 @@ impl Driver<'_> {
             Err(_) => {
                 warn!(?step, "rescue command timed out");
                 self.session = None;
-                Observation::SessionLost(RescueError::Timeout(format!("{step:?} exceeded the imaging deadline")))
+                Observation::SessionLost(RescueError::Timeout(format!(
+                    "{step:?} exceeded the imaging deadline"
+                )))
             }
         }
     }
@@ -215,7 +244,12 @@ impl Driver<'_> {
         let deps = &self.engine.deps;
         let settings = &deps.settings;
         for attempt in 1..=CLEANUP_ATTEMPTS {
-            match bounded(settings.call_timeout, deps.elastic_metal.delete_server(zone, id)).await {
+            match bounded(
+                settings.call_timeout,
+                deps.elastic_metal.delete_server(zone, id),
+            )
+            .await
+            {
                 Ok(Ok(_)) | Ok(Err(ApiError::NotFound(_))) => {
                     info!(server_id = %id, %reason, "deleted server after failed install");
                     break;
@@ -232,7 +266,12 @@ impl Driver<'_> {
         }
         let claim = self.spec.node_claim_name.as_str();
         for attempt in 1..=CLEANUP_ATTEMPTS {
-            match bounded(settings.call_timeout, deps.nodes.delete_node_claim(claim, reason)).await {
+            match bounded(
+                settings.call_timeout,
+                deps.nodes.delete_node_claim(claim, reason),
+            )
+            .await
+            {
                 Ok(Ok(())) => {
                     info!(nodeclaim = %claim, %reason, "deleted NodeClaim after failed install");
                     break;

@@ -28,11 +28,17 @@ struct FakeRescue {
 
 #[async_trait]
 impl RescueShell for FakeRescue {
-    async fn connect(&self, target: &SshTarget, private_key: &str) -> Result<Box<dyn RescueSession>, RescueError> {
+    async fn connect(
+        &self,
+        target: &SshTarget,
+        private_key: &str,
+    ) -> Result<Box<dyn RescueSession>, RescueError> {
         let mut connects = self.connects.lock().unwrap();
         connects.push((target.clone(), private_key.to_string()));
         match self.reachable_after {
-            Some(n) if connects.len() > n => Ok(Box::new(FakeSession { commands: self.commands.clone() })),
+            Some(n) if connects.len() > n => Ok(Box::new(FakeSession {
+                commands: self.commands.clone(),
+            })),
             _ => Err(RescueError::Unreachable("connection refused".into())),
         }
     }
@@ -51,7 +57,11 @@ impl RescueSession for FakeSession {
             "ip -o link" => IP_LINK,
             _ => "",
         };
-        Ok(CommandOutput { exit_status: 0, stdout: stdout.into(), stderr: String::new() })
+        Ok(CommandOutput {
+            exit_status: 0,
+            stdout: stdout.into(),
+            stderr: String::new(),
+        })
     }
 
     async fn close(self: Box<Self>) {}
@@ -76,8 +86,15 @@ impl TalosMaintenance for FakeTalos {
         Ok(TalosVersion::default())
     }
 
-    async fn apply_configuration(&self, addr: &str, config: &str) -> Result<Vec<String>, TalosError> {
-        self.applied.lock().unwrap().push((addr.to_string(), config.to_string()));
+    async fn apply_configuration(
+        &self,
+        addr: &str,
+        config: &str,
+    ) -> Result<Vec<String>, TalosError> {
+        self.applied
+            .lock()
+            .unwrap()
+            .push((addr.to_string(), config.to_string()));
         Ok(vec![])
     }
 }
@@ -91,11 +108,18 @@ struct FakeNodes {
 #[async_trait]
 impl NodePort for FakeNodes {
     async fn node_ready(&self, _node_name: &str) -> Result<Option<bool>, NodePortError> {
-        Ok(if self.talos.applied.lock().unwrap().is_empty() { Some(false) } else { Some(true) })
+        Ok(if self.talos.applied.lock().unwrap().is_empty() {
+            Some(false)
+        } else {
+            Some(true)
+        })
     }
 
     async fn delete_node_claim(&self, name: &str, reason: &str) -> Result<(), NodePortError> {
-        self.deleted.lock().unwrap().push((name.to_string(), reason.to_string()));
+        self.deleted
+            .lock()
+            .unwrap()
+            .push((name.to_string(), reason.to_string()));
         Ok(())
     }
 }
@@ -129,7 +153,10 @@ fn world(rescue: FakeRescue, talos: FakeTalos) -> World {
     });
     let rescue = Arc::new(rescue);
     let talos = Arc::new(talos);
-    let nodes = Arc::new(FakeNodes { talos: talos.clone(), deleted: Mutex::default() });
+    let nodes = Arc::new(FakeNodes {
+        talos: talos.clone(),
+        deleted: Mutex::default(),
+    });
     let settings = InstallSettings {
         poll_interval: Duration::from_secs(10),
         ssh_port: 2222,
@@ -143,7 +170,13 @@ fn world(rescue: FakeRescue, talos: FakeTalos) -> World {
         nodes: nodes.clone(),
         settings,
     });
-    World { engine, em, rescue, talos, nodes }
+    World {
+        engine,
+        em,
+        rescue,
+        talos,
+        nodes,
+    }
 }
 
 /// Lets simulated time run until the install reaches `phase` (or a day passes).
@@ -154,12 +187,24 @@ async fn wait_for(engine: &InstallEngine, phase: Phase) {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    panic!("install stuck in {:?}, wanted {phase:?}", engine.phase("srv-1"));
+    panic!(
+        "install stuck in {:?}, wanted {phase:?}",
+        engine.phase("srv-1")
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn happy_path_installs_talos_and_waits_for_the_node() {
-    let w = world(FakeRescue { reachable_after: Some(2), ..Default::default() }, FakeTalos { down_for: 3, ..Default::default() });
+    let w = world(
+        FakeRescue {
+            reachable_after: Some(2),
+            ..Default::default()
+        },
+        FakeTalos {
+            down_for: 3,
+            ..Default::default()
+        },
+    );
     let spec = spec(URL);
     w.engine.start(spec.clone());
     w.engine.start(spec.clone()); // a retried Create must not start a second install
@@ -172,16 +217,18 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
     wait_for(&w.engine, Phase::Joined).await;
 
     // Reboots: rescue with our key, then normal.
-    let reboots: Vec<(Option<BootType>, Vec<String>)> = w
-        .em
-        .calls()
-        .into_iter()
-        .filter(|c| c.op == Op::RebootServer)
-        .map(|c| (c.boot_type, c.ssh_key_ids))
-        .collect();
+    let reboots: Vec<(Option<BootType>, Vec<String>)> =
+        w.em.calls()
+            .into_iter()
+            .filter(|c| c.op == Op::RebootServer)
+            .map(|c| (c.boot_type, c.ssh_key_ids))
+            .collect();
     assert_eq!(
         reboots,
-        [(Some(BootType::Rescue), vec!["key-1".to_string()]), (Some(BootType::Normal), vec![])]
+        [
+            (Some(BootType::Rescue), vec!["key-1".to_string()]),
+            (Some(BootType::Normal), vec![])
+        ]
     );
 
     // SSH: retried until the rescue system answered, as the rescue user, with our key.
@@ -189,7 +236,14 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
     assert_eq!(connects.len(), 3);
     let address = w.em.server("srv-1").unwrap().ipv4().unwrap().to_string();
     for (target, key) in &connects {
-        assert_eq!(target, &SshTarget { host: address.clone(), port: 2222, user: "rescue".into() });
+        assert_eq!(
+            target,
+            &SshTarget {
+                host: address.clone(),
+                port: 2222,
+                user: "rescue".into()
+            }
+        );
         assert_eq!(key, spec.rescue_private_key.expose());
     }
     assert_eq!(
@@ -208,11 +262,24 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
     assert_eq!(applied.len(), 1);
     let (addr, config) = &applied[0];
     assert_eq!(addr, &format!("{address}:50000"));
-    let expected = render_machine_config(BASE_CONFIG, &node_settings(&spec, "nvme0n1", "52:54:00:aa:bb:cc")).unwrap();
+    let expected = render_machine_config(
+        BASE_CONFIG,
+        &node_settings(&spec, "nvme0n1", "52:54:00:aa:bb:cc"),
+    )
+    .unwrap();
     assert_eq!(config, &expected);
-    assert!(config.contains("provider-id: scaleway://baremetal/fr-par-2/srv-1\n"), "{config}");
-    assert!(config.contains("kind: HostnameConfig\nauto: off\nhostname: default-abc12\n"), "{config}");
-    assert!(config.contains("match: mac(link.permanent_addr) == \"52:54:00:aa:bb:cc\"\n"), "{config}");
+    assert!(
+        config.contains("provider-id: scaleway://baremetal/fr-par-2/srv-1\n"),
+        "{config}"
+    );
+    assert!(
+        config.contains("kind: HostnameConfig\nauto: off\nhostname: default-abc12\n"),
+        "{config}"
+    );
+    assert!(
+        config.contains("match: mac(link.permanent_addr) == \"52:54:00:aa:bb:cc\"\n"),
+        "{config}"
+    );
     assert!(config.contains("disk: /dev/nvme0n1\n"), "{config}");
 
     // Nothing was cleaned up.
@@ -238,7 +305,13 @@ async fn unreachable_rescue_fails_and_deletes_server_and_node_claim() {
     assert_eq!(w.em.count(Op::DeleteServer), 1);
     assert_eq!(w.em.server("srv-1").unwrap().status, ServerStatus::Deleting);
     let deleted = w.nodes.deleted.lock().unwrap().clone();
-    assert_eq!(deleted, [("default-abc12".to_string(), "phase rescue did not complete within 900s".to_string())]);
+    assert_eq!(
+        deleted,
+        [(
+            "default-abc12".to_string(),
+            "phase rescue did not complete within 900s".to_string()
+        )]
+    );
     assert!(w.talos.applied.lock().unwrap().is_empty());
 }
 
@@ -268,17 +341,30 @@ async fn a_server_that_vanishes_fails_the_install() {
     wait_for(&w.engine, Phase::Failed).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let deleted = w.nodes.deleted.lock().unwrap().clone();
-    assert_eq!(deleted, [("default-abc12".to_string(), "the server no longer exists".to_string())]);
+    assert_eq!(
+        deleted,
+        [(
+            "default-abc12".to_string(),
+            "the server no longer exists".to_string()
+        )]
+    );
 }
 
 #[test]
 fn node_settings_register_every_taint_once_plus_unregistered() {
     let mut s = spec(URL);
-    s.startup_taints.push(Taint { key: "dedicated".into(), value: Some("other".into()), effect: "NoSchedule".into() });
+    s.startup_taints.push(Taint {
+        key: "dedicated".into(),
+        value: Some("other".into()),
+        effect: "NoSchedule".into(),
+    });
     s.machine_config_patches = vec!["machine: {}\n".into()];
     let n = node_settings(&s, "sda", "52:54:00:aa:bb:cc");
-    let taints: Vec<(&str, Option<&str>, &str)> =
-        n.register_taints.iter().map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str())).collect();
+    let taints: Vec<(&str, Option<&str>, &str)> = n
+        .register_taints
+        .iter()
+        .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+        .collect();
     assert_eq!(
         taints,
         [

@@ -149,14 +149,27 @@ pub enum Observation {
 pub enum Action {
     PollServer,
     RebootRescue,
-    ConnectSsh { host: String, user: String },
-    Run { command: String },
+    ConnectSsh {
+        host: String,
+        user: String,
+    },
+    Run {
+        command: String,
+    },
     RebootNormal,
-    ProbeTalos { host: String },
-    ApplyConfig { host: String, disk: String, mac: String },
+    ProbeTalos {
+        host: String,
+    },
+    ApplyConfig {
+        host: String,
+        disk: String,
+        mac: String,
+    },
     PollNode,
     /// Terminal failure: delete the server and the NodeClaim.
-    Fail { reason: String },
+    Fail {
+        reason: String,
+    },
     /// The node joined: nothing left to do.
     Finish,
 }
@@ -167,7 +180,10 @@ impl Action {
     pub fn is_poll(&self) -> bool {
         matches!(
             self,
-            Action::PollServer | Action::ConnectSsh { .. } | Action::ProbeTalos { .. } | Action::PollNode
+            Action::PollServer
+                | Action::ConnectSsh { .. }
+                | Action::ProbeTalos { .. }
+                | Action::PollNode
         )
     }
 }
@@ -252,43 +268,70 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
 
     match (state.step, obs) {
         (Step::AwaitDelivery, Observation::Server(server)) => match server.status {
-            ServerStatus::Ready => (go(state, Phase::Ready, Step::RebootRescue, now), Action::RebootRescue),
-            ServerStatus::Delivering => (go(state, Phase::Delivering, Step::AwaitDelivery, now), Action::PollServer),
+            ServerStatus::Ready => (
+                go(state, Phase::Ready, Step::RebootRescue, now),
+                Action::RebootRescue,
+            ),
+            ServerStatus::Delivering => (
+                go(state, Phase::Delivering, Step::AwaitDelivery, now),
+                Action::PollServer,
+            ),
             _ => (stay(state, Step::AwaitDelivery), Action::PollServer),
         },
         (Step::AwaitDelivery | Step::AwaitRescue, Observation::ApiFailed(_)) => {
             (state.clone(), Action::PollServer)
         }
 
-        (Step::RebootRescue, Observation::Rebooted) => {
-            (go(state, Phase::Rescue, Step::AwaitRescue, now), Action::PollServer)
-        }
+        (Step::RebootRescue, Observation::Rebooted) => (
+            go(state, Phase::Rescue, Step::AwaitRescue, now),
+            Action::PollServer,
+        ),
         (Step::RebootRescue, Observation::ApiFailed(err)) if err.is_retryable() => {
             (stay(state, Step::RetryRebootRescue), Action::PollServer)
         }
         (Step::RebootRescue, Observation::ApiFailed(err)) => {
             fail(state, now, format!("rescue reboot refused: {err}"))
         }
-        (Step::RetryRebootRescue, Observation::Server(server)) if server.status == ServerStatus::Ready => {
+        (Step::RetryRebootRescue, Observation::Server(server))
+            if server.status == ServerStatus::Ready =>
+        {
             (stay(state, Step::RebootRescue), Action::RebootRescue)
         }
-        (Step::RetryRebootNormal, Observation::Server(server)) if server.status == ServerStatus::Ready => {
+        (Step::RetryRebootNormal, Observation::Server(server))
+            if server.status == ServerStatus::Ready =>
+        {
             (stay(state, Step::RebootNormal), Action::RebootNormal)
         }
-        (Step::RetryRebootRescue | Step::RetryRebootNormal, Observation::Server(_) | Observation::ApiFailed(_)) => {
-            (state.clone(), Action::PollServer)
-        }
+        (
+            Step::RetryRebootRescue | Step::RetryRebootNormal,
+            Observation::Server(_) | Observation::ApiFailed(_),
+        ) => (state.clone(), Action::PollServer),
 
         (Step::AwaitRescue, Observation::Server(server)) => {
-            let user = server.rescue_server.as_ref().map(|r| r.user.clone()).filter(|u| !u.is_empty());
-            match (server.status == ServerStatus::Ready, server.boot_type, server.ipv4(), user) {
+            let user = server
+                .rescue_server
+                .as_ref()
+                .map(|r| r.user.clone())
+                .filter(|u| !u.is_empty());
+            match (
+                server.status == ServerStatus::Ready,
+                server.boot_type,
+                server.ipv4(),
+                user,
+            ) {
                 (true, BootType::Rescue, Some(host), Some(user)) => {
                     let next = State {
                         host: Some(host.to_string()),
                         user: Some(user.clone()),
                         ..stay(state, Step::Connect)
                     };
-                    (next, Action::ConnectSsh { host: host.to_string(), user })
+                    (
+                        next,
+                        Action::ConnectSsh {
+                            host: host.to_string(),
+                            user,
+                        },
+                    )
                 }
                 _ => (state.clone(), Action::PollServer),
             }
@@ -296,11 +339,15 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
 
         (Step::Connect, Observation::SshConnected) => (
             go(state, Phase::Imaging, Step::ListDisks, now),
-            Action::Run { command: commands::LIST_DISKS.to_string() },
+            Action::Run {
+                command: commands::LIST_DISKS.to_string(),
+            },
         ),
-        (Step::Connect, Observation::SshFailed(RescueError::InvalidKey(msg))) => {
-            fail(state, now, format!("the rescue private key is invalid: {msg}"))
-        }
+        (Step::Connect, Observation::SshFailed(RescueError::InvalidKey(msg))) => fail(
+            state,
+            now,
+            format!("the rescue private key is invalid: {msg}"),
+        ),
         (Step::Connect, Observation::SshFailed(_)) => (state.clone(), connect(state)),
 
         // A session lost mid-imaging starts the imaging over on a new session,
@@ -316,8 +363,13 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
             }
             match commands::pick_disk(&out.stdout, plan.install_disk.as_deref()) {
                 Ok(disk) => (
-                    State { disk: Some(disk), ..stay(state, Step::ListLinks) },
-                    Action::Run { command: commands::LIST_LINKS.to_string() },
+                    State {
+                        disk: Some(disk),
+                        ..stay(state, Step::ListLinks)
+                    },
+                    Action::Run {
+                        command: commands::LIST_LINKS.to_string(),
+                    },
                 ),
                 Err(reason) => fail(state, now, reason),
             }
@@ -341,9 +393,17 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
         }
         (Step::WriteImage, Observation::Command(out)) => {
             if out.success() {
-                (stay(state, Step::Sync), Action::Run { command: commands::sync(state.as_root()) })
+                (
+                    stay(state, Step::Sync),
+                    Action::Run {
+                        command: commands::sync(state.as_root()),
+                    },
+                )
             } else if state.image_attempts < plan.image_attempts {
-                let next = State { image_attempts: state.image_attempts + 1, ..state.clone() };
+                let next = State {
+                    image_attempts: state.image_attempts + 1,
+                    ..state.clone()
+                };
                 let command = write_command(plan, &next);
                 (next, Action::Run { command })
             } else {
@@ -352,13 +412,18 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
         }
         (Step::Sync, Observation::Command(out)) => {
             if out.success() {
-                (go(state, Phase::Booting, Step::RebootNormal, now), Action::RebootNormal)
+                (
+                    go(state, Phase::Booting, Step::RebootNormal, now),
+                    Action::RebootNormal,
+                )
             } else {
                 fail(state, now, command_failed("sync", &out))
             }
         }
 
-        (Step::RebootNormal, Observation::Rebooted) => (stay(state, Step::ProbeTalos), probe(state)),
+        (Step::RebootNormal, Observation::Rebooted) => {
+            (stay(state, Step::ProbeTalos), probe(state))
+        }
         (Step::RebootNormal, Observation::ApiFailed(err)) if err.is_retryable() => {
             (stay(state, Step::RetryRebootNormal), Action::PollServer)
         }
@@ -373,16 +438,23 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
         }
         (Step::ProbeTalos, Observation::TalosDown(_)) => (state.clone(), probe(state)),
 
-        (Step::ApplyConfig, Observation::ConfigApplied) => {
-            (go(state, Phase::Configured, Step::AwaitNode, now), Action::PollNode)
+        (Step::ApplyConfig, Observation::ConfigApplied) => (
+            go(state, Phase::Configured, Step::AwaitNode, now),
+            Action::PollNode,
+        ),
+        (Step::ApplyConfig, Observation::ApplyFailed(TalosError::Rejected(msg))) => fail(
+            state,
+            now,
+            format!("Talos rejected the machine config: {msg}"),
+        ),
+        (Step::ApplyConfig, Observation::ApplyFailed(_)) => {
+            (stay(state, Step::ProbeTalos), probe(state))
         }
-        (Step::ApplyConfig, Observation::ApplyFailed(TalosError::Rejected(msg))) => {
-            fail(state, now, format!("Talos rejected the machine config: {msg}"))
-        }
-        (Step::ApplyConfig, Observation::ApplyFailed(_)) => (stay(state, Step::ProbeTalos), probe(state)),
-        (Step::ApplyConfig, Observation::ConfigInvalid(msg)) => {
-            fail(state, now, format!("cannot render the machine config: {msg}"))
-        }
+        (Step::ApplyConfig, Observation::ConfigInvalid(msg)) => fail(
+            state,
+            now,
+            format!("cannot render the machine config: {msg}"),
+        ),
 
         (Step::AwaitNode, Observation::Node(Some(true))) => {
             (go(state, Phase::Joined, Step::Done, now), Action::Finish)
@@ -407,7 +479,9 @@ fn connect(state: &State) -> Action {
 }
 
 fn probe(state: &State) -> Action {
-    Action::ProbeTalos { host: state.host.clone().unwrap_or_default() }
+    Action::ProbeTalos {
+        host: state.host.clone().unwrap_or_default(),
+    }
 }
 
 fn apply(state: &State) -> Action {

@@ -10,9 +10,9 @@
 
 mod commands;
 mod driver;
-pub mod machine;
 #[cfg(test)]
 mod driver_tests;
+pub mod machine;
 #[cfg(test)]
 mod tests_support;
 

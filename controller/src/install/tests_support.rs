@@ -16,15 +16,28 @@ pub fn spec(image_url: &str) -> InstallSpec {
         node_claim_name: "default-abc12".into(),
         labels: BTreeMap::from([
             ("karpenter.sh/nodepool".to_string(), "default".to_string()),
-            ("node.kubernetes.io/instance-type".to_string(), "EM-A115X-SSD".to_string()),
+            (
+                "node.kubernetes.io/instance-type".to_string(),
+                "EM-A115X-SSD".to_string(),
+            ),
         ]),
-        taints: vec![Taint { key: "dedicated".into(), value: Some("metal".into()), effect: "NoSchedule".into() }],
-        startup_taints: vec![Taint { key: "cilium.io/agent-not-ready".into(), value: None, effect: "NoExecute".into() }],
+        taints: vec![Taint {
+            key: "dedicated".into(),
+            value: Some("metal".into()),
+            effect: "NoSchedule".into(),
+        }],
+        startup_taints: vec![Taint {
+            key: "cilium.io/agent-not-ready".into(),
+            value: None,
+            effect: "NoExecute".into(),
+        }],
         arch: "amd64".into(),
         image_url: image_url.into(),
         install_disk: None,
         rescue_ssh_key_id: "key-1".into(),
-        rescue_private_key: Secret::new("-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n-----END OPENSSH PRIVATE KEY-----\n"),
+        rescue_private_key: Secret::new(
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n-----END OPENSSH PRIVATE KEY-----\n",
+        ),
         base_machine_config: Secret::new(BASE_CONFIG),
         machine_config_patches: vec![],
     }

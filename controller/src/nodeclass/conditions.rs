@@ -78,7 +78,11 @@ pub fn compute(
         {
             *v = Verdict {
                 type_: v.type_,
-                status: if prev.status == "True" { "True" } else { "False" },
+                status: if prev.status == "True" {
+                    "True"
+                } else {
+                    "False"
+                },
                 reason: prev.reason.clone(),
                 message: prev.message.clone(),
             };
@@ -107,8 +111,16 @@ pub fn compute(
 
 fn secrets_verdict(spec: &NodeClassSpec, observed: &Observations) -> Verdict {
     let refs = [
-        ("rescue SSH private key", &spec.rescue_ssh_key.private_key_secret_ref, &observed.private_key),
-        ("machine config", &spec.machine_config_secret_ref, &observed.machine_config),
+        (
+            "rescue SSH private key",
+            &spec.rescue_ssh_key.private_key_secret_ref,
+            &observed.private_key,
+        ),
+        (
+            "machine config",
+            &spec.machine_config_secret_ref,
+            &observed.machine_config,
+        ),
     ];
     let mut unknown = Vec::new();
     for (what, r, check) in refs {
@@ -116,12 +128,20 @@ fn secrets_verdict(spec: &NodeClassSpec, observed: &Observations) -> Verdict {
         match check {
             SecretCheck::Present => {}
             SecretCheck::SecretNotFound => {
-                return verdict(SECRETS_RESOLVED, "False", "SecretNotFound",
-                    format!("{what} Secret {}/{} not found", r.namespace, r.name));
+                return verdict(
+                    SECRETS_RESOLVED,
+                    "False",
+                    "SecretNotFound",
+                    format!("{what} Secret {}/{} not found", r.namespace, r.name),
+                );
             }
             SecretCheck::KeyMissing => {
-                return verdict(SECRETS_RESOLVED, "False", "SecretKeyMissing",
-                    format!("{what} Secret {at} is missing or empty"));
+                return verdict(
+                    SECRETS_RESOLVED,
+                    "False",
+                    "SecretKeyMissing",
+                    format!("{what} Secret {at} is missing or empty"),
+                );
             }
             SecretCheck::Error(e) => unknown.push(format!("reading {what} Secret {at}: {e}")),
         }
@@ -129,26 +149,53 @@ fn secrets_verdict(spec: &NodeClassSpec, observed: &Observations) -> Verdict {
     if unknown.is_empty() {
         verdict(SECRETS_RESOLVED, "True", "SecretsResolved", String::new())
     } else {
-        verdict(SECRETS_RESOLVED, "Unknown", "SecretReadFailed", unknown.join("; "))
+        verdict(
+            SECRETS_RESOLVED,
+            "Unknown",
+            "SecretReadFailed",
+            unknown.join("; "),
+        )
     }
 }
 
 fn ssh_key_verdict(spec: &NodeClassSpec, check: &SshKeyCheck) -> Verdict {
     let id = &spec.rescue_ssh_key.iam_key_id;
     match check {
-        SshKeyCheck::Registered => verdict(SSH_KEY_REGISTERED, "True", "SSHKeyRegistered", String::new()),
-        SshKeyCheck::NotFound => verdict(SSH_KEY_REGISTERED, "False", "SSHKeyNotFound",
-            format!("IAM SSH key {id} is not registered in the project")),
-        SshKeyCheck::Disabled => verdict(SSH_KEY_REGISTERED, "False", "SSHKeyDisabled",
-            format!("IAM SSH key {id} is disabled")),
-        SshKeyCheck::Error(e) => verdict(SSH_KEY_REGISTERED, "Unknown", "SSHKeyLookupFailed",
-            format!("listing IAM SSH keys: {e}")),
+        SshKeyCheck::Registered => verdict(
+            SSH_KEY_REGISTERED,
+            "True",
+            "SSHKeyRegistered",
+            String::new(),
+        ),
+        SshKeyCheck::NotFound => verdict(
+            SSH_KEY_REGISTERED,
+            "False",
+            "SSHKeyNotFound",
+            format!("IAM SSH key {id} is not registered in the project"),
+        ),
+        SshKeyCheck::Disabled => verdict(
+            SSH_KEY_REGISTERED,
+            "False",
+            "SSHKeyDisabled",
+            format!("IAM SSH key {id} is disabled"),
+        ),
+        SshKeyCheck::Error(e) => verdict(
+            SSH_KEY_REGISTERED,
+            "Unknown",
+            "SSHKeyLookupFailed",
+            format!("listing IAM SSH keys: {e}"),
+        ),
     }
 }
 
 fn image_verdict(spec: &NodeClassSpec) -> Verdict {
     match resolve_image_url(&spec.image, "amd64") {
-        Ok(_) => verdict(IMAGE_TEMPLATE_VALID, "True", "ImageTemplateValid", String::new()),
+        Ok(_) => verdict(
+            IMAGE_TEMPLATE_VALID,
+            "True",
+            "ImageTemplateValid",
+            String::new(),
+        ),
         Err(e) => verdict(IMAGE_TEMPLATE_VALID, "False", "ImageTemplateInvalid", e),
     }
 }
@@ -192,7 +239,9 @@ mod tests {
             zones: vec!["fr-par-2".into()],
             billing: Billing::Hourly,
             image: TalosImage {
-                url_template: "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz".into(),
+                url_template:
+                    "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz"
+                        .into(),
                 version: "v1.13.9".into(),
                 schematic: "abc".into(),
                 sha256: None,
@@ -224,7 +273,10 @@ mod tests {
     fn all_true_is_ready() {
         let c = compute(&spec(), Some(3), &all_good(), &[], "T1");
         assert_eq!(c.len(), 4);
-        assert!(c.iter().all(|c| c.status == "True" && c.observed_generation == Some(3)));
+        assert!(
+            c.iter()
+                .all(|c| c.status == "True" && c.observed_generation == Some(3))
+        );
         assert!(is_ready(&c));
         assert_eq!(get(&c, READY).last_transition_time, "T1");
     }
@@ -235,7 +287,11 @@ mod tests {
         obs.machine_config = SecretCheck::SecretNotFound;
         let c = compute(&spec(), Some(1), &obs, &[], "T1");
         assert_eq!(get(&c, SECRETS_RESOLVED).reason, "SecretNotFound");
-        assert!(get(&c, SECRETS_RESOLVED).message.contains("karpenter/talos"));
+        assert!(
+            get(&c, SECRETS_RESOLVED)
+                .message
+                .contains("karpenter/talos")
+        );
         assert_eq!(get(&c, READY).status, "False");
         assert!(!is_ready(&c));
 
@@ -247,7 +303,10 @@ mod tests {
 
     #[test]
     fn unregistered_or_disabled_key_is_not_ready() {
-        for (check, reason) in [(SshKeyCheck::NotFound, "SSHKeyNotFound"), (SshKeyCheck::Disabled, "SSHKeyDisabled")] {
+        for (check, reason) in [
+            (SshKeyCheck::NotFound, "SSHKeyNotFound"),
+            (SshKeyCheck::Disabled, "SSHKeyDisabled"),
+        ] {
             let mut obs = all_good();
             obs.ssh_key = check;
             let c = compute(&spec(), Some(1), &obs, &[], "T1");
@@ -276,7 +335,10 @@ mod tests {
 
         let ready = compute(&spec(), Some(1), &all_good(), &[], "T1");
         let later = compute(&spec(), Some(1), &obs, &ready, "T2");
-        assert_eq!(later, ready, "a transient error must not change a conclusive status");
+        assert_eq!(
+            later, ready,
+            "a transient error must not change a conclusive status"
+        );
     }
 
     #[test]

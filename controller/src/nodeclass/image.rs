@@ -19,7 +19,10 @@ pub fn resolve_image_url(image: &TalosImage, arch: &str) -> Result<String, Strin
     let mut rest = template;
     while let Some(open) = rest.find(['{', '}']) {
         if rest.as_bytes()[open] == b'}' {
-            return Err(format!("unbalanced '}}' in urlTemplate at {:?}", &rest[open..]));
+            return Err(format!(
+                "unbalanced '}}' in urlTemplate at {:?}",
+                &rest[open..]
+            ));
         }
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
@@ -41,7 +44,9 @@ pub fn resolve_image_url(image: &TalosImage, arch: &str) -> Result<String, Strin
 
 fn non_empty<'a>(name: &str, value: &'a str) -> Result<&'a str, String> {
     if value.is_empty() {
-        Err(format!("urlTemplate uses {{{name}}} but image.{name} is empty"))
+        Err(format!(
+            "urlTemplate uses {{{name}}} but image.{name} is empty"
+        ))
     } else {
         Ok(value)
     }

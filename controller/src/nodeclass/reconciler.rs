@@ -10,9 +10,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret as KubeSecret;
 use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
-use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -59,8 +59,16 @@ pub struct NodeClassController {
 }
 
 impl NodeClassController {
-    pub fn new(client: Client, api: Arc<dyn ElasticMetal>, project_id: String, catalog: Arc<CatalogStore>) -> Self {
-        let controller = Controller::new(Api::<NodeClass>::all(client.clone()), watcher::Config::default());
+    pub fn new(
+        client: Client,
+        api: Arc<dyn ElasticMetal>,
+        project_id: String,
+        catalog: Arc<CatalogStore>,
+    ) -> Self {
+        let controller = Controller::new(
+            Api::<NodeClass>::all(client.clone()),
+            watcher::Config::default(),
+        );
         let ctx = Arc::new(Context {
             client,
             api,
@@ -86,21 +94,24 @@ impl NodeClassController {
             Api::<PartialObjectMeta<KubeSecret>>::all(self.ctx.client.clone()),
             watcher::Config::default(),
         )
-            .default_backoff()
-            .touched_objects()
-            .filter_map(move |event| {
-                let relevant = match event {
-                    Ok(meta) => {
-                        let (ns, name) = (meta.namespace().unwrap_or_default(), meta.name_any());
-                        store.state().iter().any(|nc| references(&nc.spec, &ns, &name))
-                    }
-                    Err(error) => {
-                        debug!(%error, "Secret watch error");
-                        false
-                    }
-                };
-                futures::future::ready(relevant.then_some(()))
-            });
+        .default_backoff()
+        .touched_objects()
+        .filter_map(move |event| {
+            let relevant = match event {
+                Ok(meta) => {
+                    let (ns, name) = (meta.namespace().unwrap_or_default(), meta.name_any());
+                    store
+                        .state()
+                        .iter()
+                        .any(|nc| references(&nc.spec, &ns, &name))
+                }
+                Err(error) => {
+                    debug!(%error, "Secret watch error");
+                    false
+                }
+            };
+            futures::future::ready(relevant.then_some(()))
+        });
         self.controller
             .reconcile_all_on(secrets)
             .graceful_shutdown_on(shutdown)
@@ -115,9 +126,12 @@ impl NodeClassController {
 }
 
 fn references(spec: &NodeClassSpec, namespace: &str, name: &str) -> bool {
-    [&spec.rescue_ssh_key.private_key_secret_ref, &spec.machine_config_secret_ref]
-        .iter()
-        .any(|r| r.namespace == namespace && r.name == name)
+    [
+        &spec.rescue_ssh_key.private_key_secret_ref,
+        &spec.machine_config_secret_ref,
+    ]
+    .iter()
+    .any(|r| r.namespace == namespace && r.name == name)
 }
 
 async fn check_secret(client: &Client, r: &SecretKeyRef) -> SecretCheck {
@@ -130,7 +144,11 @@ async fn check_secret(client: &Client, r: &SecretKeyRef) -> SecretCheck {
                 .as_ref()
                 .and_then(|d| d.get(&r.key))
                 .is_some_and(|v| !v.0.is_empty());
-            if has_key { SecretCheck::Present } else { SecretCheck::KeyMissing }
+            if has_key {
+                SecretCheck::Present
+            } else {
+                SecretCheck::KeyMissing
+            }
         }
         Err(e) => SecretCheck::Error(e.to_string()),
     }
@@ -172,7 +190,11 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
         machine_config,
         ssh_key,
     };
-    let previous = nc.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let previous = nc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let next = conditions::compute(spec, nc.metadata.generation, &observed, &previous, &now);
     let ready = conditions::is_ready(&next);
@@ -188,7 +210,11 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
             .collect();
         info!(nodeclass = %name, ready, conditions = %summary.join(" "), "NodeClass status updated");
     }
-    Ok(Action::requeue(if ready { REQUEUE_READY } else { REQUEUE_NOT_READY }))
+    Ok(Action::requeue(if ready {
+        REQUEUE_READY
+    } else {
+        REQUEUE_NOT_READY
+    }))
 }
 
 fn error_policy(nc: Arc<NodeClass>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {

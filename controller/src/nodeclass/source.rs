@@ -13,7 +13,10 @@ use crate::provider::{NodeClassRecord, NodeClasses};
 
 /// The bytes under `r.key` of the referenced Secret: `Ok(None)` when the
 /// Secret is absent or the key is missing or empty.
-pub async fn read_secret_key(client: &Client, r: &SecretKeyRef) -> Result<Option<Vec<u8>>, kube::Error> {
+pub async fn read_secret_key(
+    client: &Client,
+    r: &SecretKeyRef,
+) -> Result<Option<Vec<u8>>, kube::Error> {
     let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), &r.namespace);
     let Some(secret) = secrets.get_opt(&r.name).await? else {
         return Ok(None);
@@ -48,12 +51,17 @@ impl NodeClasses for KubeNodeClasses {
     }
 
     async fn secret(&self, r: &SecretKeyRef) -> Result<Option<Secret>, String> {
-        let bytes = read_secret_key(&self.client, r).await.map_err(|e| e.to_string())?;
+        let bytes = read_secret_key(&self.client, r)
+            .await
+            .map_err(|e| e.to_string())?;
         bytes
             .map(|b| {
-                String::from_utf8(b)
-                    .map(Secret::new)
-                    .map_err(|_| format!("Secret {}/{} key {:?} is not UTF-8", r.namespace, r.name, r.key))
+                String::from_utf8(b).map(Secret::new).map_err(|_| {
+                    format!(
+                        "Secret {}/{} key {:?} is not UTF-8",
+                        r.namespace, r.name, r.key
+                    )
+                })
             })
             .transpose()
     }

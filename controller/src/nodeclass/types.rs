@@ -26,7 +26,10 @@ pub struct NodeClassSpec {
     /// Zones to order servers in (e.g. `fr-par-2`). Empty = every zone the provider
     /// is configured for.
     #[serde(default)]
-    #[schemars(length(max = 16), inner(regex(pattern = r"^[a-z]{2}-[a-z]{3}-[0-9]+$")))]
+    #[schemars(
+        length(max = 16),
+        inner(regex(pattern = r"^[a-z]{2}-[a-z]{3}-[0-9]+$"))
+    )]
     pub zones: Vec<String>,
     /// `hourly` (default) or `monthly`. Monthly orders the monthly twin of an offer
     /// and prices it as the monthly price over 730 h.

@@ -27,7 +27,9 @@ fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
 /// An API error while ordering, as core should see it.
 fn order_error(err: ApiError) -> ProviderError {
     match err {
-        ApiError::OutOfStock(m) | ApiError::QuotaExceeded(m) => ProviderError::InsufficientCapacity(m),
+        ApiError::OutOfStock(m) | ApiError::QuotaExceeded(m) => {
+            ProviderError::InsufficientCapacity(m)
+        }
         ApiError::Unauthorized(m) => create_failed("ScalewayUnauthorized", m),
         ApiError::Invalid(m) | ApiError::NotFound(m) => create_failed("ScalewayOrderRejected", m),
         other @ (ApiError::TransientState(_) | ApiError::Throttled | ApiError::Unavailable(_)) => {
@@ -50,14 +52,20 @@ impl Provider {
         }
         let spec = &class.spec;
         let private_key = self
-            .secret(&spec.rescue_ssh_key.private_key_secret_ref, "rescue SSH private key")
+            .secret(
+                &spec.rescue_ssh_key.private_key_secret_ref,
+                "rescue SSH private key",
+            )
             .await?;
         let machine_config = self
             .secret(&spec.machine_config_secret_ref, "machine config")
             .await?;
         let snapshot = self.catalog.snapshot();
         if !snapshot.is_loaded() {
-            return Err(create_failed("CatalogNotLoaded", "the offer catalog has not been read yet"));
+            return Err(create_failed(
+                "CatalogNotLoaded",
+                "the offer catalog has not been read yet",
+            ));
         }
 
         let (server, it) = match self.find_claimed_server(&view.name).await? {
@@ -68,10 +76,13 @@ impl Provider {
                     .find(|t| t.name == server.offer_name)
                     .cloned()
                     .ok_or_else(|| {
-                        create_failed("InstanceTypeNotFound", format!(
-                            "server {} has offer {} which is not in the catalog",
-                            server.id, server.offer_name
-                        ))
+                        create_failed(
+                            "InstanceTypeNotFound",
+                            format!(
+                                "server {} has offer {} which is not in the catalog",
+                                server.id, server.offer_name
+                            ),
+                        )
                     })?;
                 info!(nodeclaim = %view.name, server_id = %server.id, zone = %server.zone,
                     "adopting the server already ordered for this NodeClaim");
@@ -119,22 +130,27 @@ impl Provider {
     }
 
     fn node_class_of(&self, view: &NodeClaimView) -> Result<NodeClassRecord, ProviderError> {
-        let r = view
-            .node_class_ref
-            .as_ref()
-            .ok_or_else(|| ProviderError::Invalid(format!("NodeClaim {} has no nodeClassRef", view.name)))?;
+        let r = view.node_class_ref.as_ref().ok_or_else(|| {
+            ProviderError::Invalid(format!("NodeClaim {} has no nodeClassRef", view.name))
+        })?;
         if r.kind != nodeclass::KIND || !(r.group.is_empty() || r.group == nodeclass::GROUP) {
             return Err(ProviderError::Invalid(format!(
                 "NodeClaim {} references {}/{}, not {}/{}",
-                view.name, r.group, r.kind, nodeclass::GROUP, nodeclass::KIND
+                view.name,
+                r.group,
+                r.kind,
+                nodeclass::GROUP,
+                nodeclass::KIND
             )));
         }
-        let class = self
-            .node_classes
-            .get(&r.name)
-            .ok_or_else(|| ProviderError::NodeClassNotReady(format!("NodeClass {} not found", r.name)))?;
+        let class = self.node_classes.get(&r.name).ok_or_else(|| {
+            ProviderError::NodeClassNotReady(format!("NodeClass {} not found", r.name))
+        })?;
         if !class.ready {
-            return Err(ProviderError::NodeClassNotReady(format!("NodeClass {} is not Ready", r.name)));
+            return Err(ProviderError::NodeClassNotReady(format!(
+                "NodeClass {} is not Ready",
+                r.name
+            )));
         }
         Ok(class)
     }
@@ -146,7 +162,11 @@ impl Provider {
         if class.spec.zones.is_empty() {
             served.clone()
         } else {
-            served.iter().filter(|z| class.spec.zones.contains(z)).cloned().collect()
+            served
+                .iter()
+                .filter(|z| class.spec.zones.contains(z))
+                .cloned()
+                .collect()
         }
     }
 
@@ -157,7 +177,10 @@ impl Provider {
                 "{what} Secret {}/{} key {:?} not found",
                 r.namespace, r.name, r.key
             ))),
-            Err(e) => Err(create_failed("SecretReadFailed", format!("reading {what} Secret: {e}"))),
+            Err(e) => Err(create_failed(
+                "SecretReadFailed",
+                format!("reading {what} Secret: {e}"),
+            )),
         }
     }
 
@@ -171,18 +194,34 @@ impl Provider {
             name: None,
             project_id: Some(self.settings.project_id.clone()),
         };
-        let results = join_all(self.settings.zones.iter().map(|z| self.api.list_servers(z, &filter))).await;
+        let results = join_all(
+            self.settings
+                .zones
+                .iter()
+                .map(|z| self.api.list_servers(z, &filter)),
+        )
+        .await;
         let mut found = Vec::new();
         for result in results {
-            let servers = result.map_err(|e| create_failed("ScalewayAPIUnavailable", format!(
-                "looking for a server already ordered for NodeClaim {claim}: {e}"
-            )))?;
-            found.extend(servers.into_iter().filter(|s| s.status != ServerStatus::Deleting));
+            let servers = result.map_err(|e| {
+                create_failed(
+                    "ScalewayAPIUnavailable",
+                    format!("looking for a server already ordered for NodeClaim {claim}: {e}"),
+                )
+            })?;
+            found.extend(
+                servers
+                    .into_iter()
+                    .filter(|s| s.status != ServerStatus::Deleting),
+            );
         }
         found.sort_by(|a, b| a.created_at.cmp(&b.created_at));
         if found.len() > 1 {
-            warn!(nodeclaim = claim, servers = found.len(),
-                "several servers carry this NodeClaim's tag; adopting the oldest");
+            warn!(
+                nodeclaim = claim,
+                servers = found.len(),
+                "several servers carry this NodeClaim's tag; adopting the oldest"
+            );
         }
         Ok(found.into_iter().next())
     }
@@ -216,12 +255,18 @@ impl Provider {
         }
         tags.extend(class.spec.tags.iter().cloned());
         let mut last = String::new();
-        for (it, offering) in options.into_iter().take(self.settings.max_order_attempts.max(1)) {
+        for (it, offering) in options
+            .into_iter()
+            .take(self.settings.max_order_attempts.max(1))
+        {
             let req = CreateServerRequest {
                 offer_id: offering.offer_id.clone(),
                 project_id: self.settings.project_id.clone(),
                 name: view.name.clone(),
-                description: format!("Karpenter NodeClaim {} (cluster {})", view.name, self.settings.cluster_name),
+                description: format!(
+                    "Karpenter NodeClaim {} (cluster {})",
+                    view.name, self.settings.cluster_name
+                ),
                 tags: tags.clone(),
                 install: None,
             };
@@ -231,7 +276,11 @@ impl Provider {
                         offer = %it.name, price = offering.price, "ordered server");
                     return Ok((server, it.clone()));
                 }
-                Err(e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_))) => {
+                Err(
+                    e @ (ApiError::OutOfStock(_)
+                    | ApiError::QuotaExceeded(_)
+                    | ApiError::NotFound(_)),
+                ) => {
                     // NotFound: the offer vanished since the catalog was read.
                     warn!(nodeclaim = %view.name, zone = %offering.zone, offer = %it.name, error = %e,
                         "order refused; trying the next offering");

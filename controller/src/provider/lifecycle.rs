@@ -11,7 +11,9 @@ use super::{
     Provider, ProviderError, TAG_NODECLAIM, TAG_NODEPOOL, parse_provider_id, provider_id, tag,
     tag_value,
 };
-use crate::catalog::{CAPACITY_TYPE_ON_DEMAND, LABEL_CAPACITY_TYPE, LABEL_REGION, LABEL_ZONE, region_of};
+use crate::catalog::{
+    CAPACITY_TYPE_ON_DEMAND, LABEL_CAPACITY_TYPE, LABEL_REGION, LABEL_ZONE, region_of,
+};
 use crate::scaleway::{ApiError, Server, ServerFilter, ServerStatus};
 
 impl Provider {
@@ -51,9 +53,10 @@ impl Provider {
                     reason = "NodeClaim deleted", "deleting server");
                 Ok(())
             }
-            Err(ApiError::NotFound(_)) => {
-                Err(ProviderError::NotFound(provider_id(&server.zone, &server.id)))
-            }
+            Err(ApiError::NotFound(_)) => Err(ProviderError::NotFound(provider_id(
+                &server.zone,
+                &server.id,
+            ))),
             Err(e) => Err(ProviderError::from_api(e)),
         }
     }
@@ -66,7 +69,9 @@ impl Provider {
         };
         let servers = self.list_zones(&filter).await?;
         if servers.is_empty() {
-            return Err(ProviderError::NotFound(format!("no server for NodeClaim {claim}")));
+            return Err(ProviderError::NotFound(format!(
+                "no server for NodeClaim {claim}"
+            )));
         }
         for server in &servers {
             match self.delete_server(server, claim).await {
@@ -102,13 +107,24 @@ impl Provider {
     }
 
     async fn list_zones(&self, filter: &ServerFilter) -> Result<Vec<Server>, ProviderError> {
-        let results = join_all(self.settings.zones.iter().map(|z| self.api.list_servers(z, filter))).await;
+        let results = join_all(
+            self.settings
+                .zones
+                .iter()
+                .map(|z| self.api.list_servers(z, filter)),
+        )
+        .await;
         let mut servers = Vec::new();
         for result in results {
-            let batch = result.map_err(|e| ProviderError::Unavailable(format!("listing servers: {e}")))?;
+            let batch =
+                result.map_err(|e| ProviderError::Unavailable(format!("listing servers: {e}")))?;
             // The client filters already; this guard keeps foreign servers out
             // whatever the implementation behind the trait does.
-            servers.extend(batch.into_iter().filter(|s| filter.matches(s) && self.owned(s)));
+            servers.extend(
+                batch
+                    .into_iter()
+                    .filter(|s| filter.matches(s) && self.owned(s)),
+            );
         }
         Ok(servers)
     }
@@ -118,10 +134,12 @@ impl Provider {
     /// timestamp while the server is being deleted.
     fn server_to_claim(&self, server: &Server) -> Value {
         let snapshot = self.catalog.snapshot();
-        let it = snapshot.default.iter().find(|t| t.name == server.offer_name);
-        let mut labels: BTreeMap<String, String> = it
-            .map(|t| t.node_labels(&server.zone))
-            .unwrap_or_default();
+        let it = snapshot
+            .default
+            .iter()
+            .find(|t| t.name == server.offer_name);
+        let mut labels: BTreeMap<String, String> =
+            it.map(|t| t.node_labels(&server.zone)).unwrap_or_default();
         labels.insert(LABEL_ZONE.into(), server.zone.clone());
         labels.insert(LABEL_REGION.into(), region_of(&server.zone).to_string());
         labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_ON_DEMAND.into());
@@ -155,9 +173,11 @@ impl Provider {
 
 /// Kubernetes timestamps have second precision (`metav1.Time`).
 fn kube_time(rfc3339: &str) -> Option<String> {
-    chrono::DateTime::parse_from_rfc3339(rfc3339)
-        .ok()
-        .map(|t| t.with_timezone(&chrono::Utc).format("%Y-%m-%dT%H:%M:%SZ").to_string())
+    chrono::DateTime::parse_from_rfc3339(rfc3339).ok().map(|t| {
+        t.with_timezone(&chrono::Utc)
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    })
 }
 
 fn kube_time_now() -> String {

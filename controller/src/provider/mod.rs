@@ -34,10 +34,10 @@ pub fn tag(key: &str, value: &str) -> String {
 
 /// The value of the `key=` tag of a server, if any.
 pub fn tag_value<'a>(server: &'a Server, key: &str) -> Option<&'a str> {
-    server.tags.iter().find_map(|t| {
-        t.strip_prefix(key)
-            .and_then(|rest| rest.strip_prefix('='))
-    })
+    server
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
 }
 
 pub fn provider_id(zone: &str, server_id: &str) -> String {

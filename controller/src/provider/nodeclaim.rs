@@ -88,12 +88,19 @@ pub fn parse(claim: &Value) -> Result<NodeClaimView, String> {
         .into_iter()
         .flatten()
     {
-        let key = r.get("key").and_then(Value::as_str).ok_or("requirement without key")?;
+        let key = r
+            .get("key")
+            .and_then(Value::as_str)
+            .ok_or("requirement without key")?;
         let op = operator(r.get("operator").and_then(Value::as_str).unwrap_or(""))?;
         let values = r
             .get("values")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         requirements.push(Requirement {
             key: key.to_string(),
@@ -103,8 +110,16 @@ pub fn parse(claim: &Value) -> Result<NodeClaimView, String> {
     }
     let node_class_ref = spec.and_then(|s| s.get("nodeClassRef")).and_then(|r| {
         Some(NodeClassRef {
-            group: r.get("group").and_then(Value::as_str).unwrap_or("").to_string(),
-            kind: r.get("kind").and_then(Value::as_str).unwrap_or("").to_string(),
+            group: r
+                .get("group")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            kind: r
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
             name: r.get("name")?.as_str()?.to_string(),
         })
     });
@@ -234,24 +249,48 @@ mod tests {
         let h = Hydration {
             labels: BTreeMap::from([
                 ("kubernetes.io/arch".to_string(), "arm64".to_string()),
-                ("topology.kubernetes.io/zone".to_string(), "fr-par-2".to_string()),
+                (
+                    "topology.kubernetes.io/zone".to_string(),
+                    "fr-par-2".to_string(),
+                ),
             ]),
-            annotations: BTreeMap::from([("karpenter.scaleway.com/offer".to_string(), "x".to_string())]),
+            annotations: BTreeMap::from([(
+                "karpenter.scaleway.com/offer".to_string(),
+                "x".to_string(),
+            )]),
             provider_id: "scaleway://baremetal/fr-par-2/abc".into(),
             image_id: "img".into(),
             capacity: BTreeMap::from([("cpu".to_string(), "4".to_string())]),
             allocatable: BTreeMap::from([("cpu".to_string(), "3920m".to_string())]),
         };
         hydrate(&mut c, &h);
-        assert_eq!(c["metadata"]["labels"]["kubernetes.io/arch"], "amd64", "the claim's label wins");
-        assert_eq!(c["metadata"]["labels"]["topology.kubernetes.io/zone"], "fr-par-2");
-        assert_eq!(c["metadata"]["annotations"]["karpenter.sh/nodepool-hash"], "42");
-        assert_eq!(c["metadata"]["annotations"]["karpenter.scaleway.com/offer"], "x");
+        assert_eq!(
+            c["metadata"]["labels"]["kubernetes.io/arch"], "amd64",
+            "the claim's label wins"
+        );
+        assert_eq!(
+            c["metadata"]["labels"]["topology.kubernetes.io/zone"],
+            "fr-par-2"
+        );
+        assert_eq!(
+            c["metadata"]["annotations"]["karpenter.sh/nodepool-hash"],
+            "42"
+        );
+        assert_eq!(
+            c["metadata"]["annotations"]["karpenter.scaleway.com/offer"],
+            "x"
+        );
         assert_eq!(c["metadata"]["finalizers"][0], "karpenter.sh/termination");
         assert_eq!(c["spec"]["futureField"]["x"], 1);
-        assert_eq!(c["status"]["providerID"], "scaleway://baremetal/fr-par-2/abc");
+        assert_eq!(
+            c["status"]["providerID"],
+            "scaleway://baremetal/fr-par-2/abc"
+        );
         assert_eq!(c["status"]["allocatable"]["cpu"], "3920m");
         assert_eq!(c["status"]["conditions"][0]["type"], "Launched");
-        assert_eq!(parse(&c).unwrap().provider_id.as_deref(), Some("scaleway://baremetal/fr-par-2/abc"));
+        assert_eq!(
+            parse(&c).unwrap().provider_id.as_deref(),
+            Some("scaleway://baremetal/fr-par-2/abc")
+        );
     }
 }

@@ -27,7 +27,11 @@ pub fn satisfies(req: &Requirement, labels: &BTreeMap<String, String>) -> bool {
             ) else {
                 return false;
             };
-            if req.operator == Operator::Gt { v > bound } else { v < bound }
+            if req.operator == Operator::Gt {
+                v > bound
+            } else {
+                v < bound
+            }
         }
     }
 }
@@ -94,13 +98,23 @@ mod tests {
     fn picks_the_cheapest_compatible_available_offering() {
         let types = types();
         let reqs = vec![
-            req(LABEL_INSTANCE_TYPE, Operator::In, &["EM-I215E-NVME", "EM-A115X-SSD", "EM-T620E-H100"]),
+            req(
+                LABEL_INSTANCE_TYPE,
+                Operator::In,
+                &["EM-I215E-NVME", "EM-A115X-SSD", "EM-T620E-H100"],
+            ),
             req("karpenter.sh/capacity-type", Operator::In, &["on-demand"]),
             req("karpenter.sh/nodepool", Operator::In, &["default"]),
         ];
         let c = candidates(&types, &reqs, &zones(&["fr-par-2", "nl-ams-1"]));
-        assert_eq!((c[0].0.name.as_str(), c[0].1.zone.as_str()), ("EM-A115X-SSD", "nl-ams-1"));
-        assert_eq!((c[1].0.name.as_str(), c[1].1.zone.as_str()), ("EM-A115X-SSD", "fr-par-2"));
+        assert_eq!(
+            (c[0].0.name.as_str(), c[0].1.zone.as_str()),
+            ("EM-A115X-SSD", "nl-ams-1")
+        );
+        assert_eq!(
+            (c[1].0.name.as_str(), c[1].1.zone.as_str()),
+            ("EM-A115X-SSD", "fr-par-2")
+        );
         // The H100 is sold out everywhere.
         assert!(c.iter().all(|(it, _)| it.name != "EM-T620E-H100"));
 
@@ -133,11 +147,37 @@ mod tests {
             (LABEL_INSTANCE_CPU.to_string(), "32".to_string()),
             ("kubernetes.io/os".to_string(), "linux".to_string()),
         ]);
-        assert!(satisfies(&req(LABEL_INSTANCE_CPU, Operator::Lt, &["64"]), &labels));
-        assert!(!satisfies(&req(LABEL_INSTANCE_CPU, Operator::Lt, &["32"]), &labels));
-        assert!(satisfies(&req("kubernetes.io/os", Operator::NotIn, &["windows"]), &labels));
-        assert!(satisfies(&req("karpenter.scaleway.com/instance-gpu-name", Operator::DoesNotExist, &[]), &labels));
-        assert!(!satisfies(&req("karpenter.scaleway.com/instance-gpu-name", Operator::Exists, &[]), &labels));
-        assert!(satisfies(&req("example.com/team", Operator::In, &["a"]), &labels), "unmanaged keys do not constrain");
+        assert!(satisfies(
+            &req(LABEL_INSTANCE_CPU, Operator::Lt, &["64"]),
+            &labels
+        ));
+        assert!(!satisfies(
+            &req(LABEL_INSTANCE_CPU, Operator::Lt, &["32"]),
+            &labels
+        ));
+        assert!(satisfies(
+            &req("kubernetes.io/os", Operator::NotIn, &["windows"]),
+            &labels
+        ));
+        assert!(satisfies(
+            &req(
+                "karpenter.scaleway.com/instance-gpu-name",
+                Operator::DoesNotExist,
+                &[]
+            ),
+            &labels
+        ));
+        assert!(!satisfies(
+            &req(
+                "karpenter.scaleway.com/instance-gpu-name",
+                Operator::Exists,
+                &[]
+            ),
+            &labels
+        ));
+        assert!(
+            satisfies(&req("example.com/team", Operator::In, &["a"]), &labels),
+            "unmanaged keys do not constrain"
+        );
     }
 }

@@ -31,7 +31,13 @@ impl NodeClasses for FakeNodeClasses {
 
     async fn secret(&self, r: &SecretKeyRef) -> Result<Option<Secret>, String> {
         let key = (r.namespace.clone(), r.name.clone(), r.key.clone());
-        Ok(self.secrets.lock().unwrap().get(&key).cloned().map(Secret::new))
+        Ok(self
+            .secrets
+            .lock()
+            .unwrap()
+            .get(&key)
+            .cloned()
+            .map(Secret::new))
     }
 }
 
@@ -104,8 +110,14 @@ pub(crate) fn fixture() -> Fixture {
     );
     {
         let mut s = classes.secrets.lock().unwrap();
-        s.insert(("karpenter".into(), "rescue".into(), "id_ed25519".into()), "PRIVATE".into());
-        s.insert(("karpenter".into(), "talos".into(), "worker.yaml".into()), "version: v1alpha1".into());
+        s.insert(
+            ("karpenter".into(), "rescue".into(), "id_ed25519".into()),
+            "PRIVATE".into(),
+        );
+        s.insert(
+            ("karpenter".into(), "talos".into(), "worker.yaml".into()),
+            "version: v1alpha1".into(),
+        );
     }
     let installer = Arc::new(RecordingInstaller::default());
     let provider = Arc::new(Provider::new(
@@ -188,59 +200,118 @@ async fn create_orders_the_cheapest_offering_and_starts_the_install() {
     assert_eq!(spec.provider_id, pid);
     assert_eq!(spec.node_name, "default-a");
     assert_eq!(spec.arch, "amd64");
-    assert_eq!(spec.image_url, "http://127.0.0.1:9/talos-v1.13.9-amd64.raw.xz");
+    assert_eq!(
+        spec.image_url,
+        "http://127.0.0.1:9/talos-v1.13.9-amd64.raw.xz"
+    );
     assert_eq!(spec.rescue_ssh_key_id, "key-1");
     assert_eq!(spec.rescue_private_key.expose(), "PRIVATE");
     assert_eq!(spec.base_machine_config.expose(), "version: v1alpha1");
     assert_eq!(spec.labels["karpenter.sh/nodepool"], "default");
-    assert_eq!(spec.labels["node.kubernetes.io/instance-type"], "EM-A115X-SSD");
+    assert_eq!(
+        spec.labels["node.kubernetes.io/instance-type"],
+        "EM-A115X-SSD"
+    );
     assert_eq!(spec.taints.len(), 1);
 }
 
 #[tokio::test]
 async fn create_again_adopts_instead_of_ordering_twice() {
     let f = fixture();
-    let first = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
-    let second = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
+    let first = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    let second = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
     assert_eq!(f.api.count(Op::CreateServer), 1);
-    assert_eq!(first["status"]["providerID"], second["status"]["providerID"]);
-    assert_eq!(f.installer.started.lock().unwrap().len(), 2, "the engine ignores repeats itself");
+    assert_eq!(
+        first["status"]["providerID"],
+        second["status"]["providerID"]
+    );
+    assert_eq!(
+        f.installer.started.lock().unwrap().len(),
+        2,
+        "the engine ignores repeats itself"
+    );
 }
 
 #[tokio::test]
 async fn out_of_stock_marks_the_offering_and_tries_the_next() {
     let f = fixture();
-    f.api.fail_next(Op::CreateServer, ApiError::OutOfStock("EM-A115X-SSD".into()));
+    f.api.fail_next(
+        Op::CreateServer,
+        ApiError::OutOfStock("EM-A115X-SSD".into()),
+    );
     let out = f
         .provider
         .create(claim("default-a", &["EM-A115X-SSD", "EM-I215E-NVME"]))
         .await
         .unwrap();
-    assert_eq!(out["metadata"]["labels"]["node.kubernetes.io/instance-type"], "EM-I215E-NVME");
+    assert_eq!(
+        out["metadata"]["labels"]["node.kubernetes.io/instance-type"],
+        "EM-I215E-NVME"
+    );
     let snap = f.catalog.snapshot();
-    let a = snap.default.iter().find(|t| t.name == "EM-A115X-SSD").unwrap();
-    assert!(!a.offerings[0].available, "refused offering is cached as unavailable");
-    assert!(snap.default.iter().any(|t| t.name == "EM-A115X-SSD"), "still listed");
+    let a = snap
+        .default
+        .iter()
+        .find(|t| t.name == "EM-A115X-SSD")
+        .unwrap();
+    assert!(
+        !a.offerings[0].available,
+        "refused offering is cached as unavailable"
+    );
+    assert!(
+        snap.default.iter().any(|t| t.name == "EM-A115X-SSD"),
+        "still listed"
+    );
 
     // Everything left is sold out or refused: InsufficientCapacity.
-    f.api.fail_next(Op::CreateServer, ApiError::QuotaExceeded("quota".into()));
+    f.api
+        .fail_next(Op::CreateServer, ApiError::QuotaExceeded("quota".into()));
     let err = f
         .provider
-        .create(claim("default-b", &["EM-A115X-SSD", "EM-I215E-NVME", "EM-T620E-H100"]))
+        .create(claim(
+            "default-b",
+            &["EM-A115X-SSD", "EM-I215E-NVME", "EM-T620E-H100"],
+        ))
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::InsufficientCapacity(_)), "{err:?}");
+    assert!(
+        matches!(err, ProviderError::InsufficientCapacity(_)),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
 async fn api_failure_while_ordering_is_a_create_error() {
     let f = fixture();
-    f.api.fail_next(Op::CreateServer, ApiError::Unavailable("HTTP 503".into()));
-    let err = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
-    assert!(matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "ScalewayAPIUnavailable"), "{err:?}");
+    f.api
+        .fail_next(Op::CreateServer, ApiError::Unavailable("HTTP 503".into()));
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "ScalewayAPIUnavailable"),
+        "{err:?}"
+    );
     f.api.fail_next(Op::ListServers, ApiError::Throttled);
-    let err = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
-    assert!(matches!(err, ProviderError::CreateFailed { .. }), "no order without the adoption check");
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::CreateFailed { .. }),
+        "no order without the adoption check"
+    );
     assert_eq!(f.api.count(Op::CreateServer), 1);
 }
 
@@ -249,15 +320,38 @@ async fn node_class_problems_are_not_ready() {
     let f = fixture();
     let mut c = claim("default-a", &["EM-A115X-SSD"]);
     c["spec"]["nodeClassRef"]["name"] = json!("missing");
-    assert!(matches!(f.provider.create(c).await, Err(ProviderError::NodeClassNotReady(_))));
+    assert!(matches!(
+        f.provider.create(c).await,
+        Err(ProviderError::NodeClassNotReady(_))
+    ));
 
-    f.classes.classes.lock().unwrap().get_mut("default").unwrap().ready = false;
-    let err = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .get_mut("default")
+        .unwrap()
+        .ready = false;
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::NodeClassNotReady(_)));
 
-    f.classes.classes.lock().unwrap().get_mut("default").unwrap().ready = true;
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .get_mut("default")
+        .unwrap()
+        .ready = true;
     f.classes.secrets.lock().unwrap().clear();
-    let err = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap_err();
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::NodeClassNotReady(_)));
     assert_eq!(f.api.count(Op::CreateServer), 0);
 }
@@ -265,42 +359,74 @@ async fn node_class_problems_are_not_ready() {
 #[tokio::test]
 async fn no_compatible_offering_is_insufficient_capacity() {
     let f = fixture();
-    let err = f.provider.create(claim("default-a", &["EM-T620E-H100"])).await.unwrap_err();
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-T620E-H100"]))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::InsufficientCapacity(_)));
-    let err = f.provider.create(claim("default-a", &["EM-NOPE"])).await.unwrap_err();
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-NOPE"]))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::InsufficientCapacity(_)));
 }
 
 #[tokio::test]
 async fn delete_is_idempotent_then_not_found() {
     let f = fixture();
-    let created = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
+    let created = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
     f.provider.delete(&created).await.unwrap();
     f.provider.delete(&created).await.unwrap();
-    assert_eq!(f.api.count(Op::DeleteServer), 1, "a deleting server is not deleted again");
+    assert_eq!(
+        f.api.count(Op::DeleteServer),
+        1,
+        "a deleting server is not deleted again"
+    );
     let pid = created["status"]["providerID"].as_str().unwrap();
     let got = f.provider.get(pid).await.unwrap();
     assert!(got["metadata"]["deletionTimestamp"].is_string());
     f.api.finish_deletions();
-    assert!(matches!(f.provider.delete(&created).await, Err(ProviderError::NotFound(_))));
-    assert!(matches!(f.provider.get(pid).await, Err(ProviderError::NotFound(_))));
+    assert!(matches!(
+        f.provider.delete(&created).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    assert!(matches!(
+        f.provider.get(pid).await,
+        Err(ProviderError::NotFound(_))
+    ));
 }
 
 #[tokio::test]
 async fn delete_without_provider_id_finds_the_server_by_tag() {
     let f = fixture();
-    f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
     let bare = claim("default-a", &["EM-A115X-SSD"]);
     f.provider.delete(&bare).await.unwrap();
     assert_eq!(f.api.servers()[0].status, ServerStatus::Deleting);
     let other = claim("default-zzz", &["EM-A115X-SSD"]);
-    assert!(matches!(f.provider.delete(&other).await, Err(ProviderError::NotFound(_))));
+    assert!(matches!(
+        f.provider.delete(&other).await,
+        Err(ProviderError::NotFound(_))
+    ));
 }
 
 #[tokio::test]
 async fn foreign_servers_are_neither_deleted_nor_listed() {
     let f = fixture();
-    let created = f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
+    let created = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
     let mut foreign = f.api.servers()[0].clone();
     foreign.id = "foreign".into();
     foreign.tags = vec!["karpenter.scaleway.com/cluster=other".into()];
@@ -308,28 +434,50 @@ async fn foreign_servers_are_neither_deleted_nor_listed() {
 
     let listed = f.provider.list().await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0]["status"]["providerID"], created["status"]["providerID"]);
-    assert_eq!(listed[0]["metadata"]["labels"]["karpenter.sh/nodepool"], "default");
+    assert_eq!(
+        listed[0]["status"]["providerID"],
+        created["status"]["providerID"]
+    );
+    assert_eq!(
+        listed[0]["metadata"]["labels"]["karpenter.sh/nodepool"],
+        "default"
+    );
     assert_eq!(listed[0]["status"]["capacity"]["cpu"], "4");
 
     let mut c = claim("x", &[]);
     c["status"] = json!({"providerID": format!("scaleway://baremetal/{ZONE}/foreign")});
-    assert!(matches!(f.provider.delete(&c).await, Err(ProviderError::NotFound(_))));
+    assert!(matches!(
+        f.provider.delete(&c).await,
+        Err(ProviderError::NotFound(_))
+    ));
     assert_eq!(f.api.count(Op::DeleteServer), 0);
 }
 
 #[tokio::test]
 async fn list_fails_whole_when_a_zone_fails() {
     let f = fixture();
-    f.provider.create(claim("default-a", &["EM-A115X-SSD"])).await.unwrap();
-    f.api.fail_next(Op::ListServers, ApiError::Unavailable("boom".into()));
-    assert!(matches!(f.provider.list().await, Err(ProviderError::Unavailable(_))));
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    f.api
+        .fail_next(Op::ListServers, ApiError::Unavailable("boom".into()));
+    assert!(matches!(
+        f.provider.list().await,
+        Err(ProviderError::Unavailable(_))
+    ));
 }
 
 #[test]
 fn provider_ids() {
-    assert_eq!(provider_id("fr-par-2", "abc"), "scaleway://baremetal/fr-par-2/abc");
-    assert_eq!(parse_provider_id("scaleway://baremetal/fr-par-2/abc"), Some(("fr-par-2", "abc")));
+    assert_eq!(
+        provider_id("fr-par-2", "abc"),
+        "scaleway://baremetal/fr-par-2/abc"
+    );
+    assert_eq!(
+        parse_provider_id("scaleway://baremetal/fr-par-2/abc"),
+        Some(("fr-par-2", "abc"))
+    );
     assert_eq!(parse_provider_id("scaleway-em://fr-par-2/abc"), None);
     assert_eq!(parse_provider_id("scaleway://baremetal/fr-par-2/"), None);
     assert_eq!(parse_provider_id("scaleway://baremetal/fr-par-2/a/b"), None);

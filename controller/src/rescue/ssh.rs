@@ -46,17 +46,30 @@ impl Default for RusshShell {
 
 impl RusshShell {
     pub fn new(connect_timeout: Duration, command_timeout: Duration) -> Self {
-        RusshShell { connect_timeout, command_timeout, known: Arc::default() }
+        RusshShell {
+            connect_timeout,
+            command_timeout,
+            known: Arc::default(),
+        }
     }
 
     /// The fingerprint recorded for `host:port`, if any.
     pub fn known_fingerprint(&self, addr: &str) -> Option<String> {
-        self.known.lock().unwrap_or_else(|e| e.into_inner()).get(addr).cloned()
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(addr)
+            .cloned()
     }
 
-    async fn open(&self, target: &SshTarget, private_key: &str) -> Result<Handle<HostKeys>, RescueError> {
+    async fn open(
+        &self,
+        target: &SshTarget,
+        private_key: &str,
+    ) -> Result<Handle<HostKeys>, RescueError> {
         // The parse error names the problem, never the key material.
-        let key = decode_secret_key(private_key, None).map_err(|e| RescueError::InvalidKey(e.to_string()))?;
+        let key = decode_secret_key(private_key, None)
+            .map_err(|e| RescueError::InvalidKey(e.to_string()))?;
         let addr = format!("{}:{}", target.host, target.port);
         let config = Arc::new(client::Config {
             // The image write is silent for minutes: keepalives tell a quiet
@@ -65,7 +78,10 @@ impl RusshShell {
             keepalive_max: 3,
             ..Default::default()
         });
-        let handler = HostKeys { addr: addr.clone(), known: self.known.clone() };
+        let handler = HostKeys {
+            addr: addr.clone(),
+            known: self.known.clone(),
+        };
         let mut handle = client::connect(config, (target.host.as_str(), target.port), handler)
             .await
             .map_err(|e| RescueError::Unreachable(format!("{addr}: {e}")))?;
@@ -75,7 +91,10 @@ impl RusshShell {
             .map_err(|e| RescueError::Unreachable(format!("{addr}: {e}")))?
             .flatten();
         let auth = handle
-            .authenticate_publickey(target.user.clone(), PrivateKeyWithHashAlg::new(Arc::new(key), hash))
+            .authenticate_publickey(
+                target.user.clone(),
+                PrivateKeyWithHashAlg::new(Arc::new(key), hash),
+            )
             .await
             .map_err(|e| RescueError::Unreachable(format!("{addr}: {e}")))?;
         match auth {
@@ -102,7 +121,10 @@ impl RescueShell for RusshShell {
                     self.connect_timeout.as_secs()
                 ))
             })??;
-        Ok(Box::new(RusshSession { handle, command_timeout: self.command_timeout }))
+        Ok(Box::new(RusshSession {
+            handle,
+            command_timeout: self.command_timeout,
+        }))
     }
 }
 
@@ -115,10 +137,17 @@ struct HostKeys {
 impl client::Handler for HostKeys {
     type Error = russh::Error;
 
-    async fn check_server_key(&mut self, server_key: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+    async fn check_server_key(
+        &mut self,
+        server_key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
         let fingerprint = match server_key {
-            PublicKeyOrCertificate::PublicKey { key, .. } => key.fingerprint(HashAlg::Sha256).to_string(),
-            PublicKeyOrCertificate::Certificate(cert) => cert.public_key().fingerprint(HashAlg::Sha256).to_string(),
+            PublicKeyOrCertificate::PublicKey { key, .. } => {
+                key.fingerprint(HashAlg::Sha256).to_string()
+            }
+            PublicKeyOrCertificate::Certificate(cert) => {
+                cert.public_key().fingerprint(HashAlg::Sha256).to_string()
+            }
         };
         let previous = self
             .known
@@ -156,7 +185,10 @@ impl RusshSession {
                 ChannelMsg::ExtendedData { data, ext: 1 } => append(&mut stderr, &data),
                 ChannelMsg::ExitStatus { exit_status } => status = Some(exit_status),
                 ChannelMsg::ExitSignal { signal_name, .. } => {
-                    append(&mut stderr, format!("killed by signal {signal_name:?}").as_bytes());
+                    append(
+                        &mut stderr,
+                        format!("killed by signal {signal_name:?}").as_bytes(),
+                    );
                     // Shells report death by signal as 128 + n; the number is
                     // not on the wire, so use a status no command returns.
                     status = Some(255);
@@ -164,8 +196,9 @@ impl RusshSession {
                 _ => {}
             }
         }
-        let exit_status =
-            status.ok_or_else(|| RescueError::SessionLost("channel closed without an exit status".into()))?;
+        let exit_status = status.ok_or_else(|| {
+            RescueError::SessionLost("channel closed without an exit status".into())
+        })?;
         Ok(CommandOutput {
             exit_status,
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -183,14 +216,17 @@ fn append(buf: &mut Vec<u8>, data: &[u8]) {
 impl RescueSession for RusshSession {
     async fn run(&mut self, command: &str) -> Result<CommandOutput, RescueError> {
         let limit = self.command_timeout;
-        timeout(limit, self.exec(command))
-            .await
-            .map_err(|_| RescueError::Timeout(format!("command took more than {}s", limit.as_secs())))?
+        timeout(limit, self.exec(command)).await.map_err(|_| {
+            RescueError::Timeout(format!("command took more than {}s", limit.as_secs()))
+        })?
     }
 
     async fn close(self: Box<Self>) {
         // Best effort: the server may already be rebooting.
-        let _ = self.handle.disconnect(Disconnect::ByApplication, "", "en").await;
+        let _ = self
+            .handle
+            .disconnect(Disconnect::ByApplication, "", "en")
+            .await;
     }
 }
 

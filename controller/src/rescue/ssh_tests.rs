@@ -17,7 +17,9 @@ fn key(seed: u8) -> PrivateKey {
 }
 
 fn openssh(key: &PrivateKey) -> String {
-    key.to_openssh(LineEnding::LF).expect("encode key").to_string()
+    key.to_openssh(LineEnding::LF)
+        .expect("encode key")
+        .to_string()
 }
 
 #[derive(Clone)]
@@ -29,7 +31,11 @@ struct Rescue {
 impl server::Handler for Rescue {
     type Error = russh::Error;
 
-    async fn auth_publickey(&mut self, user: &str, key: VerifiedPublicKey<'_>) -> Result<Auth, Self::Error> {
+    async fn auth_publickey(
+        &mut self,
+        user: &str,
+        key: VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
         if user == "rescue" && key.public_key.key_data() == self.authorized.key_data() {
             Ok(Auth::Accept)
         } else {
@@ -47,7 +53,12 @@ impl server::Handler for Rescue {
         Ok(())
     }
 
-    async fn exec_request(&mut self, channel: ChannelId, data: &[u8], session: &mut Session) -> Result<(), Self::Error> {
+    async fn exec_request(
+        &mut self,
+        channel: ChannelId,
+        data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
         let command = String::from_utf8_lossy(data).into_owned();
         self.commands.lock().unwrap().push(command.clone());
         session.channel_success(channel)?;
@@ -59,7 +70,11 @@ impl server::Handler for Rescue {
             "sleep forever" => return Ok(()),
             other => {
                 let word = other.split_whitespace().next().unwrap_or_default();
-                session.extended_data(channel, 1, format!("sh: {word}: command not found\n").into_bytes())?;
+                session.extended_data(
+                    channel,
+                    1,
+                    format!("sh: {word}: command not found\n").into_bytes(),
+                )?;
                 session.exit_status_request(channel, 127)?;
             }
         }
@@ -79,7 +94,10 @@ async fn serve(authorized: &PrivateKey) -> (u16, Arc<Mutex<Vec<String>>>) {
         ..Default::default()
     });
     let commands = Arc::new(Mutex::new(Vec::new()));
-    let handler = Rescue { authorized: authorized.public_key().clone(), commands: commands.clone() };
+    let handler = Rescue {
+        authorized: authorized.public_key().clone(),
+        commands: commands.clone(),
+    };
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
     tokio::spawn(async move {
@@ -96,7 +114,11 @@ async fn serve(authorized: &PrivateKey) -> (u16, Arc<Mutex<Vec<String>>>) {
 }
 
 fn target(port: u16, user: &str) -> SshTarget {
-    SshTarget { host: "127.0.0.1".into(), port, user: user.into() }
+    SshTarget {
+        host: "127.0.0.1".into(),
+        port,
+        user: user.into(),
+    }
 }
 
 #[tokio::test]
@@ -105,18 +127,37 @@ async fn runs_commands_and_collects_output_and_status() {
     let (port, commands) = serve(&client_key).await;
     let shell = RusshShell::default();
 
-    let mut session = shell.connect(&target(port, "rescue"), &openssh(&client_key)).await.expect("connect");
+    let mut session = shell
+        .connect(&target(port, "rescue"), &openssh(&client_key))
+        .await
+        .expect("connect");
     let out = session.run("lsblk -dno NAME,TYPE").await.expect("run");
-    assert_eq!(out, CommandOutput { exit_status: 0, stdout: "nvme0n1 disk\n".into(), stderr: String::new() });
+    assert_eq!(
+        out,
+        CommandOutput {
+            exit_status: 0,
+            stdout: "nvme0n1 disk\n".into(),
+            stderr: String::new()
+        }
+    );
     let out = session.run("zstd -d").await.expect("run");
     assert_eq!(out.exit_status, 127);
     assert_eq!(out.stderr, "sh: zstd: command not found\n");
     assert!(!out.success());
     session.close().await;
 
-    assert_eq!(*commands.lock().unwrap(), ["lsblk -dno NAME,TYPE", "zstd -d"]);
-    let expected = key(200).public_key().fingerprint(HashAlg::Sha256).to_string();
-    assert_eq!(shell.known_fingerprint(&format!("127.0.0.1:{port}")), Some(expected));
+    assert_eq!(
+        *commands.lock().unwrap(),
+        ["lsblk -dno NAME,TYPE", "zstd -d"]
+    );
+    let expected = key(200)
+        .public_key()
+        .fingerprint(HashAlg::Sha256)
+        .to_string();
+    assert_eq!(
+        shell.known_fingerprint(&format!("127.0.0.1:{port}")),
+        Some(expected)
+    );
 }
 
 #[tokio::test]
@@ -151,7 +192,9 @@ async fn an_invalid_key_is_reported_without_its_content() {
         .await
         .err()
         .expect("invalid");
-    let RescueError::InvalidKey(message) = &err else { panic!("expected InvalidKey, got {err:?}") };
+    let RescueError::InvalidKey(message) = &err else {
+        panic!("expected InvalidKey, got {err:?}")
+    };
     assert!(!message.contains("c2VjcmV0"), "{message}");
 }
 
@@ -160,7 +203,10 @@ async fn a_command_that_never_ends_times_out() {
     let client_key = key(1);
     let (port, _) = serve(&client_key).await;
     let shell = RusshShell::new(Duration::from_secs(10), Duration::from_millis(300));
-    let mut session = shell.connect(&target(port, "rescue"), &openssh(&client_key)).await.expect("connect");
+    let mut session = shell
+        .connect(&target(port, "rescue"), &openssh(&client_key))
+        .await
+        .expect("connect");
     let err = session.run("sleep forever").await.expect_err("times out");
     assert!(matches!(err, RescueError::Timeout(_)), "{err:?}");
 }

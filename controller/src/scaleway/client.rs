@@ -103,7 +103,10 @@ impl ScalewayClient {
         let http = reqwest::Client::builder()
             .timeout(config.request_timeout)
             .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("karpenter-provider-scaleway/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!(
+                "karpenter-provider-scaleway/",
+                env!("CARGO_PKG_VERSION")
+            ))
             .build()
             .map_err(|e| ApiError::Invalid(format!("building HTTP client: {e}")))?;
         Ok(ScalewayClient {
@@ -211,9 +214,10 @@ impl ScalewayClient {
             };
             let got = page_items.len();
             for item in page_items {
-                items.push(serde_json::from_value(item).map_err(|e| {
-                    ApiError::Unavailable(format!("decoding {path} item: {e}"))
-                })?);
+                items
+                    .push(serde_json::from_value(item).map_err(|e| {
+                        ApiError::Unavailable(format!("decoding {path} item: {e}"))
+                    })?);
             }
             let have = items.len() as u64;
             if have == total {
@@ -223,7 +227,10 @@ impl ScalewayClient {
                 return Err(inconsistent(path, "more items than total_count"));
             }
             if got == 0 {
-                return Err(inconsistent(path, "page missing before total_count was reached"));
+                return Err(inconsistent(
+                    path,
+                    "page missing before total_count was reached",
+                ));
             }
             page += 1;
         }
@@ -282,10 +289,20 @@ fn describe(json: &Value, status: StatusCode) -> String {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| format!("HTTP {}", status.as_u16()));
-    let extra: Vec<String> = ["resource", "resource_id", "current_state", "precondition", "help_message"]
-        .iter()
-        .filter_map(|k| json.get(*k).and_then(Value::as_str).map(|v| format!("{k}={v}")))
-        .collect();
+    let extra: Vec<String> = [
+        "resource",
+        "resource_id",
+        "current_state",
+        "precondition",
+        "help_message",
+    ]
+    .iter()
+    .filter_map(|k| {
+        json.get(*k)
+            .and_then(Value::as_str)
+            .map(|v| format!("{k}={v}"))
+    })
+    .collect();
     let details = json
         .get("details")
         .filter(|d| d.as_array().is_some_and(|a| !a.is_empty()))
@@ -329,7 +346,11 @@ impl ElasticMetal for ScalewayClient {
             .collect())
     }
 
-    async fn create_server(&self, zone: &str, req: &CreateServerRequest) -> Result<Server, ApiError> {
+    async fn create_server(
+        &self,
+        zone: &str,
+        req: &CreateServerRequest,
+    ) -> Result<Server, ApiError> {
         let path = zone_path(zone, "/servers")?;
         let body = serde_json::to_value(req)
             .map_err(|e| ApiError::Invalid(format!("encoding create request: {e}")))?;
@@ -343,9 +364,14 @@ impl ElasticMetal for ScalewayClient {
             .await
     }
 
-    async fn list_servers(&self, zone: &str, filter: &ServerFilter) -> Result<Vec<Server>, ApiError> {
+    async fn list_servers(
+        &self,
+        zone: &str,
+        filter: &ServerFilter,
+    ) -> Result<Vec<Server>, ApiError> {
         let path = zone_path(zone, "/servers")?;
-        let mut query: Vec<(&str, String)> = filter.tags.iter().map(|t| ("tags", t.clone())).collect();
+        let mut query: Vec<(&str, String)> =
+            filter.tags.iter().map(|t| ("tags", t.clone())).collect();
         if let Some(name) = &filter.name {
             query.push(("name", name.clone()));
         }

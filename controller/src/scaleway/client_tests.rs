@@ -44,27 +44,57 @@ async fn get_error(status: u16, body: serde_json::Value) -> ApiError {
     client(&mock).get_server(ZONE, "abc").await.unwrap_err()
 }
 
+type Check = fn(&ApiError) -> bool;
+
 #[tokio::test]
 async fn classifies_every_error_row() {
-    let cases: Vec<(u16, serde_json::Value, fn(&ApiError) -> bool)> = vec![
-        (404, json!({"type": "not_found", "message": "resource is not found", "resource": "baremetal_server", "resource_id": "abc"}),
-            |e| matches!(e, ApiError::NotFound(_))),
-        (404, json!({"message": "Not Found"}), |e| matches!(e, ApiError::NotFound(_))),
-        (400, json!({"type": "invalid_arguments", "message": "invalid argument(s)", "details": [{"argument_name": "name", "reason": "required"}]}),
-            |e| matches!(e, ApiError::Invalid(_))),
-        (400, json!({"message": "Server is not delivered"}), |e| matches!(e, ApiError::TransientState(_))),
-        (403, json!({"type": "permissions_denied", "message": "insufficient permissions", "details": [{"resource": "servers", "action": "read"}]}),
-            |e| matches!(e, ApiError::Unauthorized(_))),
-        (409, json!({"type": "transient_state", "message": "resource is in a transient state", "resource": "baremetal_server", "resource_id": "abc", "current_state": "deleting"}),
-            |e| matches!(e, ApiError::TransientState(_))),
-        (412, json!({"type": "precondition_failed", "precondition": "resource_still_in_use", "help_message": "stop it", "message": "precondition failed"}),
-            |e| matches!(e, ApiError::Invalid(_))),
-        (403, json!({"type": "quotas_exceeded", "message": "quota(s) exceeded for this resource", "details": [{"resource": "baremetal_servers", "quota": 2, "current": 2}]}),
-            |e| matches!(e, ApiError::QuotaExceeded(_))),
-        (412, json!({"type": "out_of_stock", "resource": "baremetal_offer", "message": "resource is out of stock"}),
-            |e| matches!(e, ApiError::OutOfStock(_))),
-        (401, json!({"type": "denied_authentication", "method": "api_key", "reason": "invalid_argument"}),
-            |e| matches!(e, ApiError::Unauthorized(_))),
+    let cases: Vec<(u16, serde_json::Value, Check)> = vec![
+        (
+            404,
+            json!({"type": "not_found", "message": "resource is not found", "resource": "baremetal_server", "resource_id": "abc"}),
+            |e| matches!(e, ApiError::NotFound(_)),
+        ),
+        (404, json!({"message": "Not Found"}), |e| {
+            matches!(e, ApiError::NotFound(_))
+        }),
+        (
+            400,
+            json!({"type": "invalid_arguments", "message": "invalid argument(s)", "details": [{"argument_name": "name", "reason": "required"}]}),
+            |e| matches!(e, ApiError::Invalid(_)),
+        ),
+        (400, json!({"message": "Server is not delivered"}), |e| {
+            matches!(e, ApiError::TransientState(_))
+        }),
+        (
+            403,
+            json!({"type": "permissions_denied", "message": "insufficient permissions", "details": [{"resource": "servers", "action": "read"}]}),
+            |e| matches!(e, ApiError::Unauthorized(_)),
+        ),
+        (
+            409,
+            json!({"type": "transient_state", "message": "resource is in a transient state", "resource": "baremetal_server", "resource_id": "abc", "current_state": "deleting"}),
+            |e| matches!(e, ApiError::TransientState(_)),
+        ),
+        (
+            412,
+            json!({"type": "precondition_failed", "precondition": "resource_still_in_use", "help_message": "stop it", "message": "precondition failed"}),
+            |e| matches!(e, ApiError::Invalid(_)),
+        ),
+        (
+            403,
+            json!({"type": "quotas_exceeded", "message": "quota(s) exceeded for this resource", "details": [{"resource": "baremetal_servers", "quota": 2, "current": 2}]}),
+            |e| matches!(e, ApiError::QuotaExceeded(_)),
+        ),
+        (
+            412,
+            json!({"type": "out_of_stock", "resource": "baremetal_offer", "message": "resource is out of stock"}),
+            |e| matches!(e, ApiError::OutOfStock(_)),
+        ),
+        (
+            401,
+            json!({"type": "denied_authentication", "method": "api_key", "reason": "invalid_argument"}),
+            |e| matches!(e, ApiError::Unauthorized(_)),
+        ),
     ];
     for (status, body, check) in cases {
         let err = get_error(status, body.clone()).await;
@@ -90,7 +120,10 @@ async fn retryable_errors_are_exhausted_then_reported() {
         .expect(3)
         .mount(&mock)
         .await;
-    assert_eq!(client(&mock).get_server(ZONE, "abc").await.unwrap_err(), ApiError::Throttled);
+    assert_eq!(
+        client(&mock).get_server(ZONE, "abc").await.unwrap_err(),
+        ApiError::Throttled
+    );
 }
 
 #[tokio::test]
@@ -164,22 +197,31 @@ async fn create_is_not_retried_on_5xx_but_is_on_429() {
         .await;
     Mock::given(method("POST"))
         .and(path(format!("/baremetal/v1/zones/{ZONE}/servers")))
-        .and(body_json(json!({"offer_id": "offer-1", "project_id": "proj", "name": "node-a",
-            "description": "", "tags": [], "install": null})))
+        .and(body_json(
+            json!({"offer_id": "offer-1", "project_id": "proj", "name": "node-a",
+            "description": "", "tags": [], "install": null}),
+        ))
         .respond_with(ResponseTemplate::new(200).set_body_json(server_json("new", &[])))
         .expect(1)
         .mount(&mock)
         .await;
-    assert_eq!(client(&mock).create_server(ZONE, &req).await.unwrap().id, "new");
+    assert_eq!(
+        client(&mock).create_server(ZONE, &req).await.unwrap().id,
+        "new"
+    );
 }
 
 #[tokio::test]
 async fn sends_auth_header_and_reboot_body() {
     let mock = MockServer::start().await;
     Mock::given(method("POST"))
-        .and(path(format!("/baremetal/v1/zones/{ZONE}/servers/abc/reboot")))
+        .and(path(format!(
+            "/baremetal/v1/zones/{ZONE}/servers/abc/reboot"
+        )))
         .and(header("X-Auth-Token", "secret-token"))
-        .and(body_json(json!({"boot_type": "rescue", "ssh_key_ids": ["key-1"]})))
+        .and(body_json(
+            json!({"boot_type": "rescue", "ssh_key_ids": ["key-1"]}),
+        ))
         .respond_with(ResponseTemplate::new(200).set_body_json(server_json("abc", &[])))
         .expect(1)
         .mount(&mock)
@@ -198,20 +240,27 @@ async fn lists_servers_across_pages_and_refilters_tags() {
         .map(|i| server_json(&format!("s{i}"), &["cluster=a"]))
         .collect();
     // The API's tag filter is not trusted: one server without the tag slips in.
-    let page2 = vec![server_json("s100", &["cluster=a"]), server_json("other", &["cluster=b"])];
+    let page2 = vec![
+        server_json("s100", &["cluster=a"]),
+        server_json("other", &["cluster=b"]),
+    ];
     Mock::given(method("GET"))
         .and(path(p.clone()))
         .and(query_param("page", "1"))
         .and(query_param("page_size", "100"))
         .and(query_param("tags", "cluster=a"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"total_count": 102, "servers": page1})))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"total_count": 102, "servers": page1})),
+        )
         .expect(1)
         .mount(&mock)
         .await;
     Mock::given(method("GET"))
         .and(path(p))
         .and(query_param("page", "2"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"total_count": 102, "servers": page2})))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"total_count": 102, "servers": page2})),
+        )
         .expect(1)
         .mount(&mock)
         .await;
@@ -221,7 +270,11 @@ async fn lists_servers_across_pages_and_refilters_tags() {
     };
     let servers = client(&mock).list_servers(ZONE, &filter).await.unwrap();
     assert_eq!(servers.len(), 101);
-    assert!(servers.iter().all(|s| s.tags.contains(&"cluster=a".to_string())));
+    assert!(
+        servers
+            .iter()
+            .all(|s| s.tags.contains(&"cluster=a".to_string()))
+    );
 }
 
 #[tokio::test]
@@ -239,7 +292,9 @@ async fn short_listing_is_an_error() {
     Mock::given(method("GET"))
         .and(path(p))
         .and(query_param("page", "2"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"total_count": 3, "servers": []})))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"total_count": 3, "servers": []})),
+        )
         .mount(&mock)
         .await;
     let err = client(&mock)
@@ -274,7 +329,10 @@ async fn lists_hourly_offers_and_ssh_keys() {
     Mock::given(method("GET"))
         .and(path(format!("/baremetal/v1/zones/{ZONE}/offers")))
         .and(query_param("subscription_period", "hourly"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"total_count": offers.len(), "offers": offers})))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"total_count": offers.len(), "offers": offers})),
+        )
         .expect(1)
         .mount(&mock)
         .await;
@@ -298,7 +356,10 @@ async fn lists_hourly_offers_and_ssh_keys() {
 #[tokio::test]
 async fn rejects_path_injection() {
     let mock = MockServer::start().await;
-    let err = client(&mock).get_server(ZONE, "../offers").await.unwrap_err();
+    let err = client(&mock)
+        .get_server(ZONE, "../offers")
+        .await
+        .unwrap_err();
     assert!(matches!(err, ApiError::Invalid(_)));
     assert!(format!("{:?}", SecretKey::new("secret-token")) == "<redacted>");
 }

@@ -179,7 +179,11 @@ impl ElasticMetal for FakeElasticMetal {
         Ok(st.offers.get(zone).cloned().unwrap_or_default())
     }
 
-    async fn create_server(&self, zone: &str, req: &CreateServerRequest) -> Result<Server, ApiError> {
+    async fn create_server(
+        &self,
+        zone: &str,
+        req: &CreateServerRequest,
+    ) -> Result<Server, ApiError> {
         let mut st = self.begin(call(Op::CreateServer, zone, None))?;
         let offer = st
             .offers
@@ -222,7 +226,11 @@ impl ElasticMetal for FakeElasticMetal {
         server_in(&mut st, zone, id).map(|s| s.clone())
     }
 
-    async fn list_servers(&self, zone: &str, filter: &ServerFilter) -> Result<Vec<Server>, ApiError> {
+    async fn list_servers(
+        &self,
+        zone: &str,
+        filter: &ServerFilter,
+    ) -> Result<Vec<Server>, ApiError> {
         let st = self.begin(call(Op::ListServers, zone, None))?;
         Ok(st
             .servers
@@ -251,7 +259,10 @@ impl ElasticMetal for FakeElasticMetal {
         c.ssh_key_ids = ssh_key_ids.to_vec();
         let mut st = self.begin(c)?;
         let server = server_in(&mut st, zone, id)?;
-        if matches!(server.status, ServerStatus::Delivering | ServerStatus::Ordered) {
+        if matches!(
+            server.status,
+            ServerStatus::Delivering | ServerStatus::Ordered
+        ) {
             return Err(ApiError::TransientState("Server is not delivered".into()));
         }
         server.status = ServerStatus::Ready;

@@ -63,12 +63,20 @@ impl ApiError {
 pub trait ElasticMetal: Send + Sync + 'static {
     /// Hourly offers of a zone (all pages).
     async fn list_offers(&self, zone: &str) -> Result<Vec<Offer>, ApiError>;
-    async fn create_server(&self, zone: &str, req: &CreateServerRequest) -> Result<Server, ApiError>;
+    async fn create_server(
+        &self,
+        zone: &str,
+        req: &CreateServerRequest,
+    ) -> Result<Server, ApiError>;
     async fn get_server(&self, zone: &str, id: &str) -> Result<Server, ApiError>;
     /// Every page of servers matching the filter. Any failure, including a page
     /// that is missing or a `total_count` that does not match, is an error:
     /// never a shorter list.
-    async fn list_servers(&self, zone: &str, filter: &ServerFilter) -> Result<Vec<Server>, ApiError>;
+    async fn list_servers(
+        &self,
+        zone: &str,
+        filter: &ServerFilter,
+    ) -> Result<Vec<Server>, ApiError>;
     async fn delete_server(&self, zone: &str, id: &str) -> Result<Server, ApiError>;
     async fn reboot_server(
         &self,

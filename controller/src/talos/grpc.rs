@@ -35,11 +35,20 @@ use pb::machine_service_client::MachineServiceClient;
 /// Maintenance API client. Each call opens its own connection: calls are rare
 /// (a probe every poll interval, one apply per install) and nodes reboot
 /// between them.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GrpcTalos {
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
     tls: TlsConnector,
+}
+
+impl std::fmt::Debug for GrpcTalos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTalos")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for GrpcTalos {
@@ -50,7 +59,11 @@ impl Default for GrpcTalos {
 
 impl GrpcTalos {
     pub fn new(connect_timeout: Duration, request_timeout: Duration) -> Self {
-        GrpcTalos { connect_timeout, request_timeout, tls: TlsConnector::from(Arc::new(insecure_client_config())) }
+        GrpcTalos {
+            connect_timeout,
+            request_timeout,
+            tls: TlsConnector::from(Arc::new(insecure_client_config())),
+        }
     }
 
     async fn client(&self, addr: &str) -> Result<MachineServiceClient<Channel>, TalosError> {
@@ -59,7 +72,9 @@ impl GrpcTalos {
             .map_err(|e| TalosError::Other(format!("bad address {addr}: {e}")))?
             .connect_timeout(self.connect_timeout)
             .timeout(self.request_timeout);
-        let connector = InsecureTls { tls: self.tls.clone() };
+        let connector = InsecureTls {
+            tls: self.tls.clone(),
+        };
         let channel = endpoint
             .connect_with_connector(connector)
             .await
@@ -74,7 +89,12 @@ impl TalosMaintenance for GrpcTalos {
         let mut client = self.client(addr).await?;
         match client.version(()).await {
             Ok(response) => {
-                let message = response.into_inner().messages.into_iter().next().unwrap_or_default();
+                let message = response
+                    .into_inner()
+                    .messages
+                    .into_iter()
+                    .next()
+                    .unwrap_or_default();
                 let version = message.version.unwrap_or_default();
                 Ok(TalosVersion {
                     tag: version.tag,
@@ -90,7 +110,11 @@ impl TalosMaintenance for GrpcTalos {
         }
     }
 
-    async fn apply_configuration(&self, addr: &str, config: &str) -> Result<Vec<String>, TalosError> {
+    async fn apply_configuration(
+        &self,
+        addr: &str,
+        config: &str,
+    ) -> Result<Vec<String>, TalosError> {
         let mut client = self.client(addr).await?;
         let request = pb::ApplyConfigurationRequest {
             data: config.as_bytes().to_vec(),
@@ -98,7 +122,10 @@ impl TalosMaintenance for GrpcTalos {
             dry_run: false,
             try_mode_timeout: None,
         };
-        let response = client.apply_configuration(request).await.map_err(|s| classify(&s, true))?;
+        let response = client
+            .apply_configuration(request)
+            .await
+            .map_err(|s| classify(&s, true))?;
         let mut warnings = Vec::new();
         for message in response.into_inner().messages {
             if let Some(error) = message.metadata.map(|m| m.error).filter(|e| !e.is_empty()) {
@@ -117,9 +144,11 @@ fn classify(status: &tonic::Status, apply: bool) -> TalosError {
     let message = format!("{:?}: {}", status.code(), status.message());
     match status.code() {
         Code::InvalidArgument | Code::Unimplemented if apply => TalosError::Rejected(message),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::ResourceExhausted => {
-            TalosError::Unavailable(message)
-        }
+        Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Cancelled
+        | Code::Aborted
+        | Code::ResourceExhausted => TalosError::Unavailable(message),
         _ => TalosError::Other(message),
     }
 }
@@ -173,7 +202,12 @@ impl ServerCertVerifier for AcceptAnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -182,11 +216,18 @@ impl ServerCertVerifier for AcceptAnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

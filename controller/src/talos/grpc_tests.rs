@@ -26,9 +26,12 @@ impl MachineService for Node {
         request: Request<ApplyConfigurationRequest>,
     ) -> Result<Response<ApplyConfigurationResponse>, Status> {
         let request = request.into_inner();
-        let config = String::from_utf8(request.data).map_err(|_| Status::unknown("failed to parse config"))?;
+        let config = String::from_utf8(request.data)
+            .map_err(|_| Status::unknown("failed to parse config"))?;
         if !config.contains("version: v1alpha1") {
-            return Err(Status::invalid_argument("configuration validation failed: no v1alpha1 document"));
+            return Err(Status::invalid_argument(
+                "configuration validation failed: no v1alpha1 document",
+            ));
         }
         self.applied.lock().unwrap().push((config, request.mode));
         Ok(Response::new(ApplyConfigurationResponse {
@@ -43,13 +46,22 @@ impl MachineService for Node {
 
     async fn version(&self, _: Request<()>) -> Result<Response<VersionResponse>, Status> {
         if self.refuse_version {
-            return Err(Status::unimplemented("API is not implemented in maintenance mode"));
+            return Err(Status::unimplemented(
+                "API is not implemented in maintenance mode",
+            ));
         }
         Ok(Response::new(VersionResponse {
             messages: vec![pb::Version {
                 metadata: None,
-                version: Some(pb::VersionInfo { tag: "v1.13.9".into(), arch: "amd64".into(), ..Default::default() }),
-                platform: Some(pb::PlatformInfo { name: "metal".into(), mode: "metal".into() }),
+                version: Some(pb::VersionInfo {
+                    tag: "v1.13.9".into(),
+                    arch: "amd64".into(),
+                    ..Default::default()
+                }),
+                platform: Some(pb::PlatformInfo {
+                    name: "metal".into(),
+                    mode: "metal".into(),
+                }),
             }],
         }))
     }
@@ -57,7 +69,8 @@ impl MachineService for Node {
 
 /// Serves `node` over TLS with a fresh self-signed certificate; returns `host:port`.
 async fn serve(node: Node) -> String {
-    let cert = rcgen::generate_simple_self_signed(vec!["talos-maintenance".to_string()]).expect("cert");
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["talos-maintenance".to_string()]).expect("cert");
     let identity = Identity::from_pem(cert.cert.pem(), cert.signing_key.serialize_pem());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
@@ -79,14 +92,25 @@ async fn version_over_tls_with_a_self_signed_certificate() {
     let version = GrpcTalos::default().version(&addr).await.expect("version");
     assert_eq!(
         version,
-        TalosVersion { tag: "v1.13.9".into(), arch: "amd64".into(), platform: "metal".into() }
+        TalosVersion {
+            tag: "v1.13.9".into(),
+            arch: "amd64".into(),
+            platform: "metal".into()
+        }
     );
 }
 
 #[tokio::test]
 async fn maintenance_refusal_of_version_still_means_up() {
-    let addr = serve(Node { refuse_version: true, ..Node::default() }).await;
-    assert_eq!(GrpcTalos::default().version(&addr).await, Ok(TalosVersion::default()));
+    let addr = serve(Node {
+        refuse_version: true,
+        ..Node::default()
+    })
+    .await;
+    assert_eq!(
+        GrpcTalos::default().version(&addr).await,
+        Ok(TalosVersion::default())
+    );
 }
 
 #[tokio::test]
@@ -94,18 +118,29 @@ async fn apply_sends_the_config_in_auto_mode_and_returns_warnings() {
     let node = Node::default();
     let addr = serve(node.clone()).await;
     let config = "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: HostnameConfig\nauto: off\nhostname: n1\n";
-    let warnings = GrpcTalos::default().apply_configuration(&addr, config).await.expect("applied");
+    let warnings = GrpcTalos::default()
+        .apply_configuration(&addr, config)
+        .await
+        .expect("applied");
     assert_eq!(warnings, [".machine.install.extensions is deprecated"]);
-    assert_eq!(*node.applied.lock().unwrap(), [(config.to_string(), Mode::Auto as i32)]);
+    assert_eq!(
+        *node.applied.lock().unwrap(),
+        [(config.to_string(), Mode::Auto as i32)]
+    );
 }
 
 #[tokio::test]
 async fn invalid_config_is_rejected() {
     let addr = serve(Node::default()).await;
-    let err = GrpcTalos::default().apply_configuration(&addr, "kind: Nothing\n").await.unwrap_err();
+    let err = GrpcTalos::default()
+        .apply_configuration(&addr, "kind: Nothing\n")
+        .await
+        .unwrap_err();
     assert_eq!(
         err,
-        TalosError::Rejected("InvalidArgument: configuration validation failed: no v1alpha1 document".into())
+        TalosError::Rejected(
+            "InvalidArgument: configuration validation failed: no v1alpha1 document".into()
+        )
     );
 }
 

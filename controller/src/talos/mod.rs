@@ -41,5 +41,9 @@ pub trait TalosMaintenance: Send + Sync + 'static {
     async fn version(&self, addr: &str) -> Result<TalosVersion, TalosError>;
     /// Applies `config` (multi-document YAML, secret) in `AUTO` mode; returns the
     /// warnings Talos reported.
-    async fn apply_configuration(&self, addr: &str, config: &str) -> Result<Vec<String>, TalosError>;
+    async fn apply_configuration(
+        &self,
+        addr: &str,
+        config: &str,
+    ) -> Result<Vec<String>, TalosError>;
 }

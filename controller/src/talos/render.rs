@@ -105,7 +105,9 @@ pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, 
         match doc {
             Document::V1Alpha1(map) if machine_config.is_none() => machine_config = Some(map),
             Document::V1Alpha1(_) => {
-                return Err(RenderError::InvalidBase("more than one v1alpha1 document".to_string()));
+                return Err(RenderError::InvalidBase(
+                    "more than one v1alpha1 document".to_string(),
+                ));
             }
             Document::Typed(map) => typed.push(map),
         }
@@ -113,7 +115,9 @@ pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, 
     let mut machine_config = machine_config
         .ok_or_else(|| RenderError::InvalidBase("no v1alpha1 document".to_string()))?;
     if machine_config.get("version").and_then(Value::as_str) != Some("v1alpha1") {
-        return Err(RenderError::InvalidBase("the main document is not version v1alpha1".to_string()));
+        return Err(RenderError::InvalidBase(
+            "the main document is not version v1alpha1".to_string(),
+        ));
     }
     apply_node_settings(&mut machine_config, node).map_err(RenderError::InvalidBase)?;
 
@@ -166,7 +170,11 @@ fn link_alias_config(mac: &str) -> Mapping {
     // MAC, which is what the rescue system's `ip -o link` showed.
     selector.insert(
         "match".into(),
-        format!("mac(link.permanent_addr) == \"{}\"", mac.to_ascii_lowercase()).into(),
+        format!(
+            "mac(link.permanent_addr) == \"{}\"",
+            mac.to_ascii_lowercase()
+        )
+        .into(),
     );
     let mut doc = Mapping::new();
     doc.insert("apiVersion".into(), "v1alpha1".into());
@@ -218,7 +226,9 @@ fn apply_node_settings(config: &mut Mapping, node: &NodeSettings) -> Result<(), 
     let mut taints: Vec<Value> = match extra_config.remove("registerWithTaints") {
         Some(Value::Sequence(existing)) => existing,
         Some(Value::Null) | None => Vec::new(),
-        Some(_) => return Err("machine.kubelet.extraConfig.registerWithTaints is not a list".to_string()),
+        Some(_) => {
+            return Err("machine.kubelet.extraConfig.registerWithTaints is not a list".to_string());
+        }
     };
     for taint in &node.register_taints {
         // Ours win over a base taint with the same key and effect.

@@ -7,11 +7,22 @@ fn node() -> NodeSettings {
         hostname: "default-abc12".into(),
         labels: BTreeMap::from([
             ("karpenter.sh/nodepool".to_string(), "default".to_string()),
-            ("topology.kubernetes.io/zone".to_string(), "fr-par-2".to_string()),
+            (
+                "topology.kubernetes.io/zone".to_string(),
+                "fr-par-2".to_string(),
+            ),
         ]),
         register_taints: vec![
-            Taint { key: "dedicated".into(), value: Some("metal".into()), effect: "NoSchedule".into() },
-            Taint { key: "karpenter.sh/unregistered".into(), value: None, effect: "NoExecute".into() },
+            Taint {
+                key: "dedicated".into(),
+                value: Some("metal".into()),
+                effect: "NoSchedule".into(),
+            },
+            Taint {
+                key: "karpenter.sh/unregistered".into(),
+                value: None,
+                effect: "NoExecute".into(),
+            },
         ],
         provider_id: "scaleway://baremetal/fr-par-2/srv-1".into(),
         install_disk: "nvme0n1".into(),
@@ -27,7 +38,10 @@ fn docs(rendered: &str) -> Vec<Value> {
 }
 
 fn at<'a>(doc: &'a Value, path: &[&str]) -> &'a Value {
-    path.iter().fold(doc, |v, k| v.get(*k).unwrap_or_else(|| panic!("missing {}", path.join("."))))
+    path.iter().fold(doc, |v, k| {
+        v.get(*k)
+            .unwrap_or_else(|| panic!("missing {}", path.join(".")))
+    })
 }
 
 fn yaml(text: &str) -> Value {
@@ -50,15 +64,35 @@ fn per_node_settings_land_in_their_v1_13_places() {
         &yaml("{provider-id: 'scaleway://baremetal/fr-par-2/srv-1'}")
     );
     assert_eq!(
-        at(main, &["machine", "kubelet", "extraConfig", "registerWithTaints"]),
-        &yaml("[{key: dedicated, value: metal, effect: NoSchedule}, {key: karpenter.sh/unregistered, effect: NoExecute}]")
+        at(
+            main,
+            &["machine", "kubelet", "extraConfig", "registerWithTaints"]
+        ),
+        &yaml(
+            "[{key: dedicated, value: metal, effect: NoSchedule}, {key: karpenter.sh/unregistered, effect: NoExecute}]"
+        )
     );
-    assert_eq!(at(main, &["machine", "install", "disk"]), &yaml("/dev/nvme0n1"));
+    assert_eq!(
+        at(main, &["machine", "install", "disk"]),
+        &yaml("/dev/nvme0n1")
+    );
     // The base's own settings survive.
-    assert_eq!(at(main, &["machine", "install", "grubUseUKICmdline"]), &Value::Bool(true));
-    assert_eq!(at(main, &["machine", "kubelet", "image"]), &yaml("ghcr.io/siderolabs/kubelet:v1.35.0"));
-    assert_eq!(at(main, &["cluster", "controlPlane", "endpoint"]), &yaml("https://10.0.0.1:6443"));
-    assert_eq!(at(main, &["cluster", "token"]), &yaml("wc0ou0.fnrzkvy1lcpiuk4o"));
+    assert_eq!(
+        at(main, &["machine", "install", "grubUseUKICmdline"]),
+        &Value::Bool(true)
+    );
+    assert_eq!(
+        at(main, &["machine", "kubelet", "image"]),
+        &yaml("ghcr.io/siderolabs/kubelet:v1.35.0")
+    );
+    assert_eq!(
+        at(main, &["cluster", "controlPlane", "endpoint"]),
+        &yaml("https://10.0.0.1:6443")
+    );
+    assert_eq!(
+        at(main, &["cluster", "token"]),
+        &yaml("wc0ou0.fnrzkvy1lcpiuk4o")
+    );
 
     // The base's `HostnameConfig {auto: stable}` is replaced, not duplicated.
     assert_eq!(
@@ -67,7 +101,9 @@ fn per_node_settings_land_in_their_v1_13_places() {
     );
     assert_eq!(
         docs[2],
-        yaml(r#"{apiVersion: v1alpha1, kind: LinkAliasConfig, name: net0, selector: {match: 'mac(link.permanent_addr) == "a0:36:9f:00:00:02"'}}"#)
+        yaml(
+            r#"{apiVersion: v1alpha1, kind: LinkAliasConfig, name: net0, selector: {match: 'mac(link.permanent_addr) == "a0:36:9f:00:00:02"'}}"#
+        )
     );
 }
 
@@ -78,7 +114,10 @@ fn output_is_multi_document_yaml_in_talos_order() {
     assert_eq!(out.matches("\n---\n").count(), 2);
     // Plain `off`: a string in YAML 1.2, which Talos' decoder follows (checked
     // against Talos v1.13 machinery: this output validates in metal mode).
-    assert!(out.contains("\nkind: HostnameConfig\nauto: off\nhostname: default-abc12\n"), "{out}");
+    assert!(
+        out.contains("\nkind: HostnameConfig\nauto: off\nhostname: default-abc12\n"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -87,12 +126,23 @@ fn deprecated_hostname_and_disk_selector_are_removed() {
     let out = render_machine_config(base, &node()).expect("renders");
     let main = &docs(&out)[0];
     assert!(main["machine"].get("network").is_none(), "{out}");
-    assert!(main["machine"]["install"].get("diskSelector").is_none(), "{out}");
+    assert!(
+        main["machine"]["install"].get("diskSelector").is_none(),
+        "{out}"
+    );
     assert_eq!(at(main, &["machine", "nodeLabels", "team"]), &yaml("infra"));
-    assert_eq!(at(main, &["machine", "kubelet", "extraConfig", "maxPods"]), &yaml("250"));
     assert_eq!(
-        at(main, &["machine", "kubelet", "extraConfig", "registerWithTaints"]),
-        &yaml("[{key: gpu, effect: NoSchedule}, {key: dedicated, value: metal, effect: NoSchedule}, {key: karpenter.sh/unregistered, effect: NoExecute}]")
+        at(main, &["machine", "kubelet", "extraConfig", "maxPods"]),
+        &yaml("250")
+    );
+    assert_eq!(
+        at(
+            main,
+            &["machine", "kubelet", "extraConfig", "registerWithTaints"]
+        ),
+        &yaml(
+            "[{key: gpu, effect: NoSchedule}, {key: dedicated, value: metal, effect: NoSchedule}, {key: karpenter.sh/unregistered, effect: NoExecute}]"
+        )
     );
     // Only our HostnameConfig: the base had none.
     assert_eq!(docs(&out).len(), 3);
@@ -102,7 +152,10 @@ fn deprecated_hostname_and_disk_selector_are_removed() {
 fn other_network_settings_are_kept() {
     let base = "version: v1alpha1\nmachine:\n  network:\n    hostname: x\n    nameservers: [1.1.1.1]\ncluster: {}\n";
     let out = render_machine_config(base, &node()).expect("renders");
-    assert_eq!(at(&docs(&out)[0], &["machine", "network"]), &yaml("{nameservers: [1.1.1.1]}"));
+    assert_eq!(
+        at(&docs(&out)[0], &["machine", "network"]),
+        &yaml("{nameservers: [1.1.1.1]}")
+    );
 }
 
 #[test]
@@ -118,17 +171,31 @@ fn patches_merge_v1alpha1_and_replace_or_delete_typed_documents() {
     let main = &docs[0];
     assert_eq!(
         at(main, &["machine", "kubelet", "extraArgs"]),
-        &yaml("{provider-id: 'scaleway://baremetal/fr-par-2/srv-1', rotate-server-certificates: 'true'}")
+        &yaml(
+            "{provider-id: 'scaleway://baremetal/fr-par-2/srv-1', rotate-server-certificates: 'true'}"
+        )
     );
     assert_eq!(at(main, &["machine", "certSANs"]), &yaml("[10.1.0.1]"));
-    assert_eq!(at(main, &["machine", "install", "wipe"]), &Value::Bool(true));
-    assert_eq!(at(main, &["machine", "install", "disk"]), &yaml("/dev/nvme0n1"));
+    assert_eq!(
+        at(main, &["machine", "install", "wipe"]),
+        &Value::Bool(true)
+    );
+    assert_eq!(
+        at(main, &["machine", "install", "disk"]),
+        &yaml("/dev/nvme0n1")
+    );
     assert!(main["machine"]["features"].get("hostDNS").is_none());
     assert!(main["machine"]["features"].get("kubePrism").is_some());
 
-    let kinds: Vec<&str> = docs[1..].iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = docs[1..]
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["LinkAliasConfig", "ResolverConfig"]);
-    assert_eq!(at(&docs[1], &["selector", "match"]), &yaml("link.driver == \"ixgbe\""));
+    assert_eq!(
+        at(&docs[1], &["selector", "match"]),
+        &yaml("link.driver == \"ixgbe\"")
+    );
 }
 
 #[test]
@@ -136,7 +203,11 @@ fn lists_from_patches_are_appended() {
     let mut n = node();
     n.patches = vec!["machine:\n  kubelet:\n    extraConfig:\n      registerWithTaints:\n        - {key: extra, effect: NoSchedule}\n".into()];
     let out = render_machine_config(BASE, &n).expect("renders");
-    let taints = at(&docs(&out)[0], &["machine", "kubelet", "extraConfig", "registerWithTaints"]).clone();
+    let taints = at(
+        &docs(&out)[0],
+        &["machine", "kubelet", "extraConfig", "registerWithTaints"],
+    )
+    .clone();
     assert_eq!(taints.as_sequence().map(Vec::len), Some(3));
     assert_eq!(taints[2], yaml("{key: extra, effect: NoSchedule}"));
 }
@@ -144,28 +215,40 @@ fn lists_from_patches_are_appended() {
 #[test]
 fn invalid_inputs_are_reported_without_their_content() {
     assert_eq!(
-        render_machine_config("apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n", &node()),
+        render_machine_config(
+            "apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n",
+            &node()
+        ),
         Err(RenderError::InvalidBase("no v1alpha1 document".into()))
     );
     assert_eq!(
         render_machine_config("version: v1alpha1\n---\nversion: v1alpha1\n", &node()),
-        Err(RenderError::InvalidBase("more than one v1alpha1 document".into()))
+        Err(RenderError::InvalidBase(
+            "more than one v1alpha1 document".into()
+        ))
     );
     assert_eq!(
         render_machine_config("version: v1alpha2\nmachine: {}\n", &node()),
-        Err(RenderError::InvalidBase("the main document is not version v1alpha1".into()))
+        Err(RenderError::InvalidBase(
+            "the main document is not version v1alpha1".into()
+        ))
     );
     assert_eq!(
         render_machine_config("version: v1alpha1\nmachine: [secret-value]\n", &node()),
         Err(RenderError::InvalidBase("machine is not a mapping".into()))
     );
     let err = render_machine_config("- just a list\n", &node()).unwrap_err();
-    assert_eq!(err, RenderError::InvalidBase("a document is not a mapping".into()));
+    assert_eq!(
+        err,
+        RenderError::InvalidBase("a document is not a mapping".into())
+    );
 
     let mut n = node();
     n.patches = vec!["machine: {}\n".into(), "machine: [unclosed\n".into()];
     match render_machine_config(BASE, &n) {
-        Err(RenderError::InvalidPatch { index: 1, reason }) => assert!(!reason.contains("unclosed"), "{reason}"),
+        Err(RenderError::InvalidPatch { index: 1, reason }) => {
+            assert!(!reason.contains("unclosed"), "{reason}")
+        }
         other => panic!("expected InvalidPatch #1, got {other:?}"),
     }
 }

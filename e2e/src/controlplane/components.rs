@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
-use super::pki::CertPaths;
+use super::pki::{CertPaths, FRONT_PROXY_CLIENT};
 
 /// Services get addresses from here (kubeadm's default); nothing routes to
 /// them on this machine, they only have to be valid and stable.
@@ -45,6 +45,8 @@ pub struct Layout {
     pub ca: CertPaths,
     pub apiserver_serving: CertPaths,
     pub apiserver_kubelet_client: CertPaths,
+    pub front_proxy_ca: CertPaths,
+    pub front_proxy_client: CertPaths,
     pub controller_manager_serving: CertPaths,
     pub scheduler_serving: CertPaths,
     /// `cert` is the public key, `key` the private one.
@@ -67,6 +69,8 @@ impl Layout {
             ca: pair("ca"),
             apiserver_serving: pair("apiserver"),
             apiserver_kubelet_client: pair("apiserver-kubelet-client"),
+            front_proxy_ca: pair("front-proxy-ca"),
+            front_proxy_client: pair("front-proxy-client"),
             controller_manager_serving: pair("controller-manager-serving"),
             scheduler_serving: pair("scheduler-serving"),
             service_account: CertPaths {
@@ -98,8 +102,14 @@ pub fn etcd_args(layout: &Layout, ports: &Ports) -> Vec<OsString> {
     vec![
         flag("name", CLUSTER_NAME),
         flag("data-dir", &layout.etcd_data),
-        flag("listen-client-urls", format!("http://127.0.0.1:{}", ports.etcd_client)),
-        flag("listen-peer-urls", format!("http://127.0.0.1:{}", ports.etcd_peer)),
+        flag(
+            "listen-client-urls",
+            format!("http://127.0.0.1:{}", ports.etcd_client),
+        ),
+        flag(
+            "listen-peer-urls",
+            format!("http://127.0.0.1:{}", ports.etcd_peer),
+        ),
         // The data dies with the test; fsync would only tie API latency to the disk.
         "--unsafe-no-fsync".into(),
     ]
@@ -107,7 +117,10 @@ pub fn etcd_args(layout: &Layout, ports: &Ports) -> Vec<OsString> {
 
 pub fn apiserver_args(layout: &Layout, ports: &Ports) -> Vec<OsString> {
     vec![
-        flag("etcd-servers", format!("http://127.0.0.1:{}", ports.etcd_client)),
+        flag(
+            "etcd-servers",
+            format!("http://127.0.0.1:{}", ports.etcd_client),
+        ),
         flag("bind-address", "127.0.0.1"),
         flag("advertise-address", "127.0.0.1"),
         flag("secure-port", ports.apiserver.to_string()),
@@ -125,9 +138,25 @@ pub fn apiserver_args(layout: &Layout, ports: &Ports) -> Vec<OsString> {
         flag("service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE),
         flag("service-account-issuer", SERVICE_ACCOUNT_ISSUER),
         flag("service-account-key-file", &layout.service_account.cert),
-        flag("service-account-signing-key-file", &layout.service_account.key),
-        flag("kubelet-client-certificate", &layout.apiserver_kubelet_client.cert),
+        flag(
+            "service-account-signing-key-file",
+            &layout.service_account.key,
+        ),
+        flag(
+            "kubelet-client-certificate",
+            &layout.apiserver_kubelet_client.cert,
+        ),
         flag("kubelet-client-key", &layout.apiserver_kubelet_client.key),
+        // The aggregation layer's request-header authentication. Without it the
+        // controller manager and scheduler cannot load their delegated
+        // authentication config and log errors while retrying.
+        flag("requestheader-client-ca-file", &layout.front_proxy_ca.cert),
+        flag("requestheader-allowed-names", FRONT_PROXY_CLIENT),
+        flag("requestheader-username-headers", "X-Remote-User"),
+        flag("requestheader-group-headers", "X-Remote-Group"),
+        flag("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
+        flag("proxy-client-cert-file", &layout.front_proxy_client.cert),
+        flag("proxy-client-key-file", &layout.front_proxy_client.key),
         flag("allow-privileged", "true"),
         // The endpoints of the `kubernetes` Service would be 127.0.0.1, which
         // validation rejects; without this the reconciler fails forever.
@@ -138,7 +167,12 @@ pub fn apiserver_args(layout: &Layout, ports: &Ports) -> Vec<OsString> {
 
 /// Flags both the controller manager and the scheduler take for their own
 /// secure port, authenticating callers against the API server.
-fn secure_serving_args(kubeconfig: &Path, serving: &CertPaths, ca: &Path, port: u16) -> Vec<OsString> {
+fn secure_serving_args(
+    kubeconfig: &Path,
+    serving: &CertPaths,
+    ca: &Path,
+    port: u16,
+) -> Vec<OsString> {
     vec![
         flag("kubeconfig", kubeconfig),
         flag("authentication-kubeconfig", kubeconfig),
@@ -164,7 +198,10 @@ pub fn controller_manager_args(layout: &Layout, ports: &Ports) -> Vec<OsString> 
     args.extend([
         flag("cluster-name", CLUSTER_NAME),
         flag("root-ca-file", &layout.ca.cert),
-        flag("service-account-private-key-file", &layout.service_account.key),
+        flag(
+            "service-account-private-key-file",
+            &layout.service_account.key,
+        ),
         // Signs kubelet client and serving CSRs with the cluster CA.
         flag("cluster-signing-cert-file", &layout.ca.cert),
         flag("cluster-signing-key-file", &layout.ca.key),
@@ -221,8 +258,14 @@ mod tests {
     fn every_component_talks_to_the_right_port() {
         let layout = Layout::new(Path::new("/w"));
         let etcd = strings(etcd_args(&layout, &ports()));
-        assert_eq!(value(&etcd, "listen-client-urls"), Some("http://127.0.0.1:1001"));
-        assert_eq!(value(&etcd, "listen-peer-urls"), Some("http://127.0.0.1:1002"));
+        assert_eq!(
+            value(&etcd, "listen-client-urls"),
+            Some("http://127.0.0.1:1001")
+        );
+        assert_eq!(
+            value(&etcd, "listen-peer-urls"),
+            Some("http://127.0.0.1:1002")
+        );
         assert_eq!(value(&etcd, "data-dir"), Some("/w/etcd-data"));
 
         let api = strings(apiserver_args(&layout, &ports()));
@@ -235,7 +278,11 @@ mod tests {
         let sched = strings(scheduler_args(&layout, &ports()));
         assert_eq!(value(&sched, "secure-port"), Some("1005"));
         for args in [&api, &kcm, &sched] {
-            assert_eq!(value(args, "bind-address"), Some("127.0.0.1"), "only loopback is ours");
+            assert_eq!(
+                value(args, "bind-address"),
+                Some("127.0.0.1"),
+                "only loopback is ours"
+            );
         }
     }
 
@@ -246,9 +293,18 @@ mod tests {
         assert_eq!(value(&api, "authorization-mode"), Some("Node,RBAC"));
         assert_eq!(value(&api, "enable-bootstrap-token-auth"), Some("true"));
         assert_eq!(value(&api, "client-ca-file"), Some("/w/pki/ca.crt"));
-        assert_eq!(value(&api, "service-account-key-file"), Some("/w/pki/sa.pub"));
-        assert_eq!(value(&api, "service-account-signing-key-file"), Some("/w/pki/sa.key"));
-        assert_eq!(value(&api, "service-cluster-ip-range"), Some(SERVICE_CLUSTER_IP_RANGE));
+        assert_eq!(
+            value(&api, "service-account-key-file"),
+            Some("/w/pki/sa.pub")
+        );
+        assert_eq!(
+            value(&api, "service-account-signing-key-file"),
+            Some("/w/pki/sa.key")
+        );
+        assert_eq!(
+            value(&api, "service-cluster-ip-range"),
+            Some(SERVICE_CLUSTER_IP_RANGE)
+        );
         // Admission stays at upstream's defaults plus NodeRestriction: nothing disabled.
         assert!(value(&api, "disable-admission-plugins").is_none());
     }
@@ -257,11 +313,23 @@ mod tests {
     fn controller_manager_signs_csrs_with_the_cluster_ca() {
         let layout = Layout::new(Path::new("/w"));
         let kcm = strings(controller_manager_args(&layout, &ports()));
-        assert_eq!(value(&kcm, "cluster-signing-cert-file"), Some("/w/pki/ca.crt"));
-        assert_eq!(value(&kcm, "cluster-signing-key-file"), Some("/w/pki/ca.key"));
-        assert_eq!(value(&kcm, "controllers"), Some("*,bootstrapsigner,tokencleaner"));
+        assert_eq!(
+            value(&kcm, "cluster-signing-cert-file"),
+            Some("/w/pki/ca.crt")
+        );
+        assert_eq!(
+            value(&kcm, "cluster-signing-key-file"),
+            Some("/w/pki/ca.key")
+        );
+        assert_eq!(
+            value(&kcm, "controllers"),
+            Some("*,bootstrapsigner,tokencleaner")
+        );
         assert_eq!(value(&kcm, "use-service-account-credentials"), Some("true"));
-        assert_eq!(value(&kcm, "service-account-private-key-file"), Some("/w/pki/sa.key"));
+        assert_eq!(
+            value(&kcm, "service-account-private-key-file"),
+            Some("/w/pki/sa.key")
+        );
         assert_eq!(value(&kcm, "node-monitor-grace-period"), Some("50s"));
     }
 }

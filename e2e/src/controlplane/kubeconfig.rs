@@ -12,7 +12,13 @@ use super::pki::CertAndKey;
 
 /// Renders a kubeconfig with everything inline, so the file can be copied
 /// around (or handed to a child process) without the PKI directory.
-pub fn render(cluster_name: &str, server_url: &str, ca_pem: &str, user: &str, client: &CertAndKey) -> Result<String> {
+pub fn render(
+    cluster_name: &str,
+    server_url: &str,
+    ca_pem: &str,
+    user: &str,
+    client: &CertAndKey,
+) -> Result<String> {
     let context = format!("{user}@{cluster_name}");
     let doc = serde_json::json!({
         "apiVersion": "v1",
@@ -94,7 +100,8 @@ struct ContextEntry {
 /// Reads the current context of the kubeconfig at `path`. Relative file
 /// references are resolved against the kubeconfig's directory, as kubectl does.
 pub fn read_current(path: &Path) -> Result<CurrentContext> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     parse_current(&text, base).with_context(|| format!("kubeconfig {}", path.display()))
 }
@@ -116,7 +123,12 @@ fn parse_current(text: &str, base: &Path) -> Result<CurrentContext> {
         .clusters
         .iter()
         .find(|c| c.name == context.value.cluster)
-        .ok_or_else(|| anyhow!("cluster {:?} of the current context is missing", context.value.cluster))?
+        .ok_or_else(|| {
+            anyhow!(
+                "cluster {:?} of the current context is missing",
+                context.value.cluster
+            )
+        })?
         .value;
     let ca_pem = inline_or_file(
         cluster.certificate_authority_data.as_deref(),
@@ -124,7 +136,12 @@ fn parse_current(text: &str, base: &Path) -> Result<CurrentContext> {
         base,
     )
     .context("certificate authority")?
-    .ok_or_else(|| anyhow!("cluster {:?} has no certificate authority", context.value.cluster))?;
+    .ok_or_else(|| {
+        anyhow!(
+            "cluster {:?} has no certificate authority",
+            context.value.cluster
+        )
+    })?;
 
     let user = context
         .value
@@ -141,8 +158,12 @@ fn parse_current(text: &str, base: &Path) -> Result<CurrentContext> {
                 base,
             )
             .context("client certificate")?;
-            let key =
-                inline_or_file(user.client_key_data.as_deref(), user.client_key.as_deref(), base).context("client key")?;
+            let key = inline_or_file(
+                user.client_key_data.as_deref(),
+                user.client_key.as_deref(),
+                base,
+            )
+            .context("client key")?;
             match (cert, key) {
                 (Some(cert_pem), Some(key_pem)) => Some(CertAndKey { cert_pem, key_pem }),
                 (None, None) => None,
@@ -160,7 +181,9 @@ fn parse_current(text: &str, base: &Path) -> Result<CurrentContext> {
 fn inline_or_file(data: Option<&str>, file: Option<&Path>, base: &Path) -> Result<Option<String>> {
     if let Some(data) = data {
         let bytes = BASE64.decode(data.trim()).context("decoding base64 data")?;
-        return String::from_utf8(bytes).context("data is not PEM text").map(Some);
+        return String::from_utf8(bytes)
+            .context("data is not PEM text")
+            .map(Some);
     }
     match file {
         Some(file) => {
@@ -186,7 +209,14 @@ mod tests {
 
     #[test]
     fn rendered_kubeconfig_reads_back() {
-        let text = render("kps", "https://127.0.0.1:6443", "CA PEM\n", "admin", &pair()).unwrap();
+        let text = render(
+            "kps",
+            "https://127.0.0.1:6443",
+            "CA PEM\n",
+            "admin",
+            &pair(),
+        )
+        .unwrap();
         let current = parse_current(&text, Path::new("/nonexistent")).unwrap();
         assert_eq!(current.server_url, "https://127.0.0.1:6443");
         assert_eq!(current.ca_pem, "CA PEM\n");
@@ -197,7 +227,14 @@ mod tests {
 
     #[test]
     fn rendered_kubeconfig_is_accepted_by_kube() {
-        let text = render("kps", "https://127.0.0.1:6443", "CA PEM\n", "admin", &pair()).unwrap();
+        let text = render(
+            "kps",
+            "https://127.0.0.1:6443",
+            "CA PEM\n",
+            "admin",
+            &pair(),
+        )
+        .unwrap();
         let parsed = kube::config::Kubeconfig::from_yaml(&text).unwrap();
         assert_eq!(parsed.current_context.as_deref(), Some("admin@kps"));
         let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
@@ -229,7 +266,10 @@ current-context: kind-kps
         let current = parse_current(text, dir.path()).unwrap();
         assert_eq!(current.server_url, "https://127.0.0.1:40123");
         assert_eq!(current.ca_pem, "FILE CA\n");
-        assert!(current.client.is_none(), "a token user has no client certificate");
+        assert!(
+            current.client.is_none(),
+            "a token user has no client certificate"
+        );
     }
 
     #[test]
@@ -243,6 +283,9 @@ clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
 contexts: [{name: x, context: {cluster: c}}]
 "#;
         let err = parse_current(no_ca, Path::new(".")).unwrap_err();
-        assert!(format!("{err:#}").contains("no certificate authority"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("no certificate authority"),
+            "{err:#}"
+        );
     }
 }

@@ -9,11 +9,10 @@ use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-
 use anyhow::{Context, Result};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 
 /// A certificate and its private key, both PEM.
@@ -58,6 +57,11 @@ pub struct Pki {
     pub controller_manager_serving: CertAndKey,
     pub scheduler: CertAndKey,
     pub scheduler_serving: CertAndKey,
+    /// Trusted only for requests proxied by the aggregation layer (and by
+    /// delegated authentication in the controller manager and scheduler).
+    pub front_proxy_ca: CertAndKey,
+    /// What kube-apiserver presents when it proxies to an aggregated API.
+    pub front_proxy_client: CertAndKey,
     /// Signs service-account tokens (kube-apiserver) and verifies them.
     pub service_account: CertAndKey,
 }
@@ -65,29 +69,17 @@ pub struct Pki {
 /// Group that RBAC's bootstrap policy binds to cluster-admin.
 pub const ADMIN_GROUP: &str = "system:masters";
 pub const ADMIN_USER: &str = "kps-e2e-admin";
+/// The only CN kube-apiserver accepts request headers from.
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 
 impl Pki {
     /// `service_ip` is the first address of the service range: in-cluster
     /// clients reach the API server as `kubernetes.default` on that address.
     pub fn generate(service_ip: IpAddr) -> Result<Pki> {
-        let ca_key = KeyPair::generate().context("generating the CA key")?;
-        let mut ca_params = CertificateParams::default();
-        ca_params.distinguished_name = distinguished_name(&Subject {
-            common_name: "kps-e2e-ca",
-            organizations: &[],
-        });
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca_params.self_signed(&ca_key).context("self-signing the CA")?;
-        let ca = CertAndKey {
-            cert_pem: ca_cert.pem(),
-            key_pem: ca_key.serialize_pem(),
-        };
-        let issuer = Issuer::new(ca_params, ca_key);
+        let (ca, issuer) = certificate_authority("kps-e2e-ca")?;
+        // A CA of its own, as kubeadm does: a certificate it signs lets the
+        // holder assert any identity through request headers.
+        let (front_proxy_ca, front_proxy_issuer) = certificate_authority("kps-e2e-front-proxy-ca")?;
 
         let loopback = ["127.0.0.1".to_string(), "localhost".to_string()];
         let mut apiserver_names = loopback.to_vec();
@@ -141,9 +133,40 @@ impl Pki {
                 cert_pem: sa_key.public_key_pem(),
                 key_pem: sa_key.serialize_pem(),
             },
+            front_proxy_client: client(
+                &front_proxy_issuer,
+                &Subject {
+                    common_name: FRONT_PROXY_CLIENT,
+                    organizations: &[],
+                },
+            )?,
+            front_proxy_ca,
             ca,
         })
     }
+}
+
+fn certificate_authority(common_name: &str) -> Result<(CertAndKey, Issuer<'static, KeyPair>)> {
+    let key = KeyPair::generate().with_context(|| format!("generating the key of {common_name}"))?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = distinguished_name(&Subject {
+        common_name,
+        organizations: &[],
+    });
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = params
+        .self_signed(&key)
+        .with_context(|| format!("self-signing {common_name}"))?;
+    let pair = CertAndKey {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    };
+    Ok((pair, Issuer::new(params, key)))
 }
 
 fn distinguished_name(subject: &Subject<'_>) -> DistinguishedName {
@@ -161,7 +184,8 @@ fn leaf(
     names: &[String],
     usage: ExtendedKeyUsagePurpose,
 ) -> Result<CertAndKey> {
-    let key = KeyPair::generate().with_context(|| format!("generating the key of {}", subject.common_name))?;
+    let key = KeyPair::generate()
+        .with_context(|| format!("generating the key of {}", subject.common_name))?;
     let mut params = CertificateParams::new(names.to_vec())
         .with_context(|| format!("subject alternative names of {}", subject.common_name))?;
     params.distinguished_name = distinguished_name(subject);
@@ -178,7 +202,11 @@ fn leaf(
     })
 }
 
-fn serving(issuer: &Issuer<'_, KeyPair>, common_name: &str, names: &[String]) -> Result<CertAndKey> {
+fn serving(
+    issuer: &Issuer<'_, KeyPair>,
+    common_name: &str,
+    names: &[String],
+) -> Result<CertAndKey> {
     let subject = Subject {
         common_name,
         organizations: &[],
@@ -257,8 +285,14 @@ mod tests {
     #[test]
     fn serving_certificates_chain_to_the_ca_for_their_names() {
         let pki = Pki::generate("10.96.0.1".parse().unwrap()).unwrap();
-        for name in ["127.0.0.1", "localhost", "kubernetes.default.svc", "10.96.0.1"] {
-            verify_server(&pki, &pki.apiserver_serving, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for name in [
+            "127.0.0.1",
+            "localhost",
+            "kubernetes.default.svc",
+            "10.96.0.1",
+        ] {
+            verify_server(&pki, &pki.apiserver_serving, name)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         verify_server(&pki, &pki.scheduler_serving, "127.0.0.1").unwrap();
         verify_server(&pki, &pki.controller_manager_serving, "localhost").unwrap();
@@ -284,6 +318,18 @@ mod tests {
     }
 
     #[test]
+    fn the_front_proxy_client_chains_only_to_its_own_ca() {
+        let pki = Pki::generate("10.96.0.1".parse().unwrap()).unwrap();
+        assert!(verify_client(&pki, &pki.front_proxy_client).is_err());
+        let front = Pki {
+            ca: pki.front_proxy_ca.clone(),
+            ..pki
+        };
+        verify_client(&front, &front.front_proxy_client).unwrap();
+        assert!(verify_client(&front, &front.admin).is_err());
+    }
+
+    #[test]
     fn certificates_of_another_ca_are_rejected() {
         let pki = Pki::generate("10.96.0.1".parse().unwrap()).unwrap();
         let other = Pki::generate("10.96.0.1".parse().unwrap()).unwrap();
@@ -304,9 +350,15 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&paths.key), 0o600);
         assert_eq!(mode(&paths.cert), 0o644);
-        assert_eq!(std::fs::read_to_string(&paths.key).unwrap(), pki.admin.key_pem);
+        assert_eq!(
+            std::fs::read_to_string(&paths.key).unwrap(),
+            pki.admin.key_pem
+        );
         let debug = format!("{pki:?}");
-        assert!(!debug.contains("PRIVATE KEY"), "private key leaked into Debug output");
+        assert!(
+            !debug.contains("PRIVATE KEY"),
+            "private key leaked into Debug output"
+        );
         assert!(debug.contains("BEGIN CERTIFICATE"));
     }
 }

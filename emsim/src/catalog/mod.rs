@@ -190,8 +190,7 @@ impl Catalog {
         Self::parse(SEEDED).expect("the embedded catalog is valid")
     }
 
-    /// Reads a catalog file; `.json` is parsed as JSON, anything else as YAML
-    /// (a superset of JSON).
+    /// Reads a catalog file, JSON or YAML (parsed as YAML, a superset of JSON).
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading catalog {}", path.display()))?;

@@ -49,11 +49,16 @@ impl KubeletError {
 /// The kubelet's API client. Real Talos bootstraps the kubelet with
 /// `cluster.token` and a CSR; this is the one place to change when the
 /// simulator does the same.
-pub async fn client(creds: &KubeletCredentials, _node: &NodeConfig) -> Result<Client, KubeletError> {
+pub async fn client(
+    creds: &KubeletCredentials,
+    _node: &NodeConfig,
+) -> Result<Client, KubeletError> {
+    crate::install_crypto_provider();
     match creds {
         KubeletCredentials::AdminKubeconfig(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| KubeletError::Credentials(format!("reading {}: {e}", path.display())))?;
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                KubeletError::Credentials(format!("reading {}: {e}", path.display()))
+            })?;
             let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
                 .map_err(|e| KubeletError::Credentials(e.to_string()))?;
@@ -73,12 +78,22 @@ pub struct Kubelet {
 impl Kubelet {
     /// Connects with the node's credentials; an empty kubelet version in
     /// `facts` is taken from the API server, as the kubelet would match it.
-    pub async fn connect(creds: &KubeletCredentials, cfg: NodeConfig, mut facts: NodeFacts) -> Result<Self, KubeletError> {
+    pub async fn connect(
+        creds: &KubeletCredentials,
+        cfg: NodeConfig,
+        mut facts: NodeFacts,
+    ) -> Result<Self, KubeletError> {
         let client = client(creds, &cfg).await?;
         if facts.kubelet_version.is_empty() {
             facts.kubelet_version = client.apiserver_version().await?.git_version;
         }
-        Ok(Self { client, cfg, facts, node_uid: None, started: Timestamp::now() })
+        Ok(Self {
+            client,
+            cfg,
+            facts,
+            node_uid: None,
+            started: Timestamp::now(),
+        })
     }
 
     pub fn node_name(&self) -> &str {
@@ -92,13 +107,21 @@ impl Kubelet {
         let name = self.facts.name.clone();
         let registered = match nodes.get_opt(&name).await? {
             None => {
-                let created = nodes.create(&PostParams::default(), &node::new_node(&self.cfg, &self.facts)).await?;
+                let created = nodes
+                    .create(
+                        &PostParams::default(),
+                        &node::new_node(&self.cfg, &self.facts),
+                    )
+                    .await?;
                 tracing::info!(node = %name, "kubelet registered its node");
                 created
             }
             Some(existing) => {
-                let patch = node::adopt_patch(&existing, &self.cfg, &self.facts).map_err(KubeletError::Conflict)?;
-                let adopted = nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+                let patch = node::adopt_patch(&existing, &self.cfg, &self.facts)
+                    .map_err(KubeletError::Conflict)?;
+                let adopted = nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
                 tracing::info!(node = %name, "kubelet adopted its existing node");
                 adopted
             }
@@ -113,7 +136,11 @@ impl Kubelet {
         let status = node::status(&self.cfg, &self.facts, Timestamp::now(), self.started);
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
-            .patch_status(&self.facts.name, &PatchParams::default(), &Patch::Strategic(json!({ "status": status })))
+            .patch_status(
+                &self.facts.name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({ "status": status })),
+            )
             .await?;
         Ok(())
     }
@@ -122,7 +149,11 @@ impl Kubelet {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), node::LEASE_NAMESPACE);
         let lease = node::lease(&self.facts.name, self.node_uid.as_deref(), Timestamp::now());
         leases
-            .patch(&self.facts.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&lease))
+            .patch(
+                &self.facts.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&lease),
+            )
             .await?;
         Ok(())
     }
@@ -159,8 +190,12 @@ impl Kubelet {
 
     async fn run_pods(&self) {
         let pods: Api<Pod> = Api::all(self.client.clone());
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.facts.name));
-        let mut events = watcher(pods, config).default_backoff().applied_objects().boxed();
+        let config =
+            watcher::Config::default().fields(&format!("spec.nodeName={}", self.facts.name));
+        let mut events = watcher(pods, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
         while let Some(event) = events.next().await {
             match event {
                 Ok(pod) => self.sync_pod(&pod).await,
@@ -178,21 +213,32 @@ impl Kubelet {
             // are gone; there are none, so confirm at once.
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+                preconditions: Some(Preconditions {
+                    uid: pod.metadata.uid.clone(),
+                    resource_version: None,
+                }),
                 ..Default::default()
             };
             pods.delete(&name, &params).await.map(|_| ())
         } else if let Some(status) = node::pod_status(pod, self.facts.address, Timestamp::now()) {
-            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
-                .await
-                .map(|_| ())
+            pods.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .map(|_| ())
         } else {
             Ok(())
         };
         match result {
-            Ok(()) => tracing::debug!(node = %self.facts.name, %namespace, pod = %name, "pod synced"),
+            Ok(()) => {
+                tracing::debug!(node = %self.facts.name, %namespace, pod = %name, "pod synced")
+            }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => tracing::warn!(node = %self.facts.name, %namespace, pod = %name, error = %e, "pod sync failed"),
+            Err(e) => {
+                tracing::warn!(node = %self.facts.name, %namespace, pod = %name, error = %e, "pod sync failed")
+            }
         }
     }
 }
@@ -231,5 +277,12 @@ pub fn facts(
 fn uuid_like() -> String {
     let b: [u8; 16] = rand::random();
     let h = crate::image::hex(&b);
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }

@@ -7,9 +7,9 @@ use std::net::Ipv4Addr;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, DaemonEndpoint, HostIP, Node,
-    NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodIP,
-    PodStatus, Taint as KubeTaint,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+    DaemonEndpoint, HostIP, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec,
+    NodeStatus, NodeSystemInfo, Pod, PodCondition, PodIP, PodStatus, Taint as KubeTaint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -53,7 +53,8 @@ pub fn node_name(cfg: &NodeConfig, server_id: &str) -> String {
 /// The kubelet version: the tag of `machine.kubelet.image` when set.
 pub fn kubelet_version_from_image(image: &str) -> Option<String> {
     let tag = image.rsplit_once(':')?.1;
-    (tag.starts_with('v') && !tag.contains('/')).then(|| tag.split('@').next().unwrap_or(tag).to_string())
+    (tag.starts_with('v') && !tag.contains('/'))
+        .then(|| tag.split('@').next().unwrap_or(tag).to_string())
 }
 
 pub fn labels(cfg: &NodeConfig, facts: &NodeFacts) -> BTreeMap<String, String> {
@@ -73,7 +74,10 @@ pub fn labels(cfg: &NodeConfig, facts: &NodeFacts) -> BTreeMap<String, String> {
 fn annotations(cfg: &NodeConfig) -> BTreeMap<String, String> {
     let mut annotations = cfg.node_annotations.clone();
     annotations.insert("node.alpha.kubernetes.io/ttl".into(), "0".into());
-    annotations.insert("volumes.kubernetes.io/controller-managed-attach-detach".into(), "true".into());
+    annotations.insert(
+        "volumes.kubernetes.io/controller-managed-attach-detach".into(),
+        "true".into(),
+    );
     annotations
 }
 
@@ -89,7 +93,10 @@ fn kube_taint(t: &Taint) -> KubeTaint {
 /// Adds `extra` taints not already present (same key and effect).
 fn merge_taints(mut taints: Vec<KubeTaint>, extra: &[Taint]) -> Vec<KubeTaint> {
     for t in extra {
-        if !taints.iter().any(|e| e.key == t.key && e.effect == t.effect) {
+        if !taints
+            .iter()
+            .any(|e| e.key == t.key && e.effect == t.effect)
+        {
             taints.push(kube_taint(t));
         }
     }
@@ -99,7 +106,10 @@ fn merge_taints(mut taints: Vec<KubeTaint>, extra: &[Taint]) -> Vec<KubeTaint> {
 /// The Node the kubelet creates: register-with-taints plus the taints Talos
 /// applies from `machine.nodeTaints`.
 pub fn new_node(cfg: &NodeConfig, facts: &NodeFacts) -> Node {
-    let taints = merge_taints(cfg.register_with_taints.iter().map(kube_taint).collect(), &cfg.node_taints);
+    let taints = merge_taints(
+        cfg.register_with_taints.iter().map(kube_taint).collect(),
+        &cfg.node_taints,
+    );
     Node {
         metadata: ObjectMeta {
             name: Some(facts.name.clone()),
@@ -118,7 +128,11 @@ pub fn new_node(cfg: &NodeConfig, facts: &NodeFacts) -> Node {
 
 /// The merge patch with which the kubelet adopts a Node registered ahead of
 /// it (by the provider), or why it cannot.
-pub fn adopt_patch(existing: &Node, cfg: &NodeConfig, facts: &NodeFacts) -> Result<serde_json::Value, String> {
+pub fn adopt_patch(
+    existing: &Node,
+    cfg: &NodeConfig,
+    facts: &NodeFacts,
+) -> Result<serde_json::Value, String> {
     let spec = existing.spec.clone().unwrap_or_default();
     let current = spec.provider_id.clone().filter(|p| !p.is_empty());
     if let (Some(have), Some(want)) = (&current, &cfg.provider_id)
@@ -146,7 +160,9 @@ pub fn adopt_patch(existing: &Node, cfg: &NodeConfig, facts: &NodeFacts) -> Resu
 
 /// Kubernetes quantity to milli-units (`100m` → 100, `1Ki` → 1_024_000).
 pub fn parse_milli(q: &str) -> Option<u128> {
-    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
     let (number, suffix) = q.split_at(split);
     let value: f64 = number.parse().ok()?;
     let mult: f64 = match suffix {
@@ -180,10 +196,15 @@ fn amount(map: &BTreeMap<String, String>, key: &str, capacity: u128) -> u128 {
 }
 
 fn talos_system_reserved() -> BTreeMap<String, String> {
-    [("cpu", "50m"), ("memory", "384Mi"), ("ephemeral-storage", "256Mi"), ("pid", "100")]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    [
+        ("cpu", "50m"),
+        ("memory", "384Mi"),
+        ("ephemeral-storage", "256Mi"),
+        ("pid", "100"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 fn kubelet_eviction_hard() -> BTreeMap<String, String> {
@@ -196,9 +217,20 @@ fn kubelet_eviction_hard() -> BTreeMap<String, String> {
 /// Capacity from the offer's hardware; allocatable after Talos' default
 /// system reservation (or the configured one), kube reservation and hard
 /// eviction thresholds, as the kubelet computes it.
-pub fn resources(cfg: &NodeConfig, facts: &NodeFacts) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
-    let system = if cfg.system_reserved.is_empty() { talos_system_reserved() } else { cfg.system_reserved.clone() };
-    let eviction = if cfg.eviction_hard.is_empty() { kubelet_eviction_hard() } else { cfg.eviction_hard.clone() };
+pub fn resources(
+    cfg: &NodeConfig,
+    facts: &NodeFacts,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let system = if cfg.system_reserved.is_empty() {
+        talos_system_reserved()
+    } else {
+        cfg.system_reserved.clone()
+    };
+    let eviction = if cfg.eviction_hard.is_empty() {
+        kubelet_eviction_hard()
+    } else {
+        cfg.eviction_hard.clone()
+    };
     let kube = &cfg.kube_reserved;
     let pods = cfg.max_pods.unwrap_or(110);
 
@@ -222,7 +254,10 @@ pub fn resources(cfg: &NodeConfig, facts: &NodeFacts) -> (BTreeMap<String, Quant
     let capacity = BTreeMap::from([
         ("cpu".to_string(), q(facts.threads.to_string())),
         ("memory".to_string(), q(format!("{}Ki", memory / 1024))),
-        ("ephemeral-storage".to_string(), q(format!("{}Ki", disk / 1024))),
+        (
+            "ephemeral-storage".to_string(),
+            q(format!("{}Ki", disk / 1024)),
+        ),
         ("pods".to_string(), q(pods.to_string())),
         ("hugepages-1Gi".to_string(), q("0".into())),
         ("hugepages-2Mi".to_string(), q("0".into())),
@@ -231,9 +266,16 @@ pub fn resources(cfg: &NodeConfig, facts: &NodeFacts) -> (BTreeMap<String, Quant
     let allocatable = BTreeMap::from([
         (
             "cpu".to_string(),
-            q(if cpu_alloc % 1000 == 0 { (cpu_alloc / 1000).to_string() } else { format!("{cpu_alloc}m") }),
+            q(if cpu_alloc % 1000 == 0 {
+                (cpu_alloc / 1000).to_string()
+            } else {
+                format!("{cpu_alloc}m")
+            }),
         ),
-        ("memory".to_string(), q(format!("{}Ki", memory_alloc / 1024))),
+        (
+            "memory".to_string(),
+            q(format!("{}Ki", memory_alloc / 1024)),
+        ),
         ("ephemeral-storage".to_string(), q(disk_alloc.to_string())),
         ("pods".to_string(), q(pods.to_string())),
         ("hugepages-1Gi".to_string(), q("0".into())),
@@ -242,7 +284,14 @@ pub fn resources(cfg: &NodeConfig, facts: &NodeFacts) -> (BTreeMap<String, Quant
     (capacity, allocatable)
 }
 
-fn condition(kind: &str, status: &str, reason: &str, message: &str, now: Timestamp, since: Timestamp) -> NodeCondition {
+fn condition(
+    kind: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+    since: Timestamp,
+) -> NodeCondition {
     NodeCondition {
         type_: kind.into(),
         status: status.into(),
@@ -257,21 +306,60 @@ fn condition(kind: &str, status: &str, reason: &str, message: &str, now: Timesta
 /// identity. `since` is when the kubelet started (transition time).
 pub fn status(cfg: &NodeConfig, facts: &NodeFacts, now: Timestamp, since: Timestamp) -> NodeStatus {
     let (capacity, allocatable) = resources(cfg, facts);
-    let machine_id = hex(&Sha256::digest(format!("machine-id/{}", facts.server_id).as_bytes()))[..32].to_string();
+    let machine_id = hex(&Sha256::digest(
+        format!("machine-id/{}", facts.server_id).as_bytes(),
+    ))[..32]
+        .to_string();
     NodeStatus {
         addresses: Some(vec![
-            NodeAddress { type_: "InternalIP".into(), address: facts.address.to_string() },
-            NodeAddress { type_: "Hostname".into(), address: facts.name.clone() },
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: facts.address.to_string(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: facts.name.clone(),
+            },
         ]),
         capacity: Some(capacity),
         allocatable: Some(allocatable),
         conditions: Some(vec![
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available", now, since),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure", now, since),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available", now, since),
-            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", now, since),
+            condition(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+                now,
+                since,
+            ),
+            condition(
+                "DiskPressure",
+                "False",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+                now,
+                since,
+            ),
+            condition(
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+                now,
+                since,
+            ),
+            condition(
+                "Ready",
+                "True",
+                "KubeletReady",
+                "kubelet is posting ready status",
+                now,
+                since,
+            ),
         ]),
-        daemon_endpoints: Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }) }),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
+        }),
         node_info: Some(NodeSystemInfo {
             architecture: facts.arch.clone(),
             boot_id: facts.boot_id.clone(),
@@ -325,12 +413,18 @@ fn is_running_and_ready(status: &PodStatus) -> bool {
 }
 
 fn container_id(pod_uid: &str, name: &str) -> String {
-    format!("containerd://{}", hex(&Sha256::digest(format!("{pod_uid}/{name}").as_bytes())))
+    format!(
+        "containerd://{}",
+        hex(&Sha256::digest(format!("{pod_uid}/{name}").as_bytes()))
+    )
 }
 
 fn image_id(image: &str) -> String {
     let repo = image.split('@').next().unwrap_or(image);
-    let repo = repo.rsplit_once(':').filter(|(_, tag)| !tag.contains('/')).map_or(repo, |(r, _)| r);
+    let repo = repo
+        .rsplit_once(':')
+        .filter(|(_, tag)| !tag.contains('/'))
+        .map_or(repo, |(r, _)| r);
     format!("{repo}@sha256:{}", hex(&Sha256::digest(image.as_bytes())))
 }
 
@@ -339,7 +433,9 @@ fn image_id(image: &str) -> String {
 /// running, or finished).
 pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodStatus> {
     let current = pod.status.clone().unwrap_or_default();
-    if matches!(current.phase.as_deref(), Some("Succeeded" | "Failed")) || is_running_and_ready(&current) {
+    if matches!(current.phase.as_deref(), Some("Succeeded" | "Failed"))
+        || is_running_and_ready(&current)
+    {
         return None;
     }
     let spec = pod.spec.as_ref()?;
@@ -370,7 +466,9 @@ pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodSta
             started: Some(true),
             restart_count: 0,
             state: Some(ContainerState {
-                running: Some(ContainerStateRunning { started_at: Some(Time(now)) }),
+                running: Some(ContainerStateRunning {
+                    started_at: Some(Time(now)),
+                }),
                 ..Default::default()
             }),
             ..Default::default()

@@ -38,8 +38,12 @@ fn new_node_carries_identity_labels_and_taints() {
     assert_eq!(labels["karpenter.sh/nodepool"], "default");
     let spec = node.spec.unwrap();
     assert_eq!(spec.provider_id.as_deref(), Some(PROVIDER_ID));
-    let taints: Vec<(String, Option<String>, String)> =
-        spec.taints.unwrap().into_iter().map(|t| (t.key, t.value, t.effect)).collect();
+    let taints: Vec<(String, Option<String>, String)> = spec
+        .taints
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.key, t.value, t.effect))
+        .collect();
     assert_eq!(
         taints,
         vec![
@@ -53,7 +57,10 @@ fn new_node_carries_identity_labels_and_taints() {
 #[test]
 fn adopting_keeps_existing_taints_and_sets_missing_provider_id() {
     let existing = Node {
-        metadata: ObjectMeta { name: Some("default-abcde".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("default-abcde".into()),
+            ..Default::default()
+        },
         spec: Some(NodeSpec {
             provider_id: None,
             taints: Some(vec![KubeTaint {
@@ -68,16 +75,37 @@ fn adopting_keeps_existing_taints_and_sets_missing_provider_id() {
     };
     let patch = adopt_patch(&existing, &config(), &facts()).unwrap();
     assert_eq!(patch["spec"]["providerID"], PROVIDER_ID);
-    let keys: Vec<&str> = patch["spec"]["taints"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
-    assert_eq!(keys, vec!["node.kubernetes.io/not-ready", "dedicated", "example.com/flag"]);
-    assert_eq!(patch["metadata"]["labels"]["kubernetes.io/hostname"], "default-abcde");
+    let keys: Vec<&str> = patch["spec"]["taints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            "node.kubernetes.io/not-ready",
+            "dedicated",
+            "example.com/flag"
+        ]
+    );
+    assert_eq!(
+        patch["metadata"]["labels"]["kubernetes.io/hostname"],
+        "default-abcde"
+    );
 }
 
 #[test]
 fn adopting_a_node_of_another_machine_is_refused() {
     let existing = Node {
-        metadata: ObjectMeta { name: Some("default-abcde".into()), ..Default::default() },
-        spec: Some(NodeSpec { provider_id: Some("scaleway://baremetal/fr-par-2/other".into()), ..Default::default() }),
+        metadata: ObjectMeta {
+            name: Some("default-abcde".into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some("scaleway://baremetal/fr-par-2/other".into()),
+            ..Default::default()
+        }),
         status: None,
     };
     let err = adopt_patch(&existing, &config(), &facts()).unwrap_err();
@@ -85,7 +113,10 @@ fn adopting_a_node_of_another_machine_is_refused() {
     let mut same = existing.clone();
     same.spec.as_mut().unwrap().provider_id = Some(PROVIDER_ID.into());
     let patch = adopt_patch(&same, &config(), &facts()).unwrap();
-    assert!(patch["spec"].get("providerID").is_none(), "providerID is immutable once set");
+    assert!(
+        patch["spec"].get("providerID").is_none(),
+        "providerID is immutable once set"
+    );
 }
 
 #[test]
@@ -96,14 +127,23 @@ fn capacity_comes_from_the_offer_and_allocatable_subtracts_reservations() {
     let (capacity, allocatable) = resources(&cfg, &facts());
     assert_eq!(capacity["cpu"].0, "32");
     assert_eq!(capacity["memory"].0, format!("{}Ki", (256u64 << 30) / 1024));
-    assert_eq!(capacity["ephemeral-storage"].0, format!("{}Ki", 1_920_383_410_176u64 / 1024));
+    assert_eq!(
+        capacity["ephemeral-storage"].0,
+        format!("{}Ki", 1_920_383_410_176u64 / 1024)
+    );
     assert_eq!(capacity["pods"].0, "110");
     // Talos' defaults: 50m CPU, 384Mi memory, 256Mi disk; kubelet's hard
     // eviction: 100Mi memory, 10% of the disk.
     assert_eq!(allocatable["cpu"].0, "31950m");
-    assert_eq!(allocatable["memory"].0, format!("{}Ki", ((256u64 << 30) - (484 << 20)) / 1024));
+    assert_eq!(
+        allocatable["memory"].0,
+        format!("{}Ki", ((256u64 << 30) - (484 << 20)) / 1024)
+    );
     let disk = 1_920_383_410_176u64;
-    assert_eq!(allocatable["ephemeral-storage"].0, (disk - (256 << 20) - disk / 10).to_string());
+    assert_eq!(
+        allocatable["ephemeral-storage"].0,
+        (disk - (256 << 20) - disk / 10).to_string()
+    );
 
     let (_, with_config) = resources(&config(), &facts());
     assert_eq!(with_config["cpu"].0, "31900m");
@@ -113,7 +153,12 @@ fn capacity_comes_from_the_offer_and_allocatable_subtracts_reservations() {
 #[test]
 fn status_is_ready_with_addresses_and_node_info() {
     let status = status(&config(), &facts(), now(), now());
-    let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+    let ready = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
     assert_eq!(ready.status, "True");
     assert_eq!(ready.last_heartbeat_time, Some(Time(now())));
     let addresses = status.addresses.unwrap();
@@ -132,20 +177,37 @@ fn quantities_and_versions() {
     assert_eq!(parse_milli("1Ki"), Some(1_024_000));
     assert_eq!(parse_milli("0.5Gi"), Some(512 * 1024 * 1024 * 1000));
     assert_eq!(parse_milli("3Q"), None);
-    assert_eq!(kubelet_version_from_image("ghcr.io/siderolabs/kubelet:v1.35.2").as_deref(), Some("v1.35.2"));
+    assert_eq!(
+        kubelet_version_from_image("ghcr.io/siderolabs/kubelet:v1.35.2").as_deref(),
+        Some("v1.35.2")
+    );
     assert_eq!(kubelet_version_from_image("localhost:5000/kubelet"), None);
-    assert_eq!(node_name(&NodeConfig::default(), "srv").len(), "talos-xxx-yyy".len());
+    assert_eq!(
+        node_name(&NodeConfig::default(), "srv").len(),
+        "talos-xxx-yyy".len()
+    );
 }
 
 fn pod(phase: Option<&str>) -> Pod {
     Pod {
-        metadata: ObjectMeta { name: Some("web".into()), uid: Some("uid-1".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            uid: Some("uid-1".into()),
+            ..Default::default()
+        },
         spec: Some(PodSpec {
             node_name: Some("default-abcde".into()),
-            containers: vec![Container { name: "app".into(), image: Some("nginx:1.27".into()), ..Default::default() }],
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some("nginx:1.27".into()),
+                ..Default::default()
+            }],
             ..Default::default()
         }),
-        status: Some(PodStatus { phase: phase.map(str::to_string), ..Default::default() }),
+        status: Some(PodStatus {
+            phase: phase.map(str::to_string),
+            ..Default::default()
+        }),
     }
 }
 
@@ -155,7 +217,12 @@ fn pending_pods_become_running_and_ready() {
     assert_eq!(status.phase.as_deref(), Some("Running"));
     assert_eq!(status.pod_ip.as_deref(), Some("127.77.0.10"));
     for kind in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
-        let c = status.conditions.iter().flatten().find(|c| c.type_ == kind).unwrap();
+        let c = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .unwrap();
         assert_eq!(c.status, "True", "{kind}");
     }
     let container = &status.container_statuses.as_ref().unwrap()[0];
@@ -165,6 +232,12 @@ fn pending_pods_become_running_and_ready() {
 
     let mut running = pod(None);
     running.status = Some(status);
-    assert_eq!(pod_status(&running, Ipv4Addr::new(127, 77, 0, 10), now()), None);
-    assert_eq!(pod_status(&pod(Some("Succeeded")), Ipv4Addr::LOCALHOST, now()), None);
+    assert_eq!(
+        pod_status(&running, Ipv4Addr::new(127, 77, 0, 10), now()),
+        None
+    );
+    assert_eq!(
+        pod_status(&pod(Some("Succeeded")), Ipv4Addr::LOCALHOST, now()),
+        None
+    );
 }

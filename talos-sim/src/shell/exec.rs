@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 
 use super::ShellEnv;
@@ -66,7 +66,12 @@ pub(crate) fn run_with_options(
     .boxed()
 }
 
-async fn run_pipeline(env: &Arc<ShellEnv>, pipeline: &Pipeline, io: &Stdio, opts: &mut Options) -> i32 {
+async fn run_pipeline(
+    env: &Arc<ShellEnv>,
+    pipeline: &Pipeline,
+    io: &Stdio,
+    opts: &mut Options,
+) -> i32 {
     // `set` changes this shell only when it is not part of a larger pipeline
     // (pipeline stages run in subshells).
     if let [only] = pipeline.commands.as_slice()
@@ -103,14 +108,23 @@ async fn run_pipeline(env: &Arc<ShellEnv>, pipeline: &Pipeline, io: &Stdio, opts
         }
     }
     if opts.pipefail {
-        statuses.iter().rev().copied().find(|s| *s != 0).unwrap_or(0)
+        statuses
+            .iter()
+            .rev()
+            .copied()
+            .find(|s| *s != 0)
+            .unwrap_or(0)
     } else {
         statuses[stages - 1]
     }
 }
 
 fn redirected(command: &SimpleCommand, stdin: Input, stdout: Output, stderr: Output) -> Stdio {
-    let mut io = Stdio { stdin, stdout, stderr };
+    let mut io = Stdio {
+        stdin,
+        stdout,
+        stderr,
+    };
     for redirect in &command.redirects {
         match redirect {
             Redirect::StdinFromNull => io.stdin = Input::empty(),
@@ -131,7 +145,11 @@ async fn set_builtin(args: &[String], opts: &mut Options, io: &Stdio) -> i32 {
             Some(b'-') => (true, &arg[1..]),
             Some(b'+') => (false, &arg[1..]),
             _ => {
-                io.stderr.say(format!("sh: set: {arg}: positional parameters are not supported\n")).await;
+                io.stderr
+                    .say(format!(
+                        "sh: set: {arg}: positional parameters are not supported\n"
+                    ))
+                    .await;
                 return 2;
             }
         };
@@ -145,7 +163,9 @@ async fn set_builtin(args: &[String], opts: &mut Options, io: &Stdio) -> i32 {
                     Some("errexit") => new.errexit = enable,
                     Some("nounset") => {}
                     Some(other) => {
-                        io.stderr.say(format!("sh: set: {other}: invalid option name\n")).await;
+                        io.stderr
+                            .say(format!("sh: set: {other}: invalid option name\n"))
+                            .await;
                         return 2;
                     }
                     None => {
@@ -154,7 +174,9 @@ async fn set_builtin(args: &[String], opts: &mut Options, io: &Stdio) -> i32 {
                     }
                 },
                 other => {
-                    io.stderr.say(format!("sh: set: -{other}: invalid option\n")).await;
+                    io.stderr
+                        .say(format!("sh: set: -{other}: invalid option\n"))
+                        .await;
                     return 2;
                 }
             }
@@ -165,9 +187,15 @@ async fn set_builtin(args: &[String], opts: &mut Options, io: &Stdio) -> i32 {
 }
 
 /// Runs one simple command with its arguments.
-pub(crate) fn run_command(env: Arc<ShellEnv>, argv: Vec<String>, io: Stdio) -> BoxFuture<'static, i32> {
+pub(crate) fn run_command(
+    env: Arc<ShellEnv>,
+    argv: Vec<String>,
+    io: Stdio,
+) -> BoxFuture<'static, i32> {
     async move {
-        let Some(program) = argv.first() else { return 0 };
+        let Some(program) = argv.first() else {
+            return 0;
+        };
         let name = program
             .strip_prefix("/usr/bin/")
             .or_else(|| program.strip_prefix("/usr/sbin/"))
@@ -195,7 +223,9 @@ pub(crate) fn run_command(env: Arc<ShellEnv>, argv: Vec<String>, io: Stdio) -> B
             "sync" => cmd::text::sync(&env, &io).await,
             "blockdev" => cmd::text::blockdev(&env, args, &io).await,
             _ => {
-                io.stderr.say(format!("sh: {name}: command not found\n")).await;
+                io.stderr
+                    .say(format!("sh: {name}: command not found\n"))
+                    .await;
                 127
             }
         }
@@ -214,7 +244,12 @@ async fn sudo(env: Arc<ShellEnv>, args: &[String], io: Stdio) -> i32 {
                 break;
             }
             f if f.starts_with('-') => {
-                io.stderr.say(format!("sudo: invalid option -- '{}'\n", f.trim_start_matches('-'))).await;
+                io.stderr
+                    .say(format!(
+                        "sudo: invalid option -- '{}'\n",
+                        f.trim_start_matches('-')
+                    ))
+                    .await;
                 return 1;
             }
             _ => break,
@@ -226,7 +261,9 @@ async fn sudo(env: Arc<ShellEnv>, args: &[String], io: Stdio) -> i32 {
     }
     let known = super::cmd::KNOWN.contains(&rest[0].rsplit('/').next().unwrap_or(""));
     if !known {
-        io.stderr.say(format!("sudo: {}: command not found\n", rest[0])).await;
+        io.stderr
+            .say(format!("sudo: {}: command not found\n", rest[0]))
+            .await;
         return 1;
     }
     run_command(env, rest.to_vec(), io).await
@@ -240,7 +277,9 @@ async fn nested_shell(env: Arc<ShellEnv>, name: &str, args: &[String], io: Stdio
         match arg.as_str() {
             "-c" => {
                 let Some(line) = args.next() else {
-                    io.stderr.say(format!("{name}: -c: option requires an argument\n")).await;
+                    io.stderr
+                        .say(format!("{name}: -c: option requires an argument\n"))
+                        .await;
                     return 2;
                 };
                 return run_with_options(env, line.clone(), io, opts).await;
@@ -255,17 +294,27 @@ async fn nested_shell(env: Arc<ShellEnv>, name: &str, args: &[String], io: Stdio
                     Some("errexit") => opts.errexit = true,
                     other => {
                         let other = other.unwrap_or("");
-                        io.stderr.say(format!("{name}: {other}: invalid option name\n")).await;
+                        io.stderr
+                            .say(format!("{name}: {other}: invalid option name\n"))
+                            .await;
                         return 2;
                     }
                 }
             }
             _ => {
-                io.stderr.say(format!("{name}: only `{name} -c COMMAND` is supported by this rescue shell\n")).await;
+                io.stderr
+                    .say(format!(
+                        "{name}: only `{name} -c COMMAND` is supported by this rescue shell\n"
+                    ))
+                    .await;
                 return 2;
             }
         }
     }
-    io.stderr.say(format!("{name}: interactive shells are not supported by this rescue shell\n")).await;
+    io.stderr
+        .say(format!(
+            "{name}: interactive shells are not supported by this rescue shell\n"
+        ))
+        .await;
     2
 }

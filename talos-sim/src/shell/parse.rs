@@ -108,7 +108,15 @@ pub fn parse(line: &str) -> Result<Script, ParseError> {
                     expecting_more = true;
                     continue;
                 }
-                items.push((connector, std::mem::replace(&mut pipeline, Pipeline { commands: Vec::new() })));
+                items.push((
+                    connector,
+                    std::mem::replace(
+                        &mut pipeline,
+                        Pipeline {
+                            commands: Vec::new(),
+                        },
+                    ),
+                ));
                 connector = match op {
                     Token::And => Connector::And,
                     Token::Or => Connector::Or,
@@ -330,7 +338,10 @@ fn redirection(op: char, fd: Option<&str>, rest: &[char]) -> Result<(Redirect, u
     }
     let target: String = rest[start..used].iter().collect();
     if target.is_empty() {
-        let token = rest.get(used).map(|c| c.to_string()).unwrap_or_else(|| "newline".into());
+        let token = rest
+            .get(used)
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "newline".into());
         return Err(ParseError::Unexpected(token));
     }
     let fd = fd.unwrap_or(if op == '<' { "0" } else { "1" });
@@ -342,7 +353,9 @@ fn redirection(op: char, fd: Option<&str>, rest: &[char]) -> Result<(Redirect, u
         ('>', "1", true, "2") if !append => Redirect::StdoutToStderr,
         _ => {
             let shown: String = if dup { format!("&{target}") } else { target };
-            return Err(ParseError::Unsupported(format!("redirection `{fd}{op}{shown}'")));
+            return Err(ParseError::Unsupported(format!(
+                "redirection `{fd}{op}{shown}'"
+            )));
         }
     };
     Ok((redirect, used))
@@ -368,7 +381,9 @@ mod tests {
     #[test]
     fn pipes_and_lists() {
         assert_eq!(
-            argvs("set -o pipefail; curl -fsSL http://x/a.raw.xz | xz -d | dd of=/dev/sda bs=4M && sync"),
+            argvs(
+                "set -o pipefail; curl -fsSL http://x/a.raw.xz | xz -d | dd of=/dev/sda bs=4M && sync"
+            ),
             vec![
                 (Connector::Seq, vec![v(&["set", "-o", "pipefail"])]),
                 (
@@ -396,12 +411,27 @@ mod tests {
     fn quotes_and_escapes() {
         assert_eq!(
             argvs(r#"echo 'a b' "c \"d\" \$" e\ f 'it''s' "x"y"#),
-            vec![(Connector::Seq, vec![v(&["echo", "a b", "c \"d\" $", "e f", "its", "xy"])])]
+            vec![(
+                Connector::Seq,
+                vec![v(&["echo", "a b", "c \"d\" $", "e f", "its", "xy"])]
+            )]
         );
-        assert_eq!(argvs("echo ''"), vec![(Connector::Seq, vec![v(&["echo", ""])])]);
-        assert_eq!(argvs("echo a # comment"), vec![(Connector::Seq, vec![v(&["echo", "a"])])]);
-        assert_eq!(argvs("echo a#b"), vec![(Connector::Seq, vec![v(&["echo", "a#b"])])]);
-        assert_eq!(argvs("echo 'a|b&&c'"), vec![(Connector::Seq, vec![v(&["echo", "a|b&&c"])])]);
+        assert_eq!(
+            argvs("echo ''"),
+            vec![(Connector::Seq, vec![v(&["echo", ""])])]
+        );
+        assert_eq!(
+            argvs("echo a # comment"),
+            vec![(Connector::Seq, vec![v(&["echo", "a"])])]
+        );
+        assert_eq!(
+            argvs("echo a#b"),
+            vec![(Connector::Seq, vec![v(&["echo", "a#b"])])]
+        );
+        assert_eq!(
+            argvs("echo 'a|b&&c'"),
+            vec![(Connector::Seq, vec![v(&["echo", "a|b&&c"])])]
+        );
     }
 
     #[test]
@@ -415,12 +445,22 @@ mod tests {
         let script = parse("dd of=/dev/sda 2>&1 >/dev/null </dev/null").unwrap();
         assert_eq!(
             script.items[0].1.commands[0].redirects,
-            vec![Redirect::StderrToStdout, Redirect::StdoutToNull, Redirect::StdinFromNull]
+            vec![
+                Redirect::StderrToStdout,
+                Redirect::StdoutToNull,
+                Redirect::StdinFromNull
+            ]
         );
         let script = parse("echo oops >&2").unwrap();
-        assert_eq!(script.items[0].1.commands[0].redirects, vec![Redirect::StdoutToStderr]);
+        assert_eq!(
+            script.items[0].1.commands[0].redirects,
+            vec![Redirect::StdoutToStderr]
+        );
         // An assignment after the command name is an argument.
-        assert_eq!(argvs("dd of=/dev/sda"), vec![(Connector::Seq, vec![v(&["dd", "of=/dev/sda"])])]);
+        assert_eq!(
+            argvs("dd of=/dev/sda"),
+            vec![(Connector::Seq, vec![v(&["dd", "of=/dev/sda"])])]
+        );
     }
 
     #[test]
@@ -439,7 +479,10 @@ mod tests {
         assert_eq!(parse("echo 'abc"), Err(ParseError::Unterminated('\'')));
         assert_eq!(parse("echo \"abc"), Err(ParseError::Unterminated('"')));
         assert_eq!(parse("a ;; b"), Err(ParseError::Unexpected(";;".into())));
-        assert_eq!(parse("echo >"), Err(ParseError::Unexpected("newline".into())));
+        assert_eq!(
+            parse("echo >"),
+            Err(ParseError::Unexpected("newline".into()))
+        );
     }
 
     #[test]
@@ -462,6 +505,9 @@ mod tests {
             );
         }
         // A lone `$` is literal in real shells too.
-        assert_eq!(argvs("echo $ a$"), vec![(Connector::Seq, vec![v(&["echo", "$", "a$"])])]);
+        assert_eq!(
+            argvs("echo $ a$"),
+            vec![(Connector::Seq, vec![v(&["echo", "$", "a$"])])]
+        );
     }
 }

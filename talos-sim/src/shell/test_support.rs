@@ -17,8 +17,15 @@ pub fn env_with(disk_kind: &str, disk_size: u64) -> Arc<ShellEnv> {
     let dir = tempfile::tempdir().expect("temp dir");
     let offer = Offer {
         name: "EM-TEST".into(),
-        disks: vec![OfferDisk { capacity: disk_size, kind: disk_kind.into() }],
-        cpus: vec![OfferCpu { name: "cpu".into(), core_count: 4, thread_count: 8 }],
+        disks: vec![OfferDisk {
+            capacity: disk_size,
+            kind: disk_kind.into(),
+        }],
+        cpus: vec![OfferCpu {
+            name: "cpu".into(),
+            core_count: 4,
+            thread_count: 8,
+        }],
         memories: vec![OfferMemory { capacity: 32 << 30 }],
         tags: vec![],
     };
@@ -31,7 +38,16 @@ pub fn env_with(disk_kind: &str, disk_size: u64) -> Arc<ShellEnv> {
 pub async fn run_input(env: &Arc<ShellEnv>, line: &str, input: Vec<u8>) -> (i32, Vec<u8>, String) {
     let (stdout, out) = collector();
     let (stderr, err) = collector();
-    let status = run_line(env.clone(), line, Stdio { stdin: input_from(input), stdout, stderr }).await;
+    let status = run_line(
+        env.clone(),
+        line,
+        Stdio {
+            stdin: input_from(input),
+            stdout,
+            stderr,
+        },
+    )
+    .await;
     let err = String::from_utf8(err.await.expect("stderr")).expect("utf-8 stderr");
     (status, out.await.expect("stdout"), err)
 }

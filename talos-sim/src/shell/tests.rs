@@ -10,9 +10,15 @@ use crate::image::hex;
 async fn unknown_commands_are_not_found() {
     let env = env_with("NVMe", 1 << 20);
     let (status, out, err) = run(&env, "wget http://x").await;
-    assert_eq!((status, out.as_str(), err.as_str()), (127, "", "sh: wget: command not found\n"));
+    assert_eq!(
+        (status, out.as_str(), err.as_str()),
+        (127, "", "sh: wget: command not found\n")
+    );
     let (status, _, err) = run(&env, "sudo wget http://x").await;
-    assert_eq!((status, err.as_str()), (1, "sudo: wget: command not found\n"));
+    assert_eq!(
+        (status, err.as_str()),
+        (1, "sudo: wget: command not found\n")
+    );
 }
 
 #[tokio::test]
@@ -43,18 +49,27 @@ async fn pipeline_status_and_pipefail() {
     let (status, _, _) = run(&env, "sh -c 'false | true'").await;
     assert_eq!(status, 0);
     let (status, _, err) = run(&env, "set -o bogus").await;
-    assert_eq!((status, err.as_str()), (2, "sh: set: bogus: invalid option name\n"));
+    assert_eq!(
+        (status, err.as_str()),
+        (2, "sh: set: bogus: invalid option name\n")
+    );
 }
 
 #[tokio::test]
 async fn syntax_errors_exit_2() {
     let env = env_with("NVMe", 1 << 20);
     let (status, _, err) = run(&env, "echo a |").await;
-    assert_eq!((status, err.as_str()), (2, "sh: syntax error: unexpected end of file\n"));
+    assert_eq!(
+        (status, err.as_str()),
+        (2, "sh: syntax error: unexpected end of file\n")
+    );
     let (status, _, err) = run(&env, "echo $HOME").await;
     assert_eq!(
         (status, err.as_str()),
-        (2, "sh: parameter expansion is not supported by this rescue shell\n")
+        (
+            2,
+            "sh: parameter expansion is not supported by this rescue shell\n"
+        )
     );
 }
 
@@ -62,7 +77,10 @@ async fn syntax_errors_exit_2() {
 async fn redirections_route_streams() {
     let env = env_with("NVMe", 1 << 20);
     let (status, out, err) = run(&env, "wget 2>&1").await;
-    assert_eq!((status, out.as_str(), err.as_str()), (127, "sh: wget: command not found\n", ""));
+    assert_eq!(
+        (status, out.as_str(), err.as_str()),
+        (127, "sh: wget: command not found\n", "")
+    );
     let (_, out, err) = run(&env, "echo oops >&2").await;
     assert_eq!((out.as_str(), err.as_str()), ("", "oops\n"));
     let (_, out, err) = run(&env, "wget 2>/dev/null; echo x >/dev/null").await;
@@ -75,14 +93,29 @@ async fn echo_uname_and_blockdev() {
     assert_eq!(run_ok(&env, "echo -n 'a  b' c").await, "a  b c");
     assert_eq!(run_ok(&env, "uname").await, "Linux\n");
     assert_eq!(run_ok(&env, "uname -m").await, "x86_64\n");
-    assert_eq!(run_ok(&env, "uname -srm").await, "Linux 6.8.0-49-generic x86_64\n");
-    assert_eq!(run_ok(&env, "sudo blockdev --getsize64 /dev/sda").await, "1024209543168\n");
+    assert_eq!(
+        run_ok(&env, "uname -srm").await,
+        "Linux 6.8.0-49-generic x86_64\n"
+    );
+    assert_eq!(
+        run_ok(&env, "sudo blockdev --getsize64 /dev/sda").await,
+        "1024209543168\n"
+    );
     let (status, _, err) = run(&env, "blockdev --getsize64 /dev/nvme0n1").await;
-    assert_eq!((status, err.as_str()), (1, "blockdev: cannot open /dev/nvme0n1: No such file or directory\n"));
+    assert_eq!(
+        (status, err.as_str()),
+        (
+            1,
+            "blockdev: cannot open /dev/nvme0n1: No such file or directory\n"
+        )
+    );
     let (status, _, err) = run(&env, "uname -z").await;
     assert_eq!(
         (status, err.as_str()),
-        (1, "uname: invalid option -- 'z'\nTry 'uname --help' for more information.\n")
+        (
+            1,
+            "uname: invalid option -- 'z'\nTry 'uname --help' for more information.\n"
+        )
     );
 }
 
@@ -99,7 +132,12 @@ async fn sha256sum_of_stdin_and_of_the_disk() {
 
     // Write known bytes to the disk, then hash a prefix of it back.
     let payload: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
-    let (status, _, err) = run_input(&env, "dd of=/dev/nvme0n1 bs=4M status=none", payload.clone()).await;
+    let (status, _, err) = run_input(
+        &env,
+        "dd of=/dev/nvme0n1 bs=4M status=none",
+        payload.clone(),
+    )
+    .await;
     assert_eq!((status, err.as_str()), (0, ""));
     let want = hex(&Sha256::digest(&payload));
     assert_eq!(
@@ -107,7 +145,11 @@ async fn sha256sum_of_stdin_and_of_the_disk() {
         format!("{want}  -\n")
     );
     assert_eq!(
-        run_ok(&env, "dd if=/dev/nvme0n1 bs=100000 count=2 status=none | sha256sum").await,
+        run_ok(
+            &env,
+            "dd if=/dev/nvme0n1 bs=100000 count=2 status=none | sha256sum"
+        )
+        .await,
         format!("{want}  -\n")
     );
     let whole = {
@@ -120,7 +162,10 @@ async fn sha256sum_of_stdin_and_of_the_disk() {
         format!("{whole}  /dev/nvme0n1\n")
     );
     let (status, _, err) = run(&env, "sha256sum /etc/passwd").await;
-    assert_eq!((status, err.as_str()), (1, "sha256sum: /etc/passwd: No such file or directory\n"));
+    assert_eq!(
+        (status, err.as_str()),
+        (1, "sha256sum: /etc/passwd: No such file or directory\n")
+    );
 }
 
 #[tokio::test]
@@ -133,7 +178,10 @@ async fn head_and_cat_stream() {
     let (_, out, _) = run_input(&env, "head -c 1K /dev/zero | cat", Vec::new()).await;
     assert_eq!(out, vec![0u8; 1024]);
     let (status, _, err) = run(&env, "head -c abc").await;
-    assert_eq!((status, err.as_str()), (1, "head: invalid number of bytes: 'abc'\n"));
+    assert_eq!(
+        (status, err.as_str()),
+        (1, "head: invalid number of bytes: 'abc'\n")
+    );
 }
 
 #[tokio::test]
@@ -144,7 +192,11 @@ async fn dd_reports_records_and_bytes() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines[0], "2+1 records in");
     assert_eq!(lines[1], "2+1 records out");
-    assert!(lines[2].starts_with("10000 bytes (10 kB, 9.8 KiB) copied, "), "{}", lines[2]);
+    assert!(
+        lines[2].starts_with("10000 bytes (10 kB, 9.8 KiB) copied, "),
+        "{}",
+        lines[2]
+    );
     assert!(lines[2].ends_with("B/s"));
 }
 
@@ -154,14 +206,20 @@ async fn dd_stops_at_the_end_of_the_disk() {
     let (status, _, err) = run_input(&env, "dd of=/dev/sda bs=4096", vec![1u8; 12_288]).await;
     assert_eq!(status, 1);
     let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines[0], "dd: error writing '/dev/sda': No space left on device");
+    assert_eq!(
+        lines[0],
+        "dd: error writing '/dev/sda': No space left on device"
+    );
     assert_eq!(lines[1], "3+0 records in");
     assert_eq!(lines[2], "2+0 records out");
     assert!(lines[3].starts_with("8192 bytes (8.2 kB, 8.0 KiB) copied"));
     let (status, _, err) = run(&env, "dd of=/dev/nvme0n1").await;
     assert_eq!(
         (status, err.as_str()),
-        (1, "dd: failed to open '/dev/nvme0n1': No such file or directory\n")
+        (
+            1,
+            "dd: failed to open '/dev/nvme0n1': No such file or directory\n"
+        )
     );
 }
 

@@ -11,7 +11,9 @@ use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use russh::{ChannelMsg, client};
 use talos_sim::image::{Compression, write_image};
-use talos_sim::model::{BootType, Command, Machine, Offer, OfferCpu, OfferDisk, OfferMemory, PowerOn};
+use talos_sim::model::{
+    BootType, Command, Machine, Offer, OfferCpu, OfferDisk, OfferMemory, PowerOn,
+};
 use talos_sim::proto::machine_service_client::MachineServiceClient;
 use talos_sim::records::ServerRecord;
 use tokio::net::TcpStream;
@@ -35,15 +37,28 @@ pub fn image(version: &str, size: u64, compression: Compression) -> Vec<u8> {
 pub fn offer(disk_kind: &str, disk_size: u64) -> Offer {
     Offer {
         name: "EM-TEST".into(),
-        disks: vec![OfferDisk { capacity: disk_size, kind: disk_kind.into() }],
-        cpus: vec![OfferCpu { name: "AMD EPYC 7313P".into(), core_count: 16, thread_count: 32 }],
+        disks: vec![OfferDisk {
+            capacity: disk_size,
+            kind: disk_kind.into(),
+        }],
+        cpus: vec![OfferCpu {
+            name: "AMD EPYC 7313P".into(),
+            core_count: 16,
+            thread_count: 32,
+        }],
         memories: vec![OfferMemory { capacity: 64 << 30 }],
         tags: vec![],
     }
 }
 
-pub fn power_on(id: &str, boot_type: BootType, address: Ipv4Addr, keys: Vec<String>, offer: &Offer) -> Command {
-    Command::PowerOn(PowerOn {
+pub fn power_on(
+    id: &str,
+    boot_type: BootType,
+    address: Ipv4Addr,
+    keys: Vec<String>,
+    offer: &Offer,
+) -> Command {
+    Command::PowerOn(Box::new(PowerOn {
         server_id: id.into(),
         server_name: format!("name-{id}"),
         boot_type,
@@ -51,16 +66,21 @@ pub fn power_on(id: &str, boot_type: BootType, address: Ipv4Addr, keys: Vec<Stri
         rescue_ssh_public_keys: keys,
         rescue_user: "rescue".into(),
         machine: Machine::from_offer(id, offer).expect("machine"),
-    })
+    }))
 }
 
 /// Serves `files` (path → body) over HTTP; other paths are 404.
 pub async fn serve_files(files: Vec<(&'static str, Vec<u8>)>) -> SocketAddr {
     let mut router = axum::Router::new();
     for (path, body) in files {
-        router = router.route(path, axum::routing::get(move || async move { body.clone() }));
+        router = router.route(
+            path,
+            axum::routing::get(move || async move { body.clone() }),
+        );
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind http");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, router).await });
     addr
@@ -71,7 +91,10 @@ struct AcceptAnyHostKey;
 impl client::Handler for AcceptAnyHostKey {
     type Error = russh::Error;
 
-    async fn check_server_key(&mut self, _key: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+    async fn check_server_key(
+        &mut self,
+        _key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
         Ok(true)
     }
 }
@@ -88,10 +111,16 @@ pub struct Exec {
 
 /// Connects and authenticates; `Ok(None)` when the key is refused.
 pub async fn ssh(addr: SocketAddr, user: &str, key: &PrivateKey) -> anyhow::Result<Option<Ssh>> {
-    let config = Arc::new(client::Config { inactivity_timeout: Some(Duration::from_secs(30)), ..Default::default() });
+    let config = Arc::new(client::Config {
+        inactivity_timeout: Some(Duration::from_secs(30)),
+        ..Default::default()
+    });
     let mut handle = client::connect(config, addr, AcceptAnyHostKey).await?;
     let auth = handle
-        .authenticate_publickey(user, PrivateKeyWithHashAlg::new(Arc::new(key.clone()), None))
+        .authenticate_publickey(
+            user,
+            PrivateKeyWithHashAlg::new(Arc::new(key.clone()), None),
+        )
         .await?;
     Ok(auth.success().then_some(Ssh(handle)))
 }
@@ -101,11 +130,17 @@ impl Ssh {
         let mut channel = self.0.channel_open_session().await?;
         channel.exec(true, command).await?;
         channel.eof().await?;
-        let mut out = Exec { status: None, stdout: Vec::new(), stderr: String::new() };
+        let mut out = Exec {
+            status: None,
+            stdout: Vec::new(),
+            stderr: String::new(),
+        };
         while let Some(msg) = channel.wait().await {
             match msg {
                 ChannelMsg::Data { data } => out.stdout.extend_from_slice(&data),
-                ChannelMsg::ExtendedData { data, ext: 1 } => out.stderr.push_str(&String::from_utf8_lossy(&data)),
+                ChannelMsg::ExtendedData { data, ext: 1 } => {
+                    out.stderr.push_str(&String::from_utf8_lossy(&data))
+                }
                 ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
                 _ => {}
             }
@@ -137,7 +172,12 @@ impl rustls::client::danger::ServerCertVerifier for Insecure {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -146,7 +186,12 @@ impl rustls::client::danger::ServerCertVerifier for Insecure {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
@@ -155,7 +200,9 @@ impl rustls::client::danger::ServerCertVerifier for Insecure {
 }
 
 /// A Talos API client over TLS without certificate verification.
-pub async fn talos(addr: SocketAddr) -> anyhow::Result<MachineServiceClient<tonic::transport::Channel>> {
+pub async fn talos(
+    addr: SocketAddr,
+) -> anyhow::Result<MachineServiceClient<tonic::transport::Channel>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
@@ -183,7 +230,11 @@ pub async fn talos(addr: SocketAddr) -> anyhow::Result<MachineServiceClient<toni
 }
 
 /// Polls `read` until `done` holds for the record of `id`.
-pub async fn wait_for<F, Fut>(what: &str, read: F, done: impl Fn(&ServerRecord) -> bool) -> ServerRecord
+pub async fn wait_for<F, Fut>(
+    what: &str,
+    read: F,
+    done: impl Fn(&ServerRecord) -> bool,
+) -> ServerRecord
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Vec<ServerRecord>>,

@@ -29,6 +29,7 @@ type options struct {
 	logLevel        string
 	unsafeNoFsync   bool
 	quotaBytes      int64
+	slowRequest     time.Duration
 	readyTimeout    time.Duration
 	shutdownTimeout time.Duration
 }
@@ -55,6 +56,7 @@ func parseFlags(args []string) options {
 	// irrelevant to the API server's latency.
 	fs.BoolVar(&o.unsafeNoFsync, "unsafe-no-fsync", false, "do not fsync (data may be lost on a crash)")
 	fs.Int64Var(&o.quotaBytes, "quota-backend-bytes", 0, "backend size quota in bytes (0: etcd's default)")
+	fs.DurationVar(&o.slowRequest, "warning-unary-request-duration", embed.DefaultWarningUnaryRequestDuration, "log requests slower than this")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 60*time.Second, "how long to wait for the server to become ready")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for a clean stop")
 	_ = fs.Parse(args) // ExitOnError: Parse exits on failure
@@ -88,6 +90,8 @@ func buildConfig(o options) (*embed.Config, error) {
 	cfg.LogLevel = o.logLevel
 	cfg.LogOutputs = []string{"stderr"}
 	cfg.UnsafeNoFsync = o.unsafeNoFsync
+	// embed leaves this at zero, which logs every request as slow.
+	cfg.WarningUnaryRequestDuration = o.slowRequest
 	if o.quotaBytes > 0 {
 		cfg.QuotaBackendBytes = o.quotaBytes
 	}
@@ -134,7 +138,7 @@ func run(o options) error {
 	case <-e.Server.ReadyNotify():
 		log.Printf("etcd: ready, serving clients on %s", o.clientURLs)
 	case <-time.After(o.readyTimeout):
-		closeWithin(e, o.shutdownTimeout)
+		logCloseError(closeWithin(e, o.shutdownTimeout))
 		return fmt.Errorf("waiting for etcd to become ready: not ready after %s", o.readyTimeout)
 	case sig := <-signals:
 		log.Printf("etcd: %s during start-up, stopping", sig)
@@ -146,7 +150,7 @@ func run(o options) error {
 		log.Printf("etcd: %s, stopping", sig)
 		return closeWithin(e, o.shutdownTimeout)
 	case err := <-e.Err():
-		closeWithin(e, o.shutdownTimeout)
+		logCloseError(closeWithin(e, o.shutdownTimeout))
 		return fmt.Errorf("serving: %w", err)
 	}
 }
@@ -164,5 +168,11 @@ func closeWithin(e *embed.Etcd, timeout time.Duration) error {
 		return nil
 	case <-time.After(timeout):
 		return fmt.Errorf("closing etcd: not stopped after %s", timeout)
+	}
+}
+
+func logCloseError(err error) {
+	if err != nil {
+		log.Printf("etcd: %v", err)
 	}
 }

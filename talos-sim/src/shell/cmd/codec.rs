@@ -65,11 +65,17 @@ async fn filter(codec: Codec, name: &str, args: &[String], io: Stdio) -> i32 {
     }
     for file in flags.operands() {
         if file != "-" {
-            io.stderr.say(format!("{tool}: {file}: No such file or directory\n")).await;
+            io.stderr
+                .say(format!("{tool}: {file}: No such file or directory\n"))
+                .await;
             return 1;
         }
     }
-    let Stdio { stdin, stdout, stderr } = io;
+    let Stdio {
+        stdin,
+        stdout,
+        stderr,
+    } = io;
     let result = tokio::task::spawn_blocking(move || {
         let input = BlockingReader::new(stdin);
         let mut output = BlockingWriter(stdout);
@@ -87,7 +93,11 @@ async fn filter(codec: Codec, name: &str, args: &[String], io: Stdio) -> i32 {
         Ok(Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => SIGPIPE_STATUS,
         Ok(Err(e)) => {
             stderr
-                .say(format!("{tool}: {}: {}\n", codec.stdin_name(), describe(codec, &e)))
+                .say(format!(
+                    "{tool}: {}: {}\n",
+                    codec.stdin_name(),
+                    describe(codec, &e)
+                ))
                 .await;
             1
         }
@@ -97,14 +107,19 @@ async fn filter(codec: Codec, name: &str, args: &[String], io: Stdio) -> i32 {
 
 async fn usage(io: &Stdio, tool: &str, msg: &str) -> i32 {
     io.stderr
-        .say(format!("{tool}: {msg}\n{tool}: Try `{tool} --help' for more information.\n"))
+        .say(format!(
+            "{tool}: {msg}\n{tool}: Try `{tool} --help' for more information.\n"
+        ))
         .await;
     1
 }
 
 /// The tool's own wording for a decoding failure.
 fn describe(codec: Codec, e: &io::Error) -> String {
-    if let Some(lzma) = e.get_ref().and_then(|i| i.downcast_ref::<liblzma::stream::Error>()) {
+    if let Some(lzma) = e
+        .get_ref()
+        .and_then(|i| i.downcast_ref::<liblzma::stream::Error>())
+    {
         return match lzma {
             liblzma::stream::Error::Format => "File format not recognized",
             liblzma::stream::Error::Data => "Compressed data is corrupt",
@@ -129,27 +144,37 @@ fn describe(codec: Codec, e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use crate::shell::io::{Stdio, collector, input_from};
-    use crate::shell::test_support::env_with;
     use crate::shell::run_line;
+    use crate::shell::test_support::env_with;
 
     async fn run_with_input(line: &str, input: Vec<u8>) -> (i32, Vec<u8>, String) {
         let env = env_with("NVMe", 1 << 20);
         let (stdout, out) = collector();
         let (stderr, err) = collector();
-        let status = run_line(env, line, Stdio { stdin: input_from(input), stdout, stderr }).await;
+        let status = run_line(
+            env,
+            line,
+            Stdio {
+                stdin: input_from(input),
+                stdout,
+                stderr,
+            },
+        )
+        .await;
         let err = String::from_utf8(err.await.unwrap()).unwrap();
         (status, out.await.unwrap(), err)
     }
 
     fn payload() -> Vec<u8> {
-        (0..300_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect()
+        (0..300_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect()
     }
 
     #[tokio::test]
     async fn xz_round_trip() {
         let mut xz = Vec::new();
-        liblzma::read::XzEncoder::new(&payload()[..], 1)
-            .read_to_end_into(&mut xz);
+        liblzma::read::XzEncoder::new(&payload()[..], 1).read_to_end_into(&mut xz);
         for line in ["xz -d", "xz -dc", "xz -d -c -T0", "unxz", "xzcat -"] {
             let (status, out, err) = run_with_input(line, xz.clone()).await;
             assert_eq!((status, err.as_str()), (0, ""), "{line}");
@@ -173,21 +198,36 @@ mod tests {
     #[tokio::test]
     async fn corrupt_and_truncated_input_fail_like_the_tools() {
         let (status, _, err) = run_with_input("xz -d", b"not xz at all".to_vec()).await;
-        assert_eq!((status, err.as_str()), (1, "xz: (stdin): File format not recognized\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "xz: (stdin): File format not recognized\n")
+        );
 
         let mut xz = Vec::new();
         liblzma::read::XzEncoder::new(&payload()[..], 1).read_to_end_into(&mut xz);
         let (status, _, err) = run_with_input("xz -d", xz[..xz.len() / 2].to_vec()).await;
-        assert_eq!((status, err.as_str()), (1, "xz: (stdin): Unexpected end of input\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "xz: (stdin): Unexpected end of input\n")
+        );
 
         let (status, _, err) = run_with_input("zstd -d", b"not zstd".to_vec()).await;
-        assert_eq!((status, err.as_str()), (1, "zstd: /*stdin*\\: unsupported format\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "zstd: /*stdin*\\: unsupported format\n")
+        );
         let zst = zstd::stream::encode_all(&payload()[..], 3).unwrap();
         let (status, _, err) = run_with_input("zstd -d", zst[..zst.len() / 2].to_vec()).await;
-        assert_eq!((status, err.as_str()), (1, "zstd: /*stdin*\\: Read error (39) : premature end\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "zstd: /*stdin*\\: Read error (39) : premature end\n")
+        );
 
         let (status, _, err) = run_with_input("xz -d image.raw.xz", Vec::new()).await;
-        assert_eq!((status, err.as_str()), (1, "xz: image.raw.xz: No such file or directory\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "xz: image.raw.xz: No such file or directory\n")
+        );
     }
 
     trait ReadAll {

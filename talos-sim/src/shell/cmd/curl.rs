@@ -69,7 +69,11 @@ pub async fn run(args: &[String], io: &Stdio) -> i32 {
                 let retryable = f.transient || (args.retry_connrefused && f.code == 7);
                 if left > 0 && retryable && written == 0 {
                     if report {
-                        let unit = if delay.as_secs() == 1 { "second" } else { "seconds" };
+                        let unit = if delay.as_secs() == 1 {
+                            "second"
+                        } else {
+                            "seconds"
+                        };
                         io.stderr
                             .say(format!(
                                 "Warning: Problem : {}. Will retry in {} {unit}. {left} retries left.\n",
@@ -86,7 +90,9 @@ pub async fn run(args: &[String], io: &Stdio) -> i32 {
                     continue;
                 }
                 if report {
-                    io.stderr.say(format!("curl: ({}) {}\n", f.code, f.message)).await;
+                    io.stderr
+                        .say(format!("curl: ({}) {}\n", f.code, f.message))
+                        .await;
                 }
                 return f.code;
             }
@@ -95,14 +101,22 @@ pub async fn run(args: &[String], io: &Stdio) -> i32 {
 }
 
 fn parse_args(argv: &[String]) -> Result<Args, (i32, String)> {
-    let usage = |m: String| (2, format!("curl: {m}\ncurl: try 'curl --help' for more information\n"));
+    let usage = |m: String| {
+        (
+            2,
+            format!("curl: {m}\ncurl: try 'curl --help' for more information\n"),
+        )
+    };
     let mut a = Args::default();
     let mut flags = Flags::new(argv);
     while let Some(flag) = flags.next_flag().map_err(usage)? {
         let number = |flags: &mut Flags, name: &str| -> Result<f64, (i32, String)> {
             let v = flags.value(name).map_err(usage)?;
-            v.parse::<f64>()
-                .map_err(|_| usage(format!("option --{name}: expected a proper numerical parameter")))
+            v.parse::<f64>().map_err(|_| {
+                usage(format!(
+                    "option --{name}: expected a proper numerical parameter"
+                ))
+            })
         };
         match flag.as_str() {
             "f" | "fail" => a.fail = true,
@@ -115,7 +129,9 @@ fn parse_args(argv: &[String]) -> Result<Args, (i32, String)> {
                 other => {
                     return Err((
                         23,
-                        format!("curl: (23) Failure writing output to destination: {other} is read-only in this rescue image\n"),
+                        format!(
+                            "curl: (23) Failure writing output to destination: {other} is read-only in this rescue image\n"
+                        ),
                     ));
                 }
             },
@@ -125,7 +141,11 @@ fn parse_args(argv: &[String]) -> Result<Args, (i32, String)> {
             "connect-timeout" => a.connect_timeout = Some(number(&mut flags, "connect-timeout")?),
             "m" | "max-time" => a.max_time = Some(number(&mut flags, "max-time")?),
             other => {
-                let shown = if other.len() == 1 { format!("-{other}") } else { format!("--{other}") };
+                let shown = if other.len() == 1 {
+                    format!("-{other}")
+                } else {
+                    format!("--{other}")
+                };
                 return Err(usage(format!("option {shown}: is unknown")));
             }
         }
@@ -137,7 +157,9 @@ fn parse_args(argv: &[String]) -> Result<Args, (i32, String)> {
             a.url = urls.remove(0);
             Ok(a)
         }
-        _ => Err(usage("only one URL per call is supported by this rescue image".into())),
+        _ => Err(usage(
+            "only one URL per call is supported by this rescue image".into(),
+        )),
     }
 }
 
@@ -145,8 +167,12 @@ async fn transfer(args: &Args, io: &Stdio, written: &mut u64) -> Result<(), Fail
     let url = reqwest::Url::parse(&args.url)
         .map_err(|_| Failure::new(3, "URL rejected: Malformed input to a URL function"))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(Failure::new(1, format!("Protocol \"{}\" not supported", url.scheme())));
+        return Err(Failure::new(
+            1,
+            format!("Protocol \"{}\" not supported", url.scheme()),
+        ));
     }
+    crate::install_crypto_provider();
     let host = url.host_str().unwrap_or_default().to_string();
     let port = url.port_or_known_default().unwrap_or(80);
     let mut builder = reqwest::Client::builder()
@@ -175,9 +201,16 @@ async fn transfer(args: &Args, io: &Stdio, written: &mut u64) -> Result<(), Fail
         .map_err(|e| classify(&e, &host, port, started, 0))?;
     let status = response.status();
     if args.fail && status.as_u16() >= 400 {
-        let failure = Failure::new(22, format!("The requested URL returned error: {}", status.as_u16()));
+        let failure = Failure::new(
+            22,
+            format!("The requested URL returned error: {}", status.as_u16()),
+        );
         let transient = matches!(status.as_u16(), 408 | 429 | 500 | 502 | 503 | 504);
-        return Err(if transient { failure.transient() } else { failure });
+        return Err(if transient {
+            failure.transient()
+        } else {
+            failure
+        });
     }
     let expected = response.content_length();
     let mut body = response.bytes_stream();
@@ -185,7 +218,10 @@ async fn transfer(args: &Args, io: &Stdio, written: &mut u64) -> Result<(), Fail
         let chunk = chunk.map_err(|e| match expected {
             Some(len) if e.is_body() || e.is_decode() => Failure::new(
                 18,
-                format!("transfer closed with {} bytes remaining to read", len.saturating_sub(*written)),
+                format!(
+                    "transfer closed with {} bytes remaining to read",
+                    len.saturating_sub(*written)
+                ),
             ),
             _ => classify(&e, &host, port, started, *written),
         })?;
@@ -205,7 +241,9 @@ fn classify(e: &reqwest::Error, host: &str, port: u16, started: Instant, receive
         } else {
             Failure::new(
                 28,
-                format!("Operation timed out after {ms} milliseconds with {received} bytes received"),
+                format!(
+                    "Operation timed out after {ms} milliseconds with {received} bytes received"
+                ),
             )
         }
         .transient();
@@ -223,7 +261,9 @@ fn classify(e: &reqwest::Error, host: &str, port: u16, started: Instant, receive
         }
         return Failure::new(
             7,
-            format!("Failed to connect to {host} port {port} after {ms} ms: Couldn't connect to server"),
+            format!(
+                "Failed to connect to {host} port {port} after {ms} ms: Couldn't connect to server"
+            ),
         );
     }
     Failure::new(56, "Recv failure: Connection reset by peer")
@@ -249,10 +289,19 @@ mod tests {
     fn unknown_options_and_missing_url() {
         let (code, msg) = parse(&["-fsSLk", "http://h/"]).unwrap_err();
         assert_eq!(code, 2);
-        assert_eq!(msg, "curl: option -k: is unknown\ncurl: try 'curl --help' for more information\n");
+        assert_eq!(
+            msg,
+            "curl: option -k: is unknown\ncurl: try 'curl --help' for more information\n"
+        );
         let (code, msg) = parse(&["--insecure", "http://h/"]).unwrap_err();
-        assert_eq!((code, msg.lines().next().unwrap()), (2, "curl: option --insecure: is unknown"));
+        assert_eq!(
+            (code, msg.lines().next().unwrap()),
+            (2, "curl: option --insecure: is unknown")
+        );
         let (code, msg) = parse(&["-fsSL"]).unwrap_err();
-        assert_eq!((code, msg.lines().next().unwrap()), (2, "curl: no URL specified"));
+        assert_eq!(
+            (code, msg.lines().next().unwrap()),
+            (2, "curl: no URL specified")
+        );
     }
 }

@@ -64,7 +64,9 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "skip" | "iseek" => a.skip = number(value)?,
             "seek" | "oseek" => a.seek = number(value)?,
             "ibs" | "obs" | "cbs" => {
-                return Err(format!("{key}= is not supported by this rescue image, use bs="));
+                return Err(format!(
+                    "{key}= is not supported by this rescue image, use bs="
+                ));
             }
             "iflag" => {
                 for flag in value.split(',') {
@@ -111,7 +113,9 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
         Ok(a) => a,
         Err(msg) => {
             io.stderr
-                .say(format!("dd: {msg}\nTry 'dd --help' for more information.\n"))
+                .say(format!(
+                    "dd: {msg}\nTry 'dd --help' for more information.\n"
+                ))
                 .await;
             return 1;
         }
@@ -124,7 +128,9 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
         (Ok(i), Ok(o)) => (i, o),
         (Err(p), _) | (_, Err(p)) => {
             io.stderr
-                .say(format!("dd: failed to open '{p}': No such file or directory\n"))
+                .say(format!(
+                    "dd: failed to open '{p}': No such file or directory\n"
+                ))
                 .await;
             return 1;
         }
@@ -187,7 +193,11 @@ impl Source {
 
 enum Sink {
     Stdout(Output),
-    Disk { file: File, offset: u64, capacity: u64 },
+    Disk {
+        file: File,
+        offset: u64,
+        capacity: u64,
+    },
     Null,
 }
 
@@ -200,12 +210,19 @@ impl Sink {
     /// Writes a block; returns how much was written before a failure.
     fn write(&mut self, block: Bytes) -> Result<(), (u64, WriteError)> {
         match self {
-            Sink::Stdout(out) => out.blocking_write(block).map_err(|_| (0, WriteError::BrokenPipe)),
+            Sink::Stdout(out) => out
+                .blocking_write(block)
+                .map_err(|_| (0, WriteError::BrokenPipe)),
             Sink::Null => Ok(()),
-            Sink::Disk { file, offset, capacity } => {
+            Sink::Disk {
+                file,
+                offset,
+                capacity,
+            } => {
                 let room = capacity.saturating_sub(*offset);
                 let fits = (block.len() as u64).min(room) as usize;
-                file.write_all(&block[..fits]).map_err(|e| (0, WriteError::Io(e)))?;
+                file.write_all(&block[..fits])
+                    .map_err(|e| (0, WriteError::Io(e)))?;
                 *offset += fits as u64;
                 if fits < block.len() {
                     let enospc = io::Error::from_raw_os_error(28);
@@ -227,7 +244,11 @@ struct Counters {
 }
 
 fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk, io: Stdio) -> i32 {
-    let Stdio { stdin, stdout, stderr } = io;
+    let Stdio {
+        stdin,
+        stdout,
+        stderr,
+    } = io;
     let bs = args.bs as usize;
     let started = Instant::now();
     let mut counters = Counters::default();
@@ -238,15 +259,26 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
     };
 
     let mut source = match input {
-        None => Source::Stdin { input: stdin, pending: Bytes::new() },
-        Some(Device::Null) => Source::Stdin { input: Input::empty(), pending: Bytes::new() },
+        None => Source::Stdin {
+            input: stdin,
+            pending: Bytes::new(),
+        },
+        Some(Device::Null) => Source::Stdin {
+            input: Input::empty(),
+            pending: Bytes::new(),
+        },
         Some(Device::Zero) => Source::Zero,
         Some(Device::Disk) => match disk.open_read().and_then(|mut f| {
             f.seek(SeekFrom::Start(args.skip * args.bs))?;
             Ok(f)
         }) {
             Ok(f) => Source::Disk(f),
-            Err(e) => return fail(format!("failed to open '{}': {e}", disk.dev_path()), &counters),
+            Err(e) => {
+                return fail(
+                    format!("failed to open '{}': {e}", disk.dev_path()),
+                    &counters,
+                );
+            }
         },
     };
     if matches!(source, Source::Stdin { .. }) && args.skip > 0 {
@@ -258,7 +290,10 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
             }
         }
     }
-    let out_name = args.output.clone().unwrap_or_else(|| "standard output".into());
+    let out_name = args
+        .output
+        .clone()
+        .unwrap_or_else(|| "standard output".into());
     let mut sink = match output {
         None => Sink::Stdout(stdout),
         Some(Device::Null) => Sink::Null,
@@ -269,7 +304,11 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
                 f.seek(SeekFrom::Start(offset))?;
                 Ok(f)
             }) {
-                Ok(file) => Sink::Disk { file, offset, capacity: disk.size },
+                Ok(file) => Sink::Disk {
+                    file,
+                    offset,
+                    capacity: disk.size,
+                },
                 Err(e) => return fail(format!("failed to open '{out_name}': {e}"), &counters),
             }
         }
@@ -278,7 +317,10 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
     let mut last_progress = started;
     let mut printed_progress = false;
     loop {
-        if args.count.is_some_and(|c| counters.full_in + counters.partial_in >= c) {
+        if args
+            .count
+            .is_some_and(|c| counters.full_in + counters.partial_in >= c)
+        {
             break;
         }
         let block = match source.read_block(bs, args.fullblock) {
@@ -317,7 +359,10 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
         if args.status == Status::Progress && last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = Instant::now();
             printed_progress = true;
-            stderr.blocking_say(format!("\r{}", transfer_line(counters.bytes, started.elapsed(), true)));
+            stderr.blocking_say(format!(
+                "\r{}",
+                transfer_line(counters.bytes, started.elapsed(), true)
+            ));
         }
     }
     if args.fsync
@@ -326,7 +371,13 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
     {
         return fail(format!("fsync failed for '{out_name}': {e}"), &counters);
     }
-    summary(args.status, &counters, started.elapsed(), &stderr, printed_progress);
+    summary(
+        args.status,
+        &counters,
+        started.elapsed(),
+        &stderr,
+        printed_progress,
+    );
     0
 }
 
@@ -368,12 +419,23 @@ pub fn transfer_line(bytes: u64, elapsed: Duration, progress: bool) -> String {
         format!("{} s", format_g(secs))
     };
     let rate = if secs > 0.0 {
-        format!("{}B/s", human(bytes as f64 / secs, 1000.0, &["", "k", "M", "G", "T", "P", "E"]))
+        format!(
+            "{}B/s",
+            human(
+                bytes as f64 / secs,
+                1000.0,
+                &["", "k", "M", "G", "T", "P", "E"]
+            )
+        )
     } else {
         "Infinity B/s".to_string()
     };
     let si = human(bytes as f64, 1000.0, &["", "k", "M", "G", "T", "P", "E"]);
-    let iec = human(bytes as f64, 1024.0, &["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]);
+    let iec = human(
+        bytes as f64,
+        1024.0,
+        &["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"],
+    );
     if bytes < 1000 {
         let unit = if bytes == 1 { "byte" } else { "bytes" };
         format!("{bytes} {unit} copied, {time}, {rate}")
@@ -459,7 +521,10 @@ mod tests {
             transfer_line(512, Duration::from_millis(250), false),
             "512 bytes copied, 0.25 s, 2.0 kB/s"
         );
-        assert_eq!(transfer_line(1, Duration::from_secs(1), false), "1 byte copied, 1 s, 1 B/s");
+        assert_eq!(
+            transfer_line(1, Duration::from_secs(1), false),
+            "1 byte copied, 1 s, 1 B/s"
+        );
         assert_eq!(
             transfer_line(123_456_789, Duration::from_millis(2400), true),
             "123456789 bytes (123 MB, 118 MiB) copied, 2 s, 51 MB/s"
@@ -468,14 +533,33 @@ mod tests {
 
     #[test]
     fn operands() {
-        let a = parse_args(&["of=/dev/sda".into(), "bs=4M".into(), "oflag=direct".into(), "conv=fsync".into(), "status=progress".into()]).unwrap();
+        let a = parse_args(&[
+            "of=/dev/sda".into(),
+            "bs=4M".into(),
+            "oflag=direct".into(),
+            "conv=fsync".into(),
+            "status=progress".into(),
+        ])
+        .unwrap();
         assert_eq!(a.output.as_deref(), Some("/dev/sda"));
         assert_eq!(a.bs, 4 << 20);
         assert!(a.fsync);
         assert_eq!(a.status, Status::Progress);
-        assert_eq!(parse_args(&["bogus".into()]).unwrap_err(), "unrecognized operand 'bogus'");
-        assert_eq!(parse_args(&["bs=4Q".into()]).unwrap_err(), "invalid number: '4Q'");
-        assert_eq!(parse_args(&["oflag=weird".into()]).unwrap_err(), "invalid output flag: 'weird'");
-        assert_eq!(parse_args(&["status=loud".into()]).unwrap_err(), "invalid status level: 'loud'");
+        assert_eq!(
+            parse_args(&["bogus".into()]).unwrap_err(),
+            "unrecognized operand 'bogus'"
+        );
+        assert_eq!(
+            parse_args(&["bs=4Q".into()]).unwrap_err(),
+            "invalid number: '4Q'"
+        );
+        assert_eq!(
+            parse_args(&["oflag=weird".into()]).unwrap_err(),
+            "invalid output flag: 'weird'"
+        );
+        assert_eq!(
+            parse_args(&["status=loud".into()]).unwrap_err(),
+            "invalid status level: 'loud'"
+        );
     }
 }

@@ -14,14 +14,20 @@ pub async fn run(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
             // Address family filters do not change link output.
             "-4" | "-6" | "-0" => {}
             other => {
-                io.stderr.say(format!("Option \"{other}\" is unknown, try \"ip -help\".\n")).await;
+                io.stderr
+                    .say(format!(
+                        "Option \"{other}\" is unknown, try \"ip -help\".\n"
+                    ))
+                    .await;
                 return 255;
             }
         }
         rest = &rest[1..];
     }
     let Some(object) = rest.first() else {
-        io.stderr.say("Usage: ip [ OPTIONS ] OBJECT { COMMAND | help }\n").await;
+        io.stderr
+            .say("Usage: ip [ OPTIONS ] OBJECT { COMMAND | help }\n")
+            .await;
         return 255;
     };
     if !(object.len() <= 4 && "link".starts_with(object.as_str())) {
@@ -29,7 +35,9 @@ pub async fn run(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
             .iter()
             .any(|o| o.starts_with(object.as_str()))
         {
-            format!("ip: only `ip link` is available in this rescue image (asked for `ip {object}`)\n")
+            format!(
+                "ip: only `ip link` is available in this rescue image (asked for `ip {object}`)\n"
+            )
         } else {
             format!("Object \"{object}\" is unknown, try \"ip help\".\n")
         };
@@ -42,13 +50,22 @@ pub async fn run(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
         None | Some("show" | "list" | "ls" | "lst" | "sh") => {}
         Some(other) => {
             io.stderr
-                .say(format!("ip: `ip link {other}` is not available in this rescue image\n"))
+                .say(format!(
+                    "ip: `ip link {other}` is not available in this rescue image\n"
+                ))
                 .await;
             return 1;
         }
     }
     while let Some(word) = words.next() {
-        dev = Some(if word == "dev" { words.next().unwrap_or("") } else { word }.to_string());
+        dev = Some(
+            if word == "dev" {
+                words.next().unwrap_or("")
+            } else {
+                word
+            }
+            .to_string(),
+        );
     }
     let links = links(env);
     let selected: Vec<&Link> = match &dev {
@@ -57,7 +74,9 @@ pub async fn run(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
     };
     if selected.is_empty() {
         let name = dev.unwrap_or_default();
-        io.stderr.say(format!("Device \"{name}\" does not exist.\n")).await;
+        io.stderr
+            .say(format!("Device \"{name}\" does not exist.\n"))
+            .await;
         return 1;
     }
     let mut out = String::new();
@@ -138,10 +157,19 @@ mod tests {
             )
         );
         let (status, _, err) = run(&env, "ip -o link show eth9").await;
-        assert_eq!((status, err.as_str()), (1, "Device \"eth9\" does not exist.\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "Device \"eth9\" does not exist.\n")
+        );
         let (status, _, err) = run(&env, "ip -x link").await;
-        assert_eq!((status, err.as_str()), (255, "Option \"-x\" is unknown, try \"ip -help\".\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (255, "Option \"-x\" is unknown, try \"ip -help\".\n")
+        );
         let (status, _, err) = run(&env, "ip bogus").await;
-        assert_eq!((status, err.as_str()), (1, "Object \"bogus\" is unknown, try \"ip help\".\n"));
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "Object \"bogus\" is unknown, try \"ip help\".\n")
+        );
     }
 }

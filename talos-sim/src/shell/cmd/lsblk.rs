@@ -102,14 +102,18 @@ pub async fn run(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
         Ok(a) => a,
         Err(msg) => {
             io.stderr
-                .say(format!("lsblk: {msg}\nTry 'lsblk --help' for more information.\n"))
+                .say(format!(
+                    "lsblk: {msg}\nTry 'lsblk --help' for more information.\n"
+                ))
                 .await;
             return 1;
         }
     };
     for device in &parsed.devices {
         if *device != env.disk.dev_path() {
-            io.stderr.say(format!("lsblk: {device}: not a block device\n")).await;
+            io.stderr
+                .say(format!("lsblk: {device}: not a block device\n"))
+                .await;
             return 32;
         }
     }
@@ -145,7 +149,11 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
 fn values(env: &ShellEnv, args: &Args, columns: &[Column]) -> Vec<Value> {
     let m = &env.machine;
     let nvme = m.is_nvme();
-    let name = if args.paths { env.disk.dev_path() } else { env.disk.name.clone() };
+    let name = if args.paths {
+        env.disk.dev_path()
+    } else {
+        env.disk.name.clone()
+    };
     columns
         .iter()
         .map(|c| match c {
@@ -168,7 +176,10 @@ fn values(env: &ShellEnv, args: &Args, columns: &[Column]) -> Vec<Value> {
 }
 
 fn render(env: &ShellEnv, args: &Args) -> String {
-    let columns = args.columns.clone().unwrap_or_else(|| DEFAULT_COLUMNS.to_vec());
+    let columns = args
+        .columns
+        .clone()
+        .unwrap_or_else(|| DEFAULT_COLUMNS.to_vec());
     let row = values(env, args, &columns);
     if args.json {
         render_json(&columns, &row)
@@ -198,7 +209,13 @@ fn render_table(columns: &[Column], row: &[Value], headings: bool) -> String {
     let widths: Vec<usize> = columns
         .iter()
         .zip(&cells)
-        .map(|(c, v)| if headings { v.len().max(c.header().len()) } else { v.len() })
+        .map(|(c, v)| {
+            if headings {
+                v.len().max(c.header().len())
+            } else {
+                v.len()
+            }
+        })
         .collect();
     let line = |texts: Vec<&str>| {
         let last = texts.len() - 1;
@@ -301,7 +318,10 @@ mod tests {
             "nvme0n1 1920383410176 disk\n"
         );
         let sata = env_with("SSD", 1_024_209_543_168);
-        assert_eq!(run_ok(&sata, "sudo lsblk -bdno NAME,SIZE,TYPE").await, "sda 1024209543168 disk\n");
+        assert_eq!(
+            run_ok(&sata, "sudo lsblk -bdno NAME,SIZE,TYPE").await,
+            "sda 1024209543168 disk\n"
+        );
         assert_eq!(run_ok(&sata, "lsblk -dnpo NAME").await, "/dev/sda\n");
     }
 
@@ -333,13 +353,19 @@ mod tests {
         let env = env_with("NVMe", 1 << 30);
         let (status, _, err) = run(&env, "lsblk -z").await;
         assert_eq!(status, 1);
-        assert_eq!(err, "lsblk: invalid option -- 'z'\nTry 'lsblk --help' for more information.\n");
+        assert_eq!(
+            err,
+            "lsblk: invalid option -- 'z'\nTry 'lsblk --help' for more information.\n"
+        );
         let (status, _, err) = run(&env, "lsblk -o NAME,BOGUS").await;
         assert_eq!(status, 1);
         assert!(err.starts_with("lsblk: unknown column: BOGUS\n"));
         let (status, _, err) = run(&env, "lsblk /dev/sdb").await;
         assert_eq!(status, 32);
         assert_eq!(err, "lsblk: /dev/sdb: not a block device\n");
-        assert_eq!(run_ok(&env, "lsblk -dn /dev/nvme0n1 -o NAME").await, "nvme0n1\n");
+        assert_eq!(
+            run_ok(&env, "lsblk -dn /dev/nvme0n1 -o NAME").await,
+            "nvme0n1\n"
+        );
     }
 }

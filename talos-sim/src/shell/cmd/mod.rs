@@ -12,8 +12,27 @@ use super::io::{Output, SIGPIPE_STATUS};
 
 /// Commands that exist on the rescue system (for `sudo`'s lookup).
 pub const KNOWN: &[&str] = &[
-    "sh", "bash", "true", "false", "lsblk", "ip", "curl", "xz", "unxz", "xzcat", "zstd",
-    "unzstd", "zstdcat", "dd", "sha256sum", "head", "cat", "echo", "uname", "sync", "blockdev",
+    "sh",
+    "bash",
+    "true",
+    "false",
+    "lsblk",
+    "ip",
+    "curl",
+    "xz",
+    "unxz",
+    "xzcat",
+    "zstd",
+    "unzstd",
+    "zstdcat",
+    "dd",
+    "sha256sum",
+    "head",
+    "cat",
+    "echo",
+    "uname",
+    "sync",
+    "blockdev",
 ];
 
 /// Writes a command's whole output; 0, or the SIGPIPE status if the reader
@@ -127,7 +146,15 @@ mod tests {
 
     #[test]
     fn clustered_and_long_options() {
-        let a = args(&["-dno", "NAME,TYPE", "/dev/sda", "--output=SIZE", "--bytes", "--", "-x"]);
+        let a = args(&[
+            "-dno",
+            "NAME,TYPE",
+            "/dev/sda",
+            "--output=SIZE",
+            "--bytes",
+            "--",
+            "-x",
+        ]);
         let mut f = Flags::new(&a);
         assert_eq!(f.next_flag().unwrap().as_deref(), Some("d"));
         assert_eq!(f.next_flag().unwrap().as_deref(), Some("n"));
@@ -147,7 +174,10 @@ mod tests {
         assert_eq!(f.next_flag().unwrap().as_deref(), Some("c"));
         assert_eq!(f.value("c").unwrap(), "1024");
         assert_eq!(f.next_flag().unwrap().as_deref(), Some("c"));
-        assert_eq!(f.value("c").unwrap_err(), "option requires an argument -- 'c'");
+        assert_eq!(
+            f.value("c").unwrap_err(),
+            "option requires an argument -- 'c'"
+        );
         assert_eq!(Flags::invalid("q"), "invalid option -- 'q'");
         assert_eq!(Flags::invalid("quiet"), "unrecognized option '--quiet'");
     }

@@ -11,15 +11,17 @@ use super::{Flags, emit};
 use crate::disk::Disk;
 use crate::image::hex;
 use crate::shell::io::{BrokenPipe, Input, Output, SIGPIPE_STATUS, Stdio, pipe};
-use tokio::task::JoinHandle;
 use crate::shell::{Device, ShellEnv};
+use tokio::task::JoinHandle;
 
 const KERNEL_RELEASE: &str = "6.8.0-49-generic";
 const KERNEL_VERSION: &str = "#49-Ubuntu SMP PREEMPT_DYNAMIC Mon Nov  4 02:06:24 UTC 2024";
 
 /// coreutils block counts: `4M`, `4MiB`, `4MB`, `512`, `1K`, `2b`...
 pub fn parse_count(text: &str) -> Option<u64> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (digits, suffix) = text.split_at(split);
     let n: u64 = digits.parse().ok()?;
     let powers = ["K", "M", "G", "T", "P", "E"];
@@ -86,7 +88,11 @@ fn open(src: Source, disk: &Disk, stdin: &Input) -> (Input, Option<JoinHandle<io
                 let mut buf = vec![0u8; 1 << 20];
                 loop {
                     let n = file.read(&mut buf)?;
-                    if n == 0 || out.blocking_write(Bytes::copy_from_slice(&buf[..n])).is_err() {
+                    if n == 0
+                        || out
+                            .blocking_write(Bytes::copy_from_slice(&buf[..n]))
+                            .is_err()
+                    {
                         return Ok(());
                     }
                 }
@@ -108,7 +114,9 @@ async fn consume(
     let mut left = limit.unwrap_or(u64::MAX);
     let mut result = Ok(());
     while left > 0 {
-        let Some(mut chunk) = input.read().await else { break };
+        let Some(mut chunk) = input.read().await else {
+            break;
+        };
         if chunk.len() as u64 > left {
             chunk.truncate(left as usize);
         }
@@ -147,7 +155,12 @@ impl AsyncSink for &mut Sha256 {
     }
 }
 
-async fn copy_to(src: Source, env: &ShellEnv, io: &Stdio, limit: Option<u64>) -> Result<(), StreamError> {
+async fn copy_to(
+    src: Source,
+    env: &ShellEnv,
+    io: &Stdio,
+    limit: Option<u64>,
+) -> Result<(), StreamError> {
     consume(src, &env.disk, &io.stdin, limit, &io.stdout).await
 }
 
@@ -170,12 +183,15 @@ pub async fn sha256sum(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
     let mut status = 0;
     for file in files {
         let Some(src) = source(env, &file) else {
-            io.stderr.say(format!("sha256sum: {file}: No such file or directory\n")).await;
+            io.stderr
+                .say(format!("sha256sum: {file}: No such file or directory\n"))
+                .await;
             status = 1;
             continue;
         };
         let mut hasher = Sha256::new();
-        if let Err(StreamError::Io(e)) = consume(src, &env.disk, &io.stdin, None, &mut hasher).await {
+        if let Err(StreamError::Io(e)) = consume(src, &env.disk, &io.stdin, None, &mut hasher).await
+        {
             io.stderr.say(format!("sha256sum: {file}: {e}\n")).await;
             status = 1;
             continue;
@@ -207,8 +223,14 @@ pub async fn head(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
             other => return usage(&io, "head", &Flags::invalid(other)).await,
         };
         let Some(n) = parse_count(&value) else {
-            let what = if flag.starts_with('c') || flag == "bytes" { "bytes" } else { "lines" };
-            io.stderr.say(format!("head: invalid number of {what}: '{value}'\n")).await;
+            let what = if flag.starts_with('c') || flag == "bytes" {
+                "bytes"
+            } else {
+                "lines"
+            };
+            io.stderr
+                .say(format!("head: invalid number of {what}: '{value}'\n"))
+                .await;
             return 1;
         };
         if flag == "c" || flag == "bytes" {
@@ -223,12 +245,18 @@ pub async fn head(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
         [] => "-".to_string(),
         [one] => one.clone(),
         _ => {
-            io.stderr.say("head: only one file per call is supported by this rescue image\n").await;
+            io.stderr
+                .say("head: only one file per call is supported by this rescue image\n")
+                .await;
             return 1;
         }
     };
     let Some(src) = source(env, &file) else {
-        io.stderr.say(format!("head: cannot open '{file}' for reading: No such file or directory\n")).await;
+        io.stderr
+            .say(format!(
+                "head: cannot open '{file}' for reading: No such file or directory\n"
+            ))
+            .await;
         return 1;
     };
     let result = match bytes {
@@ -238,14 +266,21 @@ pub async fn head(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
     finish("head", &file, result, &io).await
 }
 
-async fn head_lines(src: Source, env: &ShellEnv, io: &Stdio, lines: u64) -> Result<(), StreamError> {
+async fn head_lines(
+    src: Source,
+    env: &ShellEnv,
+    io: &Stdio,
+    lines: u64,
+) -> Result<(), StreamError> {
     if !matches!(src, Source::Stdin) {
         // The disk and /dev/zero have no useful lines: bound the read.
         return copy_to(src, env, io, Some(lines.saturating_mul(4096).min(1 << 20))).await;
     }
     let mut left = lines;
     while left > 0 {
-        let Some(chunk) = io.stdin.read().await else { break };
+        let Some(chunk) = io.stdin.read().await else {
+            break;
+        };
         let mut end = chunk.len();
         for (i, b) in chunk.iter().enumerate() {
             if *b == b'\n' {
@@ -256,7 +291,10 @@ async fn head_lines(src: Source, env: &ShellEnv, io: &Stdio, lines: u64) -> Resu
                 }
             }
         }
-        io.stdout.write(chunk.slice(..end)).await.map_err(|_| StreamError::Pipe)?;
+        io.stdout
+            .write(chunk.slice(..end))
+            .await
+            .map_err(|_| StreamError::Pipe)?;
     }
     Ok(())
 }
@@ -266,7 +304,9 @@ async fn finish(tool: &str, file: &str, result: Result<(), StreamError>, io: &St
         Ok(()) => 0,
         Err(StreamError::Pipe) => SIGPIPE_STATUS,
         Err(StreamError::Io(e)) => {
-            io.stderr.say(format!("{tool}: error reading '{file}': {e}\n")).await;
+            io.stderr
+                .say(format!("{tool}: error reading '{file}': {e}\n"))
+                .await;
             1
         }
     }
@@ -283,7 +323,9 @@ pub async fn cat(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
     let mut status = 0;
     for file in files {
         let Some(src) = source(env, &file) else {
-            io.stderr.say(format!("cat: {file}: No such file or directory\n")).await;
+            io.stderr
+                .say(format!("cat: {file}: No such file or directory\n"))
+                .await;
             status = 1;
             continue;
         };
@@ -311,7 +353,10 @@ pub async fn echo(args: &[String], io: &Stdio) -> i32 {
     }
     let mut text = words.join(" ");
     if escapes {
-        text = text.replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\");
+        text = text
+            .replace("\\n", "\n")
+            .replace("\\t", "\t")
+            .replace("\\\\", "\\");
     }
     if newline {
         text.push('\n');
@@ -352,7 +397,11 @@ pub async fn uname(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
                     .iter()
                     .find(|(name, _)| *name == f)
                     .map(|(_, c)| *c)
-                    .or_else(|| f.chars().next().filter(|c| f.len() == 1 && fields.iter().any(|(l, _)| l == c)));
+                    .or_else(|| {
+                        f.chars()
+                            .next()
+                            .filter(|c| f.len() == 1 && fields.iter().any(|(l, _)| l == c))
+                    });
                 match letter {
                     Some(c) => wanted.push(c),
                     None => return usage(io, "uname", &Flags::invalid(&f)).await,
@@ -377,12 +426,13 @@ pub async fn uname(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
 
 pub async fn sync(env: &ShellEnv, io: &Stdio) -> i32 {
     let disk = env.disk.clone();
-    let synced = tokio::task::spawn_blocking(move || match File::options().write(true).open(&disk.path) {
-        Ok(f) => f.sync_all(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    })
-    .await;
+    let synced =
+        tokio::task::spawn_blocking(move || match File::options().write(true).open(&disk.path) {
+            Ok(f) => f.sync_all(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        })
+        .await;
     match synced {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
@@ -394,14 +444,21 @@ pub async fn sync(env: &ShellEnv, io: &Stdio) -> i32 {
 }
 
 pub async fn blockdev(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
-    let (commands, devices): (Vec<&String>, Vec<&String>) = args.iter().partition(|a| a.starts_with("--"));
+    let (commands, devices): (Vec<&String>, Vec<&String>) =
+        args.iter().partition(|a| a.starts_with("--"));
     if commands.is_empty() || devices.len() != 1 {
-        io.stderr.say("Usage:\n blockdev --report [devices]\n blockdev [-v|-q] commands devices\n").await;
+        io.stderr
+            .say("Usage:\n blockdev --report [devices]\n blockdev [-v|-q] commands devices\n")
+            .await;
         return 1;
     }
     let device = devices[0];
     if env.device(device) != Some(Device::Disk) {
-        io.stderr.say(format!("blockdev: cannot open {device}: No such file or directory\n")).await;
+        io.stderr
+            .say(format!(
+                "blockdev: cannot open {device}: No such file or directory\n"
+            ))
+            .await;
         return 1;
     }
     let mut out = String::new();
@@ -413,7 +470,9 @@ pub async fn blockdev(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
             "--getbsz" => out.push_str("4096\n"),
             "--rereadpt" | "--flushbufs" => {}
             other => {
-                io.stderr.say(format!("blockdev: Unknown command: {other}\n")).await;
+                io.stderr
+                    .say(format!("blockdev: Unknown command: {other}\n"))
+                    .await;
                 return 1;
             }
         }
@@ -423,7 +482,9 @@ pub async fn blockdev(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
 
 async fn usage(io: &Stdio, tool: &str, msg: &str) -> i32 {
     io.stderr
-        .say(format!("{tool}: {msg}\nTry '{tool} --help' for more information.\n"))
+        .say(format!(
+            "{tool}: {msg}\nTry '{tool} --help' for more information.\n"
+        ))
         .await;
     1
 }

@@ -1,0 +1,343 @@
+//! Transitions from the imaging phase on.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+
+#[test]
+fn root_rescue_user_runs_without_sudo_and_selector_picks_the_disk() {
+    let p = Plan {
+        install_disk: Some("nvme1n1".into()),
+        ..plan()
+    };
+    let t0 = Instant::now();
+    let s = State {
+        user: Some("root".into()),
+        disk: None,
+        mac: None,
+        ..imaging(t0, Step::ListDisks, 0)
+    };
+    let (s, _) = next(&p, &s, ok(LSBLK), t0);
+    assert_eq!(s.disk.as_deref(), Some("nvme1n1"));
+    let (s, a) = next(&p, &s, ok(IP_LINK), t0);
+    assert_eq!(
+        a,
+        Action::Run {
+            command: "set -o pipefail; curl -fsSL 'https://img.example/v1.13.9/metal-amd64.raw.xz' | xz -d | dd of=/dev/nvme1n1 bs=4M oflag=direct status=none".into()
+        }
+    );
+    let (_, a) = next(&p, &s, ok(""), t0);
+    assert_eq!(
+        a,
+        Action::Run {
+            command: "sync".into()
+        }
+    );
+}
+
+#[test]
+fn disk_and_nic_detection_failures_are_terminal() {
+    let t0 = Instant::now();
+    let p = Plan {
+        install_disk: Some("sda".into()),
+        ..plan()
+    };
+    let (s, a) = next(&p, &imaging(t0, Step::ListDisks, 0), ok(LSBLK), t0);
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(
+        reason(&a),
+        "install disk sda not found (disks: nvme0n1, nvme1n1)"
+    );
+
+    let (_, a) = next(
+        &plan(),
+        &imaging(t0, Step::ListDisks, 0),
+        failed(127, "sh: lsblk: command not found"),
+        t0,
+    );
+    assert_eq!(
+        reason(&a),
+        "lsblk exited with status 127: sh: lsblk: command not found"
+    );
+
+    let (_, a) = next(
+        &plan(),
+        &imaging(t0, Step::ListLinks, 0),
+        ok("1: lo: <LOOPBACK> mtu 1\\ link/loopback 00:00:00:00:00:00 brd\n"),
+        t0,
+    );
+    assert_eq!(reason(&a), "no Ethernet link found by ip -o link");
+    let (_, a) = next(
+        &plan(),
+        &imaging(t0, Step::ListLinks, 0),
+        failed(1, "boom"),
+        t0,
+    );
+    assert_eq!(reason(&a), "ip -o link exited with status 1: boom");
+}
+
+#[test]
+fn a_failed_image_write_is_retried_within_the_budget() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = imaging(t0, Step::WriteImage, 1);
+    let (s, a) = next(
+        &p,
+        &s,
+        failed(1, "xz: (stdin): Compressed data is corrupt"),
+        t0,
+    );
+    assert_eq!((s.step, s.image_attempts), (Step::WriteImage, 2));
+    assert_eq!(
+        a,
+        Action::Run {
+            command: WRITE_AS_USER.into()
+        }
+    );
+    let (s, a) = next(
+        &p,
+        &s,
+        failed(22, "curl: (22) The requested URL returned error: 404"),
+        t0,
+    );
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(
+        reason(&a),
+        "image write exited with status 22: curl: (22) The requested URL returned error: 404"
+    );
+}
+
+#[test]
+fn a_lost_session_restarts_imaging_on_a_new_session_within_the_budget() {
+    let p = plan();
+    let t0 = Instant::now();
+    let lost = || Observation::SessionLost(RescueError::SessionLost("connection reset".into()));
+    let s = imaging(t0, Step::WriteImage, 1);
+    let (s, a) = next(&p, &s, lost(), t0 + Duration::from_secs(5));
+    assert_eq!(
+        (s.phase, s.step, s.image_attempts),
+        (Phase::Imaging, Step::Connect, 2)
+    );
+    assert_eq!(s.since, t0, "reconnecting keeps the imaging clock");
+    assert_eq!(
+        a,
+        Action::ConnectSsh {
+            host: "127.77.0.10".into(),
+            user: "rescue".into()
+        }
+    );
+    let (s, a) = next(
+        &p,
+        &s,
+        Observation::SshConnected,
+        t0 + Duration::from_secs(6),
+    );
+    assert_eq!((s.phase, s.since), (Phase::Imaging, t0));
+    assert_eq!(
+        a,
+        Action::Run {
+            command: "lsblk -dno NAME,TYPE".into()
+        }
+    );
+    let (s, a) = next(&p, &s, lost(), t0);
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(
+        reason(&a),
+        "SSH session lost: SSH session lost: connection reset"
+    );
+
+    for step in [Step::ListDisks, Step::ListLinks, Step::Sync] {
+        let (s, _) = next(&p, &imaging(t0, step, 0), lost(), t0);
+        assert_eq!(s.step, Step::Connect, "{step:?}");
+    }
+}
+
+#[test]
+fn imaging_deadline_fails_even_while_commands_succeed() {
+    let p = plan();
+    let t0 = Instant::now();
+    let (s, a) = next(
+        &p,
+        &imaging(t0, Step::ListDisks, 0),
+        ok(LSBLK),
+        t0 + Duration::from_secs(401),
+    );
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(reason(&a), "phase imaging did not complete within 400s");
+}
+
+#[test]
+fn failed_sync_is_terminal() {
+    let (s, a) = next(
+        &plan(),
+        &imaging(Instant::now(), Step::Sync, 1),
+        failed(1, "I/O error"),
+        Instant::now(),
+    );
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(reason(&a), "sync exited with status 1: I/O error");
+}
+
+#[test]
+fn refused_normal_reboot_is_retried_once_the_server_is_ready() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = at(
+        &imaging(t0, Step::RebootNormal, 1),
+        Phase::Booting,
+        Step::RebootNormal,
+    );
+    let (s, a) = next(
+        &p,
+        &s,
+        Observation::ApiFailed(ApiError::TransientState("busy".into())),
+        t0,
+    );
+    assert_eq!((s.step, a), (Step::RetryRebootNormal, Action::PollServer));
+    let (s, a) = next(&p, &s, server(ServerStatus::Stopping, BootType::Rescue), t0);
+    assert_eq!((s.step, a), (Step::RetryRebootNormal, Action::PollServer));
+    let (s, a) = next(
+        &p,
+        &s,
+        Observation::ApiFailed(ApiError::Unavailable("x".into())),
+        t0,
+    );
+    assert_eq!((s.step, a), (Step::RetryRebootNormal, Action::PollServer));
+    let (s, a) = next(&p, &s, server(ServerStatus::Ready, BootType::Rescue), t0);
+    assert_eq!((s.step, a), (Step::RebootNormal, Action::RebootNormal));
+    let (s, a) = next(
+        &p,
+        &s,
+        Observation::ApiFailed(ApiError::Unauthorized("denied".into())),
+        t0,
+    );
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(reason(&a), "normal reboot refused: unauthorized: denied");
+}
+
+#[test]
+fn talos_that_never_answers_fails_the_booting_phase() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = at(
+        &imaging(t0, Step::ProbeTalos, 1),
+        Phase::Booting,
+        Step::ProbeTalos,
+    );
+    let (s, a) = next(
+        &p,
+        &s,
+        Observation::TalosDown(TalosError::Unavailable("refused".into())),
+        t0 + Duration::from_secs(201),
+    );
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(reason(&a), "phase booting did not complete within 200s");
+}
+
+#[test]
+fn apply_failures_are_retried_unless_rejected() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = at(
+        &imaging(t0, Step::ApplyConfig, 1),
+        Phase::Maintenance,
+        Step::ApplyConfig,
+    );
+    let (s2, a) = next(
+        &p,
+        &s,
+        Observation::ApplyFailed(TalosError::Unavailable("reset".into())),
+        t0,
+    );
+    assert_eq!((s2.phase, s2.step), (Phase::Maintenance, Step::ProbeTalos));
+    assert_eq!(
+        a,
+        Action::ProbeTalos {
+            host: "127.77.0.10".into()
+        }
+    );
+    let (s3, a) = next(&p, &s2, Observation::TalosUp, t0);
+    assert_eq!((s3.phase, s3.step), (Phase::Maintenance, Step::ApplyConfig));
+    assert!(matches!(a, Action::ApplyConfig { .. }));
+
+    let (s4, a) = next(
+        &p,
+        &s,
+        Observation::ApplyFailed(TalosError::Rejected("unknown field".into())),
+        t0,
+    );
+    assert_eq!(s4.phase, Phase::Failed);
+    assert_eq!(
+        reason(&a),
+        "Talos rejected the machine config: unknown field"
+    );
+    let (_, a) = next(&p, &s, Observation::ConfigInvalid("bad patch".into()), t0);
+    assert_eq!(reason(&a), "cannot render the machine config: bad patch");
+}
+
+#[test]
+fn a_node_that_never_becomes_ready_fails_the_join_phase() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = at(
+        &imaging(t0, Step::AwaitNode, 1),
+        Phase::Configured,
+        Step::AwaitNode,
+    );
+    let (s, a) = next(
+        &p,
+        &s,
+        Observation::Node(Some(false)),
+        t0 + Duration::from_secs(501),
+    );
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(reason(&a), "phase configured did not complete within 500s");
+}
+
+#[test]
+fn unexpected_observations_fail_loudly() {
+    let t0 = Instant::now();
+    let (s, a) = next(&plan(), &State::start(t0), Observation::TalosUp, t0);
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(
+        reason(&a),
+        "internal error: unexpected observation TalosUp at step AwaitDelivery"
+    );
+}
+
+#[test]
+fn plan_refuses_unknown_image_formats() {
+    let spec = crate::install::tests_support::spec("https://img.example/metal-amd64.iso");
+    assert!(Plan::new(&spec, &InstallSettings::default()).is_err());
+    let spec = crate::install::tests_support::spec(URL);
+    let plan = Plan::new(&spec, &InstallSettings::default()).expect("plan");
+    assert_eq!(plan.compression, Compression::Xz);
+}
+
+#[test]
+fn polls_are_the_waiting_actions() {
+    assert!(Action::PollServer.is_poll());
+    assert!(Action::PollNode.is_poll());
+    assert!(
+        Action::ProbeTalos {
+            host: String::new()
+        }
+        .is_poll()
+    );
+    assert!(
+        Action::ConnectSsh {
+            host: String::new(),
+            user: String::new()
+        }
+        .is_poll()
+    );
+    assert!(!Action::RebootRescue.is_poll());
+    assert!(
+        !Action::Run {
+            command: String::new()
+        }
+        .is_poll()
+    );
+}

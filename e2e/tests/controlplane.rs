@@ -1,0 +1,210 @@
+//! The local control plane really works: the API server stores objects, the
+//! controller manager turns a Deployment into a ReplicaSet and a Pod, the
+//! scheduler is healthy and reports the Pod unschedulable (there are no
+//! nodes), and shutdown leaves no process and no port behind.
+//!
+//! Needs the binaries of `e2e/kube/build.sh`: taken from `KPS_KUBE_BIN_DIR`
+//! when set, otherwise the script is run (minutes when its cache is cold).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+
+const NAMESPACE: &str = "cp-smoke";
+
+fn kube_bin_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("KPS_KUBE_BIN_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kube/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed: {}", script.display(), out.status);
+    }
+    let stdout = String::from_utf8(out.stdout)?;
+    let last = stdout.lines().last().context("build.sh printed nothing")?;
+    Ok(PathBuf::from(last.trim()))
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn deployment() -> Result<Deployment> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": "web", "namespace": NAMESPACE },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": { "containers": [{ "name": "web", "image": "registry.k8s.io/pause:3.10" }] },
+            },
+        },
+    }))?)
+}
+
+/// Deployment -> ReplicaSet -> Pod, then the scheduler's verdict on the Pod.
+async fn deployment_becomes_an_unschedulable_pod(client: &Client) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": NAMESPACE } }))?;
+    namespaces.create(&PostParams::default(), &ns).await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let created = deployments
+        .create(&PostParams::default(), &deployment()?)
+        .await?;
+    let deployment_uid = created.uid().context("deployment without uid")?;
+
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let rs = eventually("the ReplicaSet of the Deployment", || {
+        let api = replicasets.clone();
+        let owner = deployment_uid.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await?;
+            Ok(list
+                .items
+                .into_iter()
+                .find(|rs| rs.owner_references().iter().any(|o| o.uid == owner)))
+        }
+    })
+    .await?;
+    let rs_uid = rs.uid().context("replicaset without uid")?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod = eventually("the Pod of the ReplicaSet", || {
+        let api = pods.clone();
+        let owner = rs_uid.clone();
+        async move {
+            let list = api.list(&ListParams::default()).await?;
+            Ok(list
+                .items
+                .into_iter()
+                .find(|p| p.owner_references().iter().any(|o| o.uid == owner)))
+        }
+    })
+    .await?;
+    let pod_name = pod.name_any();
+
+    // Only the scheduler writes PodScheduled=False/Unschedulable.
+    let reason = eventually("the scheduler to mark the Pod unschedulable", || {
+        let api = pods.clone();
+        let name = pod_name.clone();
+        async move {
+            let pod = api.get(&name).await?;
+            let status = pod.status.unwrap_or_default();
+            let scheduled = status
+                .conditions
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+            Ok(scheduled.map(|c| (status.phase, c.reason)))
+        }
+    })
+    .await?;
+    assert_eq!(reason.0.as_deref(), Some("Pending"));
+    assert_eq!(reason.1.as_deref(), Some("Unschedulable"));
+    Ok(())
+}
+
+async fn scheduler_healthz(cp: &ControlPlane) -> Result<String> {
+    let port = cp
+        .ports()
+        .context("local control plane has ports")?
+        .scheduler;
+    let http = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(cp.ca_pem().as_bytes())?])
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let response = http
+        .get(format!("https://127.0.0.1:{port}/healthz"))
+        .send()
+        .await?;
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    Ok(response.text().await?)
+}
+
+#[tokio::test]
+async fn local_control_plane_runs_controllers_and_scheduler_then_stops_cleanly() -> Result<()> {
+    e2e::init_tracing();
+    let bin_dir = tokio::task::spawn_blocking(kube_bin_dir).await??;
+    let work = tempfile::tempdir()?;
+
+    let started = Instant::now();
+    let cp = ControlPlane::start(ControlPlaneOptions::new(bin_dir, work.path())).await?;
+    eprintln!("control plane ready in {:?}", started.elapsed());
+    let ports = cp.ports().context("ports")?;
+    let pids = cp.pids();
+    assert_eq!(
+        pids.len(),
+        4,
+        "etcd, apiserver, controller manager, scheduler"
+    );
+    assert!(cp.server_url().starts_with("https://127.0.0.1:"));
+    assert!(cp.ca_pem().contains("BEGIN CERTIFICATE"));
+    assert!(cp.admin_client().is_some());
+    for component in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        let log = work.path().join(format!("{component}.log"));
+        assert!(log.metadata()?.len() > 0, "{} is empty", log.display());
+    }
+
+    let client = cp.client().await?;
+    deployment_becomes_an_unschedulable_pod(&client).await?;
+    assert_eq!(scheduler_healthz(&cp).await?, "ok");
+
+    // The other mode, pointed at the kubeconfig just written, sees the same cluster.
+    let existing = ControlPlane::existing(cp.kubeconfig_path()).await?;
+    assert_eq!(existing.server_url(), cp.server_url());
+    assert_eq!(existing.ca_pem(), cp.ca_pem());
+    assert!(existing.ports().is_none());
+    let namespaces: Api<Namespace> = Api::all(existing.client().await?);
+    assert!(namespaces.get_opt(NAMESPACE).await?.is_some());
+    existing.shutdown().await?; // stops nothing: not ours
+
+    let stopping = Instant::now();
+    cp.shutdown().await?;
+    eprintln!("control plane stopped in {:?}", stopping.elapsed());
+    for port in ports.all() {
+        TcpListener::bind(("127.0.0.1", port))
+            .with_context(|| format!("port {port} still taken"))?;
+    }
+    for pid in pids {
+        // A zombie would still have its /proc entry.
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} left behind"
+        );
+    }
+    Ok(())
+}
