@@ -392,18 +392,25 @@ fn write_files(layout: &Layout, pki: &Pki, ports: &Ports) -> Result<()> {
             .with_context(|| format!("removing old etcd data {}", layout.etcd_data.display()))?;
     }
     std::fs::create_dir_all(layout.pki_dir()).context("creating the pki dir")?;
-    pki::write_pair(&layout.ca, &pki.ca)?;
-    pki::write_pair(&layout.apiserver_serving, &pki.apiserver_serving)?;
-    pki::write_pair(
-        &layout.apiserver_kubelet_client,
-        &pki.apiserver_kubelet_client,
-    )?;
-    pki::write_pair(
-        &layout.controller_manager_serving,
-        &pki.controller_manager_serving,
-    )?;
-    pki::write_pair(&layout.scheduler_serving, &pki.scheduler_serving)?;
-    pki::write_pair(&layout.service_account, &pki.service_account)?;
+    let pairs = [
+        (&layout.ca, &pki.ca),
+        (&layout.apiserver_serving, &pki.apiserver_serving),
+        (
+            &layout.apiserver_kubelet_client,
+            &pki.apiserver_kubelet_client,
+        ),
+        (&layout.front_proxy_ca, &pki.front_proxy_ca),
+        (&layout.front_proxy_client, &pki.front_proxy_client),
+        (
+            &layout.controller_manager_serving,
+            &pki.controller_manager_serving,
+        ),
+        (&layout.scheduler_serving, &pki.scheduler_serving),
+        (&layout.service_account, &pki.service_account),
+    ];
+    for (paths, pair) in pairs {
+        pki::write_pair(paths, pair)?;
+    }
 
     let server = components::server_url(ports);
     let kubeconfigs = [

@@ -1,7 +1,8 @@
 //! The local control plane really works: the API server stores objects, the
 //! controller manager turns a Deployment into a ReplicaSet and a Pod, the
 //! scheduler is healthy and reports the Pod unschedulable (there are no
-//! nodes), and shutdown leaves no process and no port behind.
+//! nodes), bootstrap tokens authenticate, approved CSRs get signed by the
+//! cluster CA, and shutdown leaves no process and no port behind.
 //!
 //! Needs the binaries of `e2e/kube/build.sh`: taken from `KPS_KUBE_BIN_DIR`
 //! when set, otherwise the script is run (minutes when its cache is cold).
@@ -10,12 +11,19 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use anyhow::{Context, Result, bail};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use e2e::controlplane::{ControlPlane, ControlPlaneOptions};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, UnixTime};
 
 const NAMESPACE: &str = "cp-smoke";
 
@@ -133,6 +141,125 @@ async fn deployment_becomes_an_unschedulable_pod(client: &Client) -> Result<()> 
     Ok(())
 }
 
+const TOKEN_ID: &str = "kpse2e";
+const TOKEN_SECRET: &str = "0123456789abcdef";
+
+/// A bootstrap token authenticates (`--enable-bootstrap-token-auth`) and the
+/// bootstrap signer signs `kube-public/cluster-info` with it, as nodes joining
+/// with a token expect.
+async fn bootstrap_tokens_work(cp: &ControlPlane, client: &Client) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let token: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": format!("bootstrap-token-{TOKEN_ID}") },
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": TOKEN_ID,
+            "token-secret": TOKEN_SECRET,
+            "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true",
+        },
+    }))?;
+    secrets.create(&PostParams::default(), &token).await?;
+
+    let http = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(cp.ca_pem().as_bytes())?])
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let review: serde_json::Value = http
+        .post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", cp.server_url()))
+        .bearer_auth(format!("{TOKEN_ID}.{TOKEN_SECRET}"))
+        .json(&serde_json::json!({ "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview" }))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let user = &review["status"]["userInfo"];
+    assert_eq!(user["username"], format!("system:bootstrap:{TOKEN_ID}"));
+    assert!(
+        user["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g == "system:bootstrappers")),
+        "{user}"
+    );
+
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    let cluster_info: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "cluster-info" },
+        "data": { "kubeconfig": std::fs::read_to_string(cp.kubeconfig_path())? },
+    }))?;
+    configmaps
+        .create(&PostParams::default(), &cluster_info)
+        .await?;
+    eventually("the bootstrap signer to sign cluster-info", || {
+        let api = configmaps.clone();
+        async move {
+            let cm = api.get("cluster-info").await?;
+            let key = format!("jws-kubeconfig-{TOKEN_ID}");
+            Ok(cm.data.unwrap_or_default().contains_key(&key).then_some(()))
+        }
+    })
+    .await
+}
+
+/// An approved CSR for a client certificate is signed by the controller
+/// manager with the cluster CA (`--cluster-signing-*`).
+async fn approved_csrs_are_signed_by_the_cluster_ca(
+    cp: &ControlPlane,
+    client: &Client,
+) -> Result<()> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kps-e2e-csr-check");
+    let request_pem = params.serialize_request(&key)?.pem()?;
+
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let csr: CertificateSigningRequest = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "kps-e2e-csr-check" },
+        "spec": {
+            "request": BASE64.encode(request_pem),
+            "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["client auth"],
+            "expirationSeconds": 600,
+        },
+    }))?;
+    csrs.create(&PostParams::default(), &csr).await?;
+    let approval = serde_json::json!({ "status": { "conditions": [{
+        "type": "Approved", "status": "True", "reason": "E2ETest", "message": "approved by the e2e test",
+    }]}});
+    csrs.patch_approval(
+        "kps-e2e-csr-check",
+        &PatchParams::default(),
+        &Patch::Merge(&approval),
+    )
+    .await?;
+
+    let issued = eventually("the controller manager to sign the CSR", || {
+        let api = csrs.clone();
+        async move {
+            let csr = api.get("kps-e2e-csr-check").await?;
+            Ok(csr.status.and_then(|s| s.certificate).map(|c| c.0))
+        }
+    })
+    .await?;
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(cp.ca_pem().as_bytes())?)?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()?;
+    verifier.verify_client_cert(
+        &CertificateDer::from_pem_slice(&issued)?,
+        &[],
+        UnixTime::now(),
+    )?;
+    Ok(())
+}
+
 async fn scheduler_healthz(cp: &ControlPlane) -> Result<String> {
     let port = cp
         .ports()
@@ -182,6 +309,8 @@ async fn local_control_plane_runs_controllers_and_scheduler_then_stops_cleanly()
     let client = cp.client().await?;
     deployment_becomes_an_unschedulable_pod(&client).await?;
     assert_eq!(scheduler_healthz(&cp).await?, "ok");
+    bootstrap_tokens_work(&cp, &client).await?;
+    approved_csrs_are_signed_by_the_cluster_ca(&cp, &client).await?;
 
     // The other mode, pointed at the kubeconfig just written, sees the same cluster.
     let existing = ControlPlane::existing(cp.kubeconfig_path()).await?;
@@ -206,5 +335,53 @@ async fn local_control_plane_runs_controllers_and_scheduler_then_stops_cleanly()
             "process {pid} left behind"
         );
     }
+    Ok(())
+}
+
+/// A component that dies during start fails `start` at once with its log,
+/// and what was already running (etcd) is stopped, not leaked.
+#[tokio::test]
+async fn a_component_that_dies_fails_the_start_and_stops_the_others() -> Result<()> {
+    e2e::init_tracing();
+    let real = tokio::task::spawn_blocking(kube_bin_dir).await??;
+    let bins = tempfile::tempdir()?;
+    for name in ["etcd", "kube-controller-manager", "kube-scheduler"] {
+        std::os::unix::fs::symlink(real.join(name), bins.path().join(name))?;
+    }
+    let apiserver = bins.path().join("kube-apiserver");
+    std::fs::write(
+        &apiserver,
+        "#!/bin/sh\necho 'boom: refusing to start' >&2\nexit 3\n",
+    )?;
+    std::fs::set_permissions(
+        &apiserver,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+
+    let work = tempfile::tempdir()?;
+    let err = ControlPlane::start(ControlPlaneOptions::new(bins.path(), work.path()))
+        .await
+        .expect_err("start must fail");
+    let message = format!("{err:#}");
+    assert!(message.contains("kube-apiserver exited"), "{message}");
+    assert!(message.contains("boom: refusing to start"), "{message}");
+
+    // Every child ran in the work dir: none may be left there.
+    let work_dir = work.path().canonicalize()?;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) {
+            assert_ne!(
+                cwd,
+                work_dir,
+                "process {:?} left running",
+                entry.file_name()
+            );
+        }
+    }
+    let etcd_log = std::fs::read_to_string(work.path().join("etcd.log"))?;
+    assert!(
+        etcd_log.contains("etcd: terminated, stopping"),
+        "etcd was not stopped by SIGTERM"
+    );
     Ok(())
 }

@@ -137,6 +137,12 @@ impl Simulator {
             }
             Command::Deleted { server_id } => {
                 let Some(slot) = servers.get_mut(&server_id) else {
+                    // Unknown here (talos-sim restarted since): a disk file
+                    // from a previous run may still exist.
+                    let disk = Disk::new(&self.settings.state_dir, &server_id, "", 0);
+                    if let Err(e) = disk.wipe() {
+                        tracing::warn!(%server_id, error = %e, "cannot remove the disk file of a deleted server");
+                    }
                     return;
                 };
                 if let Some(running) = slot.running.take() {

@@ -230,7 +230,11 @@ impl Boot {
             match attempt.await {
                 Ok(k) => break k,
                 Err(e) => {
-                    self.fail(format!("kubelet registration failed: {e}"));
+                    // Retried: the API server may be late or the Node held by another machine.
+                    tracing::warn!(server_id = %self.server_id(), error = %e, "kubelet registration failed");
+                    self.record.update(|r| {
+                        r.boot_error = Some(format!("kubelet registration failed: {e}"))
+                    });
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }

@@ -50,6 +50,8 @@ impl RescueSsh {
     pub async fn serve(self, listener: TcpListener, cancel: CancellationToken) {
         let config = Arc::new(russh::server::Config {
             server_id: russh::SshId::Standard("SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13.5".into()),
+            // Only the listed keys open the rescue system.
+            methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
             keys: vec![self.host_key.clone()],
             // Rejections are slowed down by russh for timing safety; a test
             // system gains nothing from a long delay.

@@ -298,6 +298,16 @@ async fn blank_and_corrupt_disks_do_not_boot() {
             .unwrap()
             .contains("does not match the header's")
     );
+
+    // A server deleted while talos-sim did not know it (restart): its disk
+    // file from an earlier run is removed too.
+    let ghost = dir.path().join("disks/srv-ghost.img");
+    std::fs::write(&ghost, b"old disk").unwrap();
+    sim.apply(Command::Deleted {
+        server_id: "srv-ghost".into(),
+    })
+    .await;
+    assert!(!ghost.exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,7 +147,8 @@ impl Pki {
 }
 
 fn certificate_authority(common_name: &str) -> Result<(CertAndKey, Issuer<'static, KeyPair>)> {
-    let key = KeyPair::generate().with_context(|| format!("generating the key of {common_name}"))?;
+    let key =
+        KeyPair::generate().with_context(|| format!("generating the key of {common_name}"))?;
     let mut params = CertificateParams::default();
     params.distinguished_name = distinguished_name(&Subject {
         common_name,

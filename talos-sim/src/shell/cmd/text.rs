@@ -272,13 +272,11 @@ async fn head_lines(
     io: &Stdio,
     lines: u64,
 ) -> Result<(), StreamError> {
-    if !matches!(src, Source::Stdin) {
-        // The disk and /dev/zero have no useful lines: bound the read.
-        return copy_to(src, env, io, Some(lines.saturating_mul(4096).min(1 << 20))).await;
-    }
+    let (input, reader) = open(src, &env.disk, &io.stdin);
     let mut left = lines;
+    let mut result = Ok(());
     while left > 0 {
-        let Some(chunk) = io.stdin.read().await else {
+        let Some(chunk) = input.read().await else {
             break;
         };
         let mut end = chunk.len();
@@ -291,12 +289,18 @@ async fn head_lines(
                 }
             }
         }
-        io.stdout
-            .write(chunk.slice(..end))
-            .await
-            .map_err(|_| StreamError::Pipe)?;
+        if io.stdout.write(chunk.slice(..end)).await.is_err() {
+            result = Err(StreamError::Pipe);
+            break;
+        }
     }
-    Ok(())
+    drop(input);
+    if let Some(reader) = reader
+        && let Ok(Err(e)) = reader.await
+    {
+        return Err(StreamError::Io(e));
+    }
+    result
 }
 
 async fn finish(tool: &str, file: &str, result: Result<(), StreamError>, io: &Stdio) -> i32 {
