@@ -391,6 +391,14 @@ fn write_files(layout: &Layout, pki: &Pki, ports: &Ports) -> Result<()> {
         std::fs::remove_dir_all(&layout.etcd_data)
             .with_context(|| format!("removing old etcd data {}", layout.etcd_data.display()))?;
     }
+    // Logs are appended to; start each run with empty ones.
+    for bin in BINARIES {
+        let log = layout.work_dir.join(format!("{bin}.log"));
+        if log.exists() {
+            std::fs::remove_file(&log)
+                .with_context(|| format!("removing old log {}", log.display()))?;
+        }
+    }
     std::fs::create_dir_all(layout.pki_dir()).context("creating the pki dir")?;
     let pairs = [
         (&layout.ca, &pki.ca),
