@@ -63,8 +63,8 @@ kind-up:
     kind create cluster --name kps-e2e --config kind-config.yaml
 
 # Everything CI runs
-test: proto-check unit e2e
+test: proto-check lint unit e2e
 
 # The whole system against the simulators, with a live view
-demo: build
-    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo
+demo *ARGS: build
+    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo {{ARGS}}

@@ -1,20 +1,23 @@
 #![forbid(unsafe_code)]
 //! Karpenter cloud provider for Scaleway Elastic Metal.
 //!
-//! Layers (house style §1): `scaleway` (domain model + trait of the EM API),
-//! `install` (the install engine, pure state machine plus its ports), `rescue`
-//! (SSH to the rescue system), `talos` (maintenance API client and config
-//! rendering) import neither kube nor tonic; `grpc` (the CloudProvider service)
-//! and `nodeclass` (CRD and reconciler) are adapters; `main` only wires.
+//! Layers (house style §1). Domain modules import neither kube nor tonic:
+//! `scaleway` (EM model, `ElasticMetal` trait, error classification, reqwest
+//! client), `catalog` (offers -> instance types), `install` (the install state
+//! machine and its ports), `rescue` (the SSH port and its russh client),
+//! `talos` (config rendering and the maintenance port; only its `grpc`
+//! submodule, the client adapter, uses tonic), `provider` (the CloudProvider
+//! logic). Adapters: `grpc` (the tonic service), `nodeclass` (CRD and
+//! reconciler) and `k8s_nodes` (kube ports of the engine). `main` only wires.
 
 pub mod catalog;
 pub mod config;
 pub mod grpc;
+pub mod install;
+pub mod k8s_nodes;
 pub mod metrics;
 pub mod nodeclass;
 pub mod provider;
-pub mod scaleway;
-pub mod install;
-pub mod k8s_nodes;
 pub mod rescue;
+pub mod scaleway;
 pub mod talos;

@@ -31,7 +31,11 @@ impl ImageServer {
     /// Serves `file` at `/image/{schematic}/{version}/{file_name}` for any schematic/version.
     pub async fn start(file: &Path) -> Result<ImageServer> {
         let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-        let file_name = file.file_name().context("image path")?.to_string_lossy().to_string();
+        let file_name = file
+            .file_name()
+            .context("image path")?
+            .to_string_lossy()
+            .to_string();
         let downloads = Arc::new(AtomicU64::new(0));
         let state = Served {
             bytes: Arc::new(bytes),
@@ -56,8 +60,15 @@ impl ImageServer {
 
     /// The NodeClass `urlTemplate` pointing at this server.
     pub fn url_template(&self) -> String {
-        let ext = if self.file_name.ends_with(".raw.zst") { "raw.zst" } else { "raw.xz" };
-        format!("http://{}/image/{{schematic}}/{{version}}/metal-{{arch}}.{ext}", self.addr)
+        let ext = if self.file_name.ends_with(".raw.zst") {
+            "raw.zst"
+        } else {
+            "raw.xz"
+        };
+        format!(
+            "http://{}/image/{{schematic}}/{{version}}/metal-{{arch}}.{ext}",
+            self.addr
+        )
     }
 
     pub fn downloads(&self) -> u64 {
@@ -71,9 +82,16 @@ impl Drop for ImageServer {
     }
 }
 
-async fn serve(State(s): State<Served>, UrlPath((_schematic, _version, file)): UrlPath<(String, String, String)>) -> impl IntoResponse {
+async fn serve(
+    State(s): State<Served>,
+    UrlPath((_schematic, _version, file)): UrlPath<(String, String, String)>,
+) -> impl IntoResponse {
     // Any metal-<arch> name maps to the one image; the arch check is talos-sim's job.
-    let wanted_ext = if s.file_name.ends_with(".raw.zst") { ".raw.zst" } else { ".raw.xz" };
+    let wanted_ext = if s.file_name.ends_with(".raw.zst") {
+        ".raw.zst"
+    } else {
+        ".raw.xz"
+    };
     if !file.starts_with("metal-") || !file.ends_with(wanted_ext) {
         return (StatusCode::NOT_FOUND, Vec::new()).into_response();
     }

@@ -18,7 +18,8 @@ pub async fn apply_yaml(client: &Client, yaml: &str) -> Result<Vec<DynamicObject
         if value.is_null() {
             continue;
         }
-        let obj: DynamicObject = serde_yaml_ng::from_value(value).context("parsing a YAML document")?;
+        let obj: DynamicObject =
+            serde_yaml_ng::from_value(value).context("parsing a YAML document")?;
         applied.push(apply(client, obj).await?);
     }
     Ok(applied)
@@ -26,23 +27,40 @@ pub async fn apply_yaml(client: &Client, yaml: &str) -> Result<Vec<DynamicObject
 
 /// Server-side applies one object, namespaced or cluster-scoped as its kind is.
 pub async fn apply(client: &Client, obj: DynamicObject) -> Result<DynamicObject> {
-    let types = obj.types.clone().context("object without apiVersion/kind")?;
+    let types = obj
+        .types
+        .clone()
+        .context("object without apiVersion/kind")?;
     let gvk = GroupVersionKind::try_from(&types)?;
     let (ar, caps) = pinned_kind(client, &gvk)
         .await
         .with_context(|| format!("discovering {}/{}", types.api_version, types.kind))?;
     let api: Api<DynamicObject> = match (caps.scope, obj.namespace()) {
-        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), &ns, &ar),
-        (kube::discovery::Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &ar),
+        (kube::discovery::Scope::Namespaced, Some(ns)) => {
+            Api::namespaced_with(client.clone(), &ns, &ar)
+        }
+        (kube::discovery::Scope::Namespaced, None) => {
+            Api::default_namespaced_with(client.clone(), &ar)
+        }
         (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
     };
     let name = obj.name_any();
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&obj))
-        .await
-        .with_context(|| format!("applying {} {}", types.kind, name))
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .with_context(|| format!("applying {} {}", types.kind, name))
 }
 
-fn dynamic_api(client: &Client, group: &str, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+fn dynamic_api(
+    client: &Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let ar = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural);
     Api::all_with(client.clone(), &ar)

@@ -16,6 +16,9 @@ pub struct Proc {
     name: String,
     child: Child,
     log: PathBuf,
+    /// Set once the process has been reaped: its pid (and group id) may then be
+    /// reused by an unrelated process, so no signal may be sent any more.
+    reaped: bool,
 }
 
 impl Proc {
@@ -42,6 +45,7 @@ impl Proc {
             name: name.to_string(),
             child,
             log,
+            reaped: false,
         })
     }
 
@@ -59,31 +63,41 @@ impl Proc {
 
     /// Still running (not exited)?
     pub fn is_running(&mut self) -> bool {
+        if self.reaped {
+            return false;
+        }
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Sends `signal` to the whole process group.
+    /// Sends `signal` to the whole process group (nothing once reaped).
     pub fn signal(&self, signal: Signal) {
-        let _ = killpg(Pid::from_raw(self.child.id() as i32), signal);
+        if !self.reaped {
+            let _ = killpg(Pid::from_raw(self.child.id() as i32), signal);
+        }
     }
 
     /// SIGKILL, as a crash would (no cleanup in the process).
     pub fn kill_hard(&mut self) {
         self.signal(Signal::SIGKILL);
         let _ = self.child.wait();
+        self.reaped = true;
     }
 
     /// SIGTERM, then SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) {
+        if self.reaped {
+            return;
+        }
         if !self.is_running() {
-            self.signal(Signal::SIGKILL); // children may outlive the leader
+            // The leader exited; its children may still run in the group.
+            self.kill_hard();
             return;
         }
         self.signal(Signal::SIGTERM);
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if !self.is_running() {
-                self.signal(Signal::SIGKILL);
+                self.kill_hard();
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -35,7 +35,13 @@ impl EmsimAdmin {
     }
 
     /// Registers an SSH public key in IAM, as a user would with the console.
-    pub async fn create_ssh_key(&self, token: &str, project_id: &str, name: &str, public_key: &str) -> Result<String> {
+    pub async fn create_ssh_key(
+        &self,
+        token: &str,
+        project_id: &str,
+        name: &str,
+        public_key: &str,
+    ) -> Result<String> {
         let resp = self
             .http
             .post(format!("{}/iam/v1alpha1/ssh-keys", self.base))
@@ -45,11 +51,19 @@ impl EmsimAdmin {
             .await?
             .error_for_status()?;
         let v: Value = resp.json().await?;
-        v["id"].as_str().map(str::to_string).context("ssh key without id")
+        v["id"]
+            .as_str()
+            .map(str::to_string)
+            .context("ssh key without id")
     }
 
     async fn get(&self, path: &str) -> Result<Value> {
-        let resp = self.http.get(format!("{}{path}", self.base)).send().await?.error_for_status()?;
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await?
+            .error_for_status()?;
         Ok(resp.json().await?)
     }
 }

@@ -33,7 +33,10 @@ pub struct Binaries {
 }
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e is in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e is in the workspace")
+        .to_path_buf()
 }
 
 impl Binaries {
@@ -42,18 +45,26 @@ impl Binaries {
         let get = |k: &str| std::env::var_os(k).map(PathBuf::from);
         let b = Binaries {
             rust_bin_dir: get("KPS_RUST_BIN_DIR").unwrap_or_else(|| root.join("target/debug")),
-            bridge: get("KPS_BRIDGE_BIN").unwrap_or_else(|| root.join(".cache/bin/karpenter-bridge")),
+            bridge: get("KPS_BRIDGE_BIN")
+                .unwrap_or_else(|| root.join(".cache/bin/karpenter-bridge")),
             kube_bin_dir: get("KPS_KUBE_BIN_DIR"),
-            karpenter_crds: get("KPS_KARPENTER_CRDS").unwrap_or_else(|| root.join(".cache/karpenter-crds")),
+            karpenter_crds: get("KPS_KARPENTER_CRDS")
+                .unwrap_or_else(|| root.join(".cache/karpenter-crds")),
         };
         for bin in ["karpenter-scaleway", "emsim", "talos-sim"] {
             let p = b.rust_bin_dir.join(bin);
             if !p.exists() {
-                bail!("{} missing: build with `cargo build --bins` or set KPS_RUST_BIN_DIR", p.display());
+                bail!(
+                    "{} missing: build with `cargo build --bins` or set KPS_RUST_BIN_DIR",
+                    p.display()
+                );
             }
         }
         if !b.bridge.exists() {
-            bail!("{} missing: run `just build-bridge` or set KPS_BRIDGE_BIN", b.bridge.display());
+            bail!(
+                "{} missing: run `just build-bridge` or set KPS_BRIDGE_BIN",
+                b.bridge.display()
+            );
         }
         Ok(b)
     }
@@ -85,7 +96,10 @@ impl StackOptions {
         std::fs::create_dir_all(&work_dir)?;
         Ok(StackOptions {
             work_dir,
-            time_scale: std::env::var("KPS_TIME_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(0.01),
+            time_scale: std::env::var("KPS_TIME_SCALE")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0.01),
             kubeconfig: std::env::var_os("KPS_KUBECONFIG").map(PathBuf::from),
             cluster_name: "e2e".to_string(),
             talos_version: "v1.13.9".to_string(),
@@ -131,10 +145,9 @@ impl Stack {
         let cp = match &opts.kubeconfig {
             Some(path) => ControlPlane::existing(path).await?,
             None => {
-                let bin_dir = bins
-                    .kube_bin_dir
-                    .clone()
-                    .context("KPS_KUBE_BIN_DIR unset: run e2e/kube/build.sh (or `just kube-bins`)")?;
+                let bin_dir = bins.kube_bin_dir.clone().context(
+                    "KPS_KUBE_BIN_DIR unset: run e2e/kube/build.sh (or `just kube-bins`)",
+                )?;
                 ControlPlane::start(crate::controlplane::ControlPlaneOptions::new(
                     bin_dir,
                     opts.work_dir.join("controlplane"),
@@ -160,9 +173,12 @@ impl Stack {
             &logs,
         )?);
         let emsim = EmsimAdmin::new(&emsim_url)?;
-        wait::until("emsim to answer", Duration::from_secs(30), Duration::from_millis(100), || async {
-            Ok(emsim.counters().await.ok().map(|_| ()))
-        })
+        wait::until(
+            "emsim to answer",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async { Ok(emsim.counters().await.ok().map(|_| ())) },
+        )
         .await?;
 
         // talos-sim: the servers' OS (rescue SSH, Talos API, kubelet).
@@ -174,7 +190,12 @@ impl Stack {
                 .args(["--emsim-url", &emsim_url])
                 .arg("--state-dir")
                 .arg(opts.work_dir.join("talos-sim"))
-                .args(["--ssh-port", &SSH_PORT.to_string(), "--talos-port", &TALOS_PORT.to_string()])
+                .args([
+                    "--ssh-port",
+                    &SSH_PORT.to_string(),
+                    "--talos-port",
+                    &TALOS_PORT.to_string(),
+                ])
                 .arg("--kubeconfig")
                 .arg(cp.kubeconfig_path())
                 .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
@@ -182,15 +203,26 @@ impl Stack {
             &logs,
         )?);
         let talossim = TalosSimAdmin::new(&talossim_url)?;
-        wait::until("talos-sim to answer", Duration::from_secs(30), Duration::from_millis(100), || async {
-            Ok(talossim.servers().await.ok().map(|_| ()))
-        })
+        wait::until(
+            "talos-sim to answer",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async { Ok(talossim.servers().await.ok().map(|_| ())) },
+        )
         .await?;
 
         // The Talos image, served like a mirror of Image Factory.
         let image_path = opts.work_dir.join("metal-amd64.raw.xz");
         let status = Command::new(bins.rust("talos-sim"))
-            .args(["make-image", "--version", &opts.talos_version, "--arch", "amd64", "--size", "8MiB"])
+            .args([
+                "make-image",
+                "--version",
+                &opts.talos_version,
+                "--arch",
+                "amd64",
+                "--size",
+                "8MiB",
+            ])
             .arg("--out")
             .arg(&image_path)
             .status()?;
@@ -203,32 +235,70 @@ impl Stack {
         // The operator's part: an SSH key registered in IAM, whose private half
         // goes into a Secret the NodeClass references.
         let seed: [u8; 32] = rand::random();
-        let key = russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed));
+        let key = russh::keys::PrivateKey::from(
+            russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed),
+        );
         let public = key.public_key().to_openssh()?;
-        let private = key.to_openssh(russh::keys::ssh_key::LineEnding::LF)?.to_string();
-        let ssh_key_id = emsim.create_ssh_key(SECRET_KEY, PROJECT_ID, "karpenter-rescue", &public).await?;
+        let private = key
+            .to_openssh(russh::keys::ssh_key::LineEnding::LF)?
+            .to_string();
+        let ssh_key_id = emsim
+            .create_ssh_key(SECRET_KEY, PROJECT_ID, "karpenter-rescue", &public)
+            .await?;
 
         // Namespaces, CRDs, Secrets.
         let ns: Api<Namespace> = Api::all(client.clone());
         if ns.get_opt(NAMESPACE).await?.is_none() {
-            kubeutil::apply_yaml(&client, &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n")).await?;
+            kubeutil::apply_yaml(
+                &client,
+                &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
+            )
+            .await?;
         }
         install_crds(&client, &bins.karpenter_crds).await?;
         let ours = repo_root().join("charts/karpenter-crd/templates/karpenter.scaleway.com_scalewayelasticmetalnodeclasses.yaml");
-        kubeutil::apply_yaml(&client, &std::fs::read_to_string(&ours).with_context(|| ours.display().to_string())?).await?;
+        kubeutil::apply_yaml(
+            &client,
+            &std::fs::read_to_string(&ours).with_context(|| ours.display().to_string())?,
+        )
+        .await?;
         wait_crds_established(&client).await?;
 
-        let base = talosconfig::worker_config(&opts.cluster_name, &cp.server_url(), &cp.ca_pem(), &opts.talos_version)?;
-        let expires = (chrono::Utc::now() + chrono::Duration::hours(24)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        kubeutil::apply_yaml(&client, &talosconfig::bootstrap_token_secret(&base, &expires)).await?;
+        let base = talosconfig::worker_config(
+            &opts.cluster_name,
+            cp.server_url(),
+            cp.ca_pem(),
+            &opts.talos_version,
+        )?;
+        let expires = (chrono::Utc::now() + chrono::Duration::hours(24))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        kubeutil::apply_yaml(
+            &client,
+            &talosconfig::bootstrap_token_secret(&base, &expires),
+        )
+        .await?;
         apply_secret(&client, "talos-worker-config", "worker.yaml", &base.yaml).await?;
         apply_secret(&client, "rescue-ssh-key", "ssh-privatekey", &private).await?;
 
         // The provider and the bridge, sharing a Unix socket as the two
         // containers of the Deployment do.
         let provider_socket = opts.work_dir.join("provider.sock");
-        procs.push(spawn_provider(&bins, &opts, &cp, &emsim_url, &provider_socket, &logs, "karpenter-scaleway")?);
-        procs.push(spawn_bridge(&bins, &cp, &provider_socket, &logs, "karpenter-bridge")?);
+        procs.push(spawn_provider(
+            &bins,
+            &opts,
+            &cp,
+            &emsim_url,
+            &provider_socket,
+            &logs,
+            "karpenter-scaleway",
+        )?);
+        procs.push(spawn_bridge(
+            &bins,
+            &cp,
+            &provider_socket,
+            &logs,
+            "karpenter-bridge",
+        )?);
 
         let stack = Stack {
             opts,
@@ -311,13 +381,21 @@ spec:
     pub async fn create_nodeclass(&self, name: &str) -> Result<()> {
         kubeutil::apply_yaml(&self.client, &self.nodeclass_yaml(name)).await?;
         let api = kubeutil::nodeclasses(&self.client);
-        wait::until(&format!("NodeClass {name} Ready=True"), Duration::from_secs(60), Duration::from_millis(250), || {
-            let api = api.clone();
-            async move {
-                let nc = api.get(name).await?;
-                Ok((kubeutil::condition(&nc, "Ready").as_deref() == Some("True")).then_some(()))
-            }
-        })
+        wait::until(
+            &format!("NodeClass {name} Ready=True"),
+            Duration::from_secs(60),
+            Duration::from_millis(250),
+            || {
+                let api = api.clone();
+                async move {
+                    let nc = api.get(name).await?;
+                    Ok(
+                        (kubeutil::condition(&nc, "Ready").as_deref() == Some("True"))
+                            .then_some(()),
+                    )
+                }
+            },
+        )
         .await
     }
 
@@ -329,7 +407,12 @@ spec:
     pub fn diagnostics(&self) -> String {
         let mut out = String::new();
         for p in &self.procs {
-            out.push_str(&format!("\n===== {} ({}) =====\n{}\n", p.name(), p.log_path().display(), p.log_tail(40)));
+            out.push_str(&format!(
+                "\n===== {} ({}) =====\n{}\n",
+                p.name(),
+                p.log_path().display(),
+                p.log_tail(40)
+            ));
         }
         out
     }
@@ -342,7 +425,11 @@ spec:
             .servers()
             .await?
             .into_iter()
-            .filter(|s| s["tags"].as_array().is_some_and(|t| t.iter().any(|v| v == &serde_json::json!(tag))))
+            .filter(|s| {
+                s["tags"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|v| v == &serde_json::json!(tag)))
+            })
             .collect())
     }
 
@@ -361,7 +448,15 @@ impl Drop for Stack {
     }
 }
 
-pub fn spawn_provider(bins: &Binaries, opts: &StackOptions, cp: &ControlPlane, emsim_url: &str, socket: &Path, logs: &Path, name: &str) -> Result<Proc> {
+pub fn spawn_provider(
+    bins: &Binaries,
+    opts: &StackOptions,
+    cp: &ControlPlane,
+    emsim_url: &str,
+    socket: &Path,
+    logs: &Path,
+    name: &str,
+) -> Result<Proc> {
     let metrics = free_port()?;
     Proc::spawn(
         name,
@@ -369,8 +464,16 @@ pub fn spawn_provider(bins: &Binaries, opts: &StackOptions, cp: &ControlPlane, e
             .arg("serve")
             .arg("--socket")
             .arg(socket)
-            .args(["--rescue-ssh-port", &SSH_PORT.to_string(), "--talos-api-port", &TALOS_PORT.to_string()])
-            .args(["--poll-interval", &format!("{}ms", opts.poll_interval.as_millis())])
+            .args([
+                "--rescue-ssh-port",
+                &SSH_PORT.to_string(),
+                "--talos-api-port",
+                &TALOS_PORT.to_string(),
+            ])
+            .args([
+                "--poll-interval",
+                &format!("{}ms", opts.poll_interval.as_millis()),
+            ])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env("CLUSTER_NAME", &opts.cluster_name)
@@ -384,7 +487,13 @@ pub fn spawn_provider(bins: &Binaries, opts: &StackOptions, cp: &ControlPlane, e
     )
 }
 
-pub fn spawn_bridge(bins: &Binaries, cp: &ControlPlane, socket: &Path, logs: &Path, name: &str) -> Result<Proc> {
+pub fn spawn_bridge(
+    bins: &Binaries,
+    cp: &ControlPlane,
+    socket: &Path,
+    logs: &Path,
+    name: &str,
+) -> Result<Proc> {
     Proc::spawn(
         name,
         Command::new(&bins.bridge)
@@ -414,7 +523,12 @@ async fn apply_secret(client: &Client, name: &str, key: &str, value: &str) -> Re
 
 async fn install_crds(client: &Client, dir: &Path) -> Result<()> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading Karpenter CRDs from {} (run `just karpenter-crds`)", dir.display()))?
+        .with_context(|| {
+            format!(
+                "reading Karpenter CRDs from {} (run `just karpenter-crds`)",
+                dir.display()
+            )
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
@@ -431,19 +545,27 @@ async fn install_crds(client: &Client, dir: &Path) -> Result<()> {
 async fn wait_crds_established(client: &Client) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    wait::until("CRDs Established", Duration::from_secs(60), Duration::from_millis(200), || {
-        let api = api.clone();
-        async move {
-            let crds = api.list(&ListParams::default()).await?;
-            let all = crds.items.iter().all(|c| {
-                c.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
-            });
-            Ok(all.then_some(()))
-        }
-    })
+    wait::until(
+        "CRDs Established",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let api = api.clone();
+            async move {
+                let crds = api.list(&ListParams::default()).await?;
+                let all = crds.items.iter().all(|c| {
+                    c.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True")
+                        })
+                });
+                Ok(all.then_some(()))
+            }
+        },
+    )
     .await
 }
 
@@ -457,6 +579,9 @@ fn image_payload_sha256(path: &Path) -> Result<String> {
     dec.read_exact(&mut header)?;
     let text = String::from_utf8_lossy(&header);
     text.lines()
-        .find_map(|l| l.strip_prefix("payload-sha256: ").map(|s| s.trim_matches('\0').trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix("payload-sha256: ")
+                .map(|s| s.trim_matches('\0').trim().to_string())
+        })
         .context("image header without payload-sha256")
 }

@@ -23,7 +23,12 @@ fn lower_alnum(n: usize) -> String {
 }
 
 /// Renders a worker.yaml in the shape `talosctl gen config` (Talos v1.13) writes.
-pub fn worker_config(cluster_name: &str, endpoint: &str, k8s_ca_pem: &str, talos_version: &str) -> Result<BaseConfig> {
+pub fn worker_config(
+    cluster_name: &str,
+    endpoint: &str,
+    k8s_ca_pem: &str,
+    talos_version: &str,
+) -> Result<BaseConfig> {
     let token_id = lower_alnum(6);
     let token_secret = lower_alnum(16);
     let machine_token = format!("{}.{}", lower_alnum(6), lower_alnum(16));

@@ -7,7 +7,12 @@ use anyhow::{Result, bail};
 
 /// Polls `check` every `every` until it returns `Ok(Some(v))`, or fails after
 /// `timeout` with the last error or "still not ..." message.
-pub async fn until<T, F, Fut>(what: &str, timeout: Duration, every: Duration, mut check: F) -> Result<T>
+pub async fn until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
@@ -17,7 +22,11 @@ where
     loop {
         match check().await {
             Ok(Some(v)) => {
-                tracing::info!(what, elapsed_ms = start.elapsed().as_millis() as u64, "condition met");
+                tracing::info!(
+                    what,
+                    elapsed_ms = start.elapsed().as_millis() as u64,
+                    "condition met"
+                );
                 return Ok(v);
             }
             Ok(None) => {}
@@ -25,7 +34,9 @@ where
         }
         if start.elapsed() > timeout {
             match last_err {
-                Some(e) => bail!("timed out after {timeout:?} waiting for {what}: last error: {e:#}"),
+                Some(e) => {
+                    bail!("timed out after {timeout:?} waiting for {what}: last error: {e:#}")
+                }
                 None => bail!("timed out after {timeout:?} waiting for {what}"),
             }
         }

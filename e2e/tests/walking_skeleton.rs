@@ -26,19 +26,29 @@ async fn pending_pods_become_a_talos_node_and_scale_to_zero_removes_it() -> Resu
 
 async fn run(stack: &Stack) -> Result<()> {
     stack.create_nodeclass("default").await?;
-    kubeutil::apply_yaml(&stack.client, &Stack::nodepool_yaml("default", "default", "")).await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &Stack::nodepool_yaml("default", "default", ""),
+    )
+    .await?;
 
     // 1. Pods that fit no node -> NodeClaim -> server -> Talos -> Node -> pods Running.
     kubeutil::apply_yaml(&stack.client, &scenario::inflate_yaml("inflate", 3, "1")).await?;
     let placed = scenario::wait_pods_running(stack, "inflate", 3, Duration::from_secs(300)).await?;
     let node_names: std::collections::BTreeSet<_> = placed.values().cloned().collect();
-    ensure!(node_names.len() == 1, "expected the 3 pods on one node, got {placed:?}");
+    ensure!(
+        node_names.len() == 1,
+        "expected the 3 pods on one node, got {placed:?}"
+    );
     let node_name = node_names.into_iter().next().unwrap();
 
     let ncs = scenario::nodeclaims(stack).await?;
     ensure!(ncs.len() == 1, "expected one NodeClaim, got {ncs:?}");
     let (nc_name, provider_id) = ncs.into_iter().next().unwrap();
-    ensure!(nc_name == node_name, "Node {node_name} should be named after NodeClaim {nc_name}");
+    ensure!(
+        nc_name == node_name,
+        "Node {node_name} should be named after NodeClaim {nc_name}"
+    );
     let (zone, server_id) = parse_provider_id(&provider_id)?;
     ensure!(zone == e2e::stack::ZONE, "server ordered in {zone}");
 
@@ -50,34 +60,81 @@ async fn run(stack: &Stack) -> Result<()> {
     );
     let nc = kubeutil::nodeclaims(&stack.client).get(&nc_name).await?;
     for cond in ["Launched", "Registered", "Initialized"] {
-        ensure!(kubeutil::condition(&nc, cond).as_deref() == Some("True"), "NodeClaim {cond} is not True: {:?}", nc.data["status"]);
+        ensure!(
+            kubeutil::condition(&nc, cond).as_deref() == Some("True"),
+            "NodeClaim {cond} is not True: {:?}",
+            nc.data["status"]
+        );
     }
 
     // emsim's records: one order, with ownership tags, rebooted into rescue with our key.
     let servers = stack.owned_servers().await?;
-    ensure!(servers.len() == 1, "expected exactly one owned server, got {}", servers.len());
+    ensure!(
+        servers.len() == 1,
+        "expected exactly one owned server, got {}",
+        servers.len()
+    );
     let server = &servers[0];
-    ensure!(server["id"] == server_id.as_str(), "owned server is not the NodeClaim's");
-    let tags: Vec<&str> = server["tags"].as_array().context("tags")?.iter().filter_map(|t| t.as_str()).collect();
-    for want in [format!("karpenter.sh/nodeclaim={nc_name}"), "karpenter.sh/nodepool=default".into(), "karpenter.scaleway.com/nodeclass=default".into()] {
-        ensure!(tags.contains(&want.as_str()), "server tags {tags:?} lack {want}");
+    ensure!(
+        server["id"] == server_id.as_str(),
+        "owned server is not the NodeClaim's"
+    );
+    let tags: Vec<&str> = server["tags"]
+        .as_array()
+        .context("tags")?
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    for want in [
+        format!("karpenter.sh/nodeclaim={nc_name}"),
+        "karpenter.sh/nodepool=default".into(),
+        "karpenter.scaleway.com/nodeclass=default".into(),
+    ] {
+        ensure!(
+            tags.contains(&want.as_str()),
+            "server tags {tags:?} lack {want}"
+        );
     }
     let boots = server["boot_history"].as_array().context("boot_history")?;
-    let rescue = boots.iter().find(|b| b["boot_type"] == "rescue").context("no rescue boot in emsim's records")?;
+    let rescue = boots
+        .iter()
+        .find(|b| b["boot_type"] == "rescue")
+        .context("no rescue boot in emsim's records")?;
     ensure!(
-        rescue["ssh_key_ids"].as_array().is_some_and(|k| k.iter().any(|k| k == stack.ssh_key_id.as_str())),
+        rescue["ssh_key_ids"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == stack.ssh_key_id.as_str())),
         "rescue reboot without the NodeClass SSH key: {rescue}"
     );
-    ensure!(boots.last().is_some_and(|b| b["boot_type"] == "normal"), "last boot is not normal: {boots:?}");
+    ensure!(
+        boots.last().is_some_and(|b| b["boot_type"] == "normal"),
+        "last boot is not normal: {boots:?}"
+    );
 
     // talos-sim's records: the pipeline ran, the served image is on the disk, the config is right.
-    ensure!(stack.image.downloads() >= 1, "the image server was never asked for the image");
-    let sims = stack.talossim.servers().await?;
-    let sim = sims.iter().find(|s| s["id"] == server_id.as_str()).context("talos-sim has no record of the server")?;
-    let commands: Vec<&str> = sim["commands"].as_array().context("commands")?.iter().filter_map(|c| c.as_str()).collect();
-    ensure!(commands.iter().any(|c| c.contains("lsblk")), "no lsblk in rescue: {commands:?}");
     ensure!(
-        commands.iter().any(|c| c.contains("curl") && c.contains("xz -d") && c.contains("dd of=/dev/")),
+        stack.image.downloads() >= 1,
+        "the image server was never asked for the image"
+    );
+    let sims = stack.talossim.servers().await?;
+    let sim = sims
+        .iter()
+        .find(|s| s["id"] == server_id.as_str())
+        .context("talos-sim has no record of the server")?;
+    let commands: Vec<&str> = sim["commands"]
+        .as_array()
+        .context("commands")?
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    ensure!(
+        commands.iter().any(|c| c.contains("lsblk")),
+        "no lsblk in rescue: {commands:?}"
+    );
+    ensure!(
+        commands
+            .iter()
+            .any(|c| c.contains("curl") && c.contains("xz -d") && c.contains("dd of=/dev/")),
         "no curl | xz -d | dd in rescue: {commands:?}"
     );
     ensure!(
@@ -86,21 +143,58 @@ async fn run(stack: &Stack) -> Result<()> {
         sim["disk"]["image_sha256"],
         stack.image_payload_sha256
     );
-    let configs = sim["applied_configs"].as_array().context("applied_configs")?;
-    ensure!(configs.len() == 1, "expected one applied config, got {}", configs.len());
-    let yaml = configs[0]["yaml"].as_str().or(configs[0].as_str()).context("config yaml")?;
-    ensure!(yaml.contains(&format!("hostname: {nc_name}")), "config does not name the node");
-    ensure!(yaml.contains(&format!("provider-id: {provider_id}")), "config lacks the provider id");
-    ensure!(yaml.contains("karpenter.sh/unregistered"), "config lacks the unregistered taint");
-    ensure!(yaml.contains("karpenter.sh/nodepool: default"), "config lacks the NodeClaim labels");
+    let configs = sim["applied_configs"]
+        .as_array()
+        .context("applied_configs")?;
+    ensure!(
+        configs.len() == 1,
+        "expected one applied config, got {}",
+        configs.len()
+    );
+    let yaml = configs[0]["yaml"]
+        .as_str()
+        .or(configs[0].as_str())
+        .context("config yaml")?;
+    ensure!(
+        yaml.contains(&format!("hostname: {nc_name}")),
+        "config does not name the node"
+    );
+    ensure!(
+        yaml.contains(&format!("provider-id: {provider_id}")),
+        "config lacks the provider id"
+    );
+    ensure!(
+        yaml.contains("karpenter.sh/unregistered"),
+        "config lacks the unregistered taint"
+    );
+    ensure!(
+        yaml.contains("karpenter.sh/nodepool: default"),
+        "config lacks the NodeClaim labels"
+    );
 
     // The Node carries what Karpenter expects.
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    for key in ["node.kubernetes.io/instance-type", "topology.kubernetes.io/zone", "karpenter.sh/capacity-type", "kubernetes.io/arch", "karpenter.sh/nodepool"] {
-        ensure!(labels.contains_key(key), "Node lacks label {key}: {labels:?}");
+    for key in [
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "karpenter.sh/capacity-type",
+        "kubernetes.io/arch",
+        "karpenter.sh/nodepool",
+    ] {
+        ensure!(
+            labels.contains_key(key),
+            "Node lacks label {key}: {labels:?}"
+        );
     }
-    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-    ensure!(!taints.iter().any(|t| t.key == "karpenter.sh/unregistered"), "unregistered taint still on the Node");
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    ensure!(
+        !taints.iter().any(|t| t.key == "karpenter.sh/unregistered"),
+        "unregistered taint still on the Node"
+    );
 
     // 2. Scale to zero: consolidation drains and deletes the node, the provider deletes the server.
     scenario::scale(stack, "inflate", 0).await?;
@@ -109,17 +203,24 @@ async fn run(stack: &Stack) -> Result<()> {
     tracing::info!(%deletes, "emsim counters");
     let all = stack.emsim.servers().await?;
     ensure!(
-        all.iter().all(|s| s["id"] != server_id.as_str() || s["status"] == "deleted" || s["deleted"] == true),
+        all.iter().all(|s| s["id"] != server_id.as_str()
+            || s["status"] == "deleted"
+            || s["deleted"] == true),
         "server {server_id} still in emsim: {all:?}"
     );
-    wait::until("talos-sim to power the server off", Duration::from_secs(30), Duration::from_millis(500), || async {
-        let sims = stack.talossim.servers().await?;
-        Ok(sims
-            .iter()
-            .find(|s| s["id"] == server_id.as_str())
-            .is_none_or(|s| s["state"] == "off")
-            .then_some(()))
-    })
+    wait::until(
+        "talos-sim to power the server off",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
+            let sims = stack.talossim.servers().await?;
+            Ok(sims
+                .iter()
+                .find(|s| s["id"] == server_id.as_str())
+                .is_none_or(|s| s["state"] == "off")
+                .then_some(()))
+        },
+    )
     .await?;
     Ok(())
 }

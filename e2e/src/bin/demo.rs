@@ -15,7 +15,10 @@ use kube::api::ListParams;
 #[tokio::main]
 async fn main() -> Result<()> {
     let keep = std::env::args().any(|a| a == "--keep");
-    let replicas: u32 = std::env::var("DEMO_REPLICAS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let replicas: u32 = std::env::var("DEMO_REPLICAS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
     e2e::install_crypto();
     let _ = tracing_subscriber::fmt().with_env_filter("warn").try_init();
 
@@ -24,17 +27,37 @@ async fn main() -> Result<()> {
     println!("logs: {}", opts.work_dir.join("logs").display());
     let stack = Stack::up(opts).await?;
     stack.create_nodeclass("default").await?;
-    kubeutil::apply_yaml(&stack.client, &Stack::nodepool_yaml("default", "default", "")).await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &Stack::nodepool_yaml("default", "default", ""),
+    )
+    .await?;
     println!("NodeClass Ready. Creating Deployment 'inflate' with {replicas} pods of 1 CPU...\n");
-    kubeutil::apply_yaml(&stack.client, &scenario::inflate_yaml("inflate", replicas, "1")).await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &scenario::inflate_yaml("inflate", replicas, "1"),
+    )
+    .await?;
 
     let start = Instant::now();
     loop {
-        let view = render(&stack).await.unwrap_or_else(|e| format!("(view unavailable: {e:#})"));
+        let view = render(&stack)
+            .await
+            .unwrap_or_else(|e| format!("(view unavailable: {e:#})"));
         println!("--- t+{:>5.1}s ---\n{view}", start.elapsed().as_secs_f64());
-        let done = scenario::wait_pods_running(&stack, "inflate", replicas as usize, Duration::from_millis(1)).await.is_ok();
+        let done = scenario::wait_pods_running(
+            &stack,
+            "inflate",
+            replicas as usize,
+            Duration::from_millis(1),
+        )
+        .await
+        .is_ok();
         if done {
-            println!("All {replicas} pods are Running on a bare-metal node installed through rescue + dd ({:.1}s).", start.elapsed().as_secs_f64());
+            println!(
+                "All {replicas} pods are Running on a bare-metal node installed through rescue + dd ({:.1}s).",
+                start.elapsed().as_secs_f64()
+            );
             break;
         }
         if start.elapsed() > Duration::from_secs(600) {
@@ -44,14 +67,23 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     if keep {
-        println!("\nKUBECONFIG={} ; emsim at {} ; Ctrl-C to stop.", stack.cp.kubeconfig_path().display(), stack.emsim_url());
+        println!(
+            "\nKUBECONFIG={} ; emsim at {} ; Ctrl-C to stop.",
+            stack.cp.kubeconfig_path().display(),
+            stack.emsim_url()
+        );
         tokio::signal::ctrl_c().await?;
     } else {
-        println!("\nScaling to zero: Karpenter consolidates the empty node and the provider deletes the server...");
+        println!(
+            "\nScaling to zero: Karpenter consolidates the empty node and the provider deletes the server..."
+        );
         scenario::scale(&stack, "inflate", 0).await?;
         let t = Instant::now();
         scenario::wait_all_gone(&stack, Duration::from_secs(180)).await?;
-        println!("Node, NodeClaim and server gone ({:.1}s). emsim holds no server of this cluster.", t.elapsed().as_secs_f64());
+        println!(
+            "Node, NodeClaim and server gone ({:.1}s). emsim holds no server of this cluster.",
+            t.elapsed().as_secs_f64()
+        );
     }
     stack.stop().await;
     Ok(())
@@ -59,14 +91,19 @@ async fn main() -> Result<()> {
 
 async fn render(stack: &Stack) -> Result<String> {
     let mut out = String::new();
-    let ncs = kubeutil::nodeclaims(&stack.client).list(&ListParams::default()).await?;
+    let ncs = kubeutil::nodeclaims(&stack.client)
+        .list(&ListParams::default())
+        .await?;
     out.push_str("NODECLAIM                 TYPE              PROVIDER-ID                                            LAUNCHED REGISTERED INITIALIZED\n");
     for nc in &ncs.items {
         let c = |t| kubeutil::condition(nc, t).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
             "{:<25} {:<17} {:<54} {:<8} {:<10} {}\n",
             nc.name_any(),
-            nc.labels().get("node.kubernetes.io/instance-type").cloned().unwrap_or_default(),
+            nc.labels()
+                .get("node.kubernetes.io/instance-type")
+                .cloned()
+                .unwrap_or_default(),
             nc.data["status"]["providerID"].as_str().unwrap_or("-"),
             c("Launched"),
             c("Registered"),
@@ -77,7 +114,11 @@ async fn render(stack: &Stack) -> Result<String> {
     out.push_str("SERVER                                OFFER            ZONE      STATUS       BOOT     OS (talos-sim)\n");
     for s in stack.owned_servers().await? {
         let id = s["id"].as_str().unwrap_or_default();
-        let os = sims.iter().find(|x| x["id"] == id).and_then(|x| x["state"].as_str()).unwrap_or("off");
+        let os = sims
+            .iter()
+            .find(|x| x["id"] == id)
+            .and_then(|x| x["state"].as_str())
+            .unwrap_or("off");
         out.push_str(&format!(
             "{:<37} {:<16} {:<9} {:<12} {:<8} {}\n",
             id,
