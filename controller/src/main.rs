@@ -144,12 +144,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let reconciler = tokio::spawn(nodeclasses.run(stopped(stop_rx.clone())));
     // Serving Create before the NodeClass cache is filled would answer
     // NodeClassNotReady, and core would delete the NodeClaim.
-    if tokio::time::timeout(Duration::from_secs(60), store.wait_until_ready())
-        .await
-        .is_err()
-    {
-        warn!("NodeClass cache not ready after 60s; serving anyway");
-    }
+    wait_for_nodeclass_cache(&client, &store).await;
 
     let engine = InstallEngine::new(EngineDeps {
         elastic_metal: api.clone(),
@@ -208,4 +203,40 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     info!("stopped");
     served
+}
+
+/// Waits (at most 60 s) until the reconciler's cache holds every NodeClass the
+/// API lists now. `Store::wait_until_ready` was seen to resolve only a minute
+/// after the reconciler had already seen every object, delaying startup by that
+/// much; comparing with a direct listing is deterministic.
+async fn wait_for_nodeclass_cache(
+    client: &kube::Client,
+    store: &kube::runtime::reflector::Store<nodeclass::ScalewayElasticMetalNodeClass>,
+) {
+    use kube::ResourceExt as _;
+    let api = kube::Api::<nodeclass::ScalewayElasticMetalNodeClass>::all(client.clone());
+    let started = std::time::Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    loop {
+        match api.list_metadata(&Default::default()).await {
+            Ok(list) => {
+                let cached: std::collections::HashSet<String> =
+                    store.state().iter().map(|nc| nc.name_any()).collect();
+                if list.items.iter().all(|m| cached.contains(&m.name_any())) {
+                    info!(
+                        nodeclasses = list.items.len(),
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "NodeClass cache filled"
+                    );
+                    return;
+                }
+            }
+            Err(error) => warn!(%error, "listing NodeClasses"),
+        }
+        if std::time::Instant::now() > deadline {
+            warn!("NodeClass cache not filled after 60s; serving anyway");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -58,14 +58,24 @@ async fn run(stack: &Stack) -> Result<()> {
         node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str()),
         "Node providerID != NodeClaim providerID"
     );
-    let nc = kubeutil::nodeclaims(&stack.client).get(&nc_name).await?;
-    for cond in ["Launched", "Registered", "Initialized"] {
-        ensure!(
-            kubeutil::condition(&nc, cond).as_deref() == Some("True"),
-            "NodeClaim {cond} is not True: {:?}",
-            nc.data["status"]
-        );
-    }
+    // Karpenter marks the NodeClaim Initialized shortly after the Node is Ready.
+    let nodeclaims = kubeutil::nodeclaims(&stack.client);
+    wait::until(
+        "NodeClaim Launched, Registered and Initialized",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let (api, name) = (nodeclaims.clone(), nc_name.clone());
+            async move {
+                let nc = api.get(&name).await?;
+                let all = ["Launched", "Registered", "Initialized"]
+                    .iter()
+                    .all(|c| kubeutil::condition(&nc, c).as_deref() == Some("True"));
+                Ok(all.then_some(()))
+            }
+        },
+    )
+    .await?;
 
     // emsim's records: one order, with ownership tags, rebooted into rescue with our key.
     let servers = stack.owned_servers().await?;
