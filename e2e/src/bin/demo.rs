@@ -23,7 +23,13 @@ async fn main() -> Result<()> {
     let _ = tracing_subscriber::fmt().with_env_filter("warn").try_init();
 
     println!("Starting the control plane, emsim, talos-sim, the provider and Karpenter core...");
-    let opts = StackOptions::for_test("demo")?;
+    let mut opts = StackOptions::for_test("demo")?;
+    // Slower than the tests' 0.01 so that each install phase stays on screen
+    // for a refresh or two (a 4-minute delivery takes 60 s at 0.25).
+    if std::env::var_os("KPS_TIME_SCALE").is_none() {
+        opts.time_scale = 0.25;
+    }
+    println!("emsim time scale: {} (KPS_TIME_SCALE)", opts.time_scale);
     println!("logs: {}", opts.work_dir.join("logs").display());
     let stack = Stack::up(opts).await?;
     stack.create_nodeclass("default").await?;
@@ -64,7 +70,7 @@ async fn main() -> Result<()> {
             eprintln!("{}", stack.diagnostics());
             anyhow::bail!("pods not running after 10 minutes");
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     if keep {
         println!(
