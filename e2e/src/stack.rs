@@ -127,6 +127,9 @@ pub struct Stack {
     pub image: ImageServer,
     pub image_payload_sha256: String,
     pub ssh_key_id: String,
+    /// Every secret this run handed to the system (API key, SSH private key,
+    /// bootstrap token secret): none may appear in any component's log.
+    secrets: Vec<String>,
     pub bins: Binaries,
     pub provider_socket: PathBuf,
     emsim_url: String,
@@ -300,6 +303,7 @@ impl Stack {
             "karpenter-bridge",
         )?);
 
+        let secrets = secret_fingerprints(&private, &base);
         let stack = Stack {
             opts,
             cp,
@@ -309,6 +313,7 @@ impl Stack {
             image,
             image_payload_sha256,
             ssh_key_id,
+            secrets,
             bins,
             provider_socket,
             emsim_url,
@@ -431,6 +436,30 @@ spec:
                     .is_some_and(|t| t.iter().any(|v| v == &serde_json::json!(tag)))
             })
             .collect())
+    }
+
+    /// Fails if any secret of this run appears in a component's log.
+    pub fn assert_no_secrets_in_logs(&self) -> Result<()> {
+        let mut files: Vec<PathBuf> = self
+            .procs
+            .iter()
+            .map(|p| p.log_path().to_path_buf())
+            .collect();
+        if let Ok(dir) = std::fs::read_dir(self.opts.work_dir.join("controlplane")) {
+            files.extend(
+                dir.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|e| e == "log")),
+            );
+        }
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            for (i, secret) in self.secrets.iter().enumerate() {
+                if text.contains(secret.as_str()) {
+                    bail!("secret #{i} of this run appears in {}", f.display());
+                }
+            }
+        }
+        Ok(())
     }
 
     pub async fn stop(mut self) {
@@ -584,4 +613,22 @@ fn image_payload_sha256(path: &Path) -> Result<String> {
                 .map(|s| s.trim_matches('\0').trim().to_string())
         })
         .context("image header without payload-sha256")
+}
+
+/// The strings that must never be logged: the Scaleway secret key, each line
+/// of the SSH private key's body, the bootstrap token secret and the Talos
+/// machine token.
+fn secret_fingerprints(private_key: &str, base: &talosconfig::BaseConfig) -> Vec<String> {
+    let mut out = vec![
+        SECRET_KEY.to_string(),
+        base.token_secret.clone(),
+        base.machine_token.clone(),
+    ];
+    out.extend(
+        private_key
+            .lines()
+            .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+            .map(str::to_string),
+    );
+    out
 }

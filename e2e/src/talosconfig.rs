@@ -12,6 +12,8 @@ pub struct BaseConfig {
     pub yaml: String,
     pub token_id: String,
     pub token_secret: String,
+    /// `machine.token`: the Talos machine secret of the cluster.
+    pub machine_token: String,
 }
 
 fn lower_alnum(n: usize) -> String {
@@ -97,6 +99,7 @@ cluster:
         yaml,
         token_id,
         token_secret,
+        machine_token,
     })
 }
 

@@ -232,5 +232,6 @@ async fn run(stack: &Stack) -> Result<()> {
         },
     )
     .await?;
+    stack.assert_no_secrets_in_logs()?;
     Ok(())
 }
