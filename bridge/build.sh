@@ -9,5 +9,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${KPS_BRIDGE_BIN:-$here/../.cache/bin/karpenter-bridge}
 mkdir -p "$(dirname "$out")"
 cd "$here"
-go build -trimpath -o "$out" ./cmd/karpenter-bridge
+# -trimpath only for release builds: without it the build shares Go's cache
+# with `go test`/`go vet` of the same packages, which saves a cold CI run the
+# second compile of Karpenter core and its dependencies.
+flags=()
+[ "${KPS_RELEASE:-}" = 1 ] && flags+=(-trimpath)
+go build "${flags[@]}" -o "$out" ./cmd/karpenter-bridge
 echo "$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
