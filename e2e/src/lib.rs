@@ -26,5 +26,6 @@ pub fn init_tracing() {
                 .unwrap_or_else(|_| "info,kube=warn".into()),
         )
         .with_test_writer()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
