@@ -5,11 +5,11 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use tracing::info;
 
-use crate::install::{NodePort, NodePortError};
+use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
 
 /// Nodes and NodeClaims in the cluster the provider serves.
 #[derive(Clone)]
@@ -79,6 +79,28 @@ impl NodePort for KubeNodes {
             }
             Err(err) => Err(classify(err)),
         }
+    }
+
+    async fn save_progress(&self, claim: &str, progress: &Progress) -> Result<(), NodePortError> {
+        let patch = serde_json::json!({"metadata": {"annotations": progress.to_annotations()}});
+        self.node_claims
+            .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(classify)
+    }
+
+    // INTERFACE PLACEHOLDER (session 2): the Kubernetes-side work replaces this
+    // with a real Event on the NodeClaim.
+    async fn event(&self, claim: &str, event: InstallEvent) {
+        info!(nodeclaim = %claim, reason = %event.reason, message = %event.message, warning = event.warning, "install event");
+    }
+
+    // INTERFACE PLACEHOLDER (session 2): the Kubernetes-side work replaces this
+    // with the deletion of the node's bootstrap token.
+    async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
+        let _ = claim;
+        Ok(())
     }
 }
 

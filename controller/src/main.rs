@@ -151,6 +151,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let engine = InstallEngine::new(EngineDeps {
         elastic_metal: api.clone(),
+        capacity: catalog.clone(),
         rescue: Arc::new(RusshShell::default()),
         talos: Arc::new(GrpcTalos::default()),
         nodes: Arc::new(KubeNodes::new(client.clone())),

@@ -103,6 +103,9 @@ impl TalosMaintenance for FakeTalos {
 struct FakeNodes {
     talos: Arc<FakeTalos>,
     deleted: Mutex<Vec<(String, String)>>,
+    progress: Mutex<Vec<Progress>>,
+    events: Mutex<Vec<InstallEvent>>,
+    joined: Mutex<Vec<String>>,
 }
 
 #[async_trait]
@@ -121,6 +124,34 @@ impl NodePort for FakeNodes {
             .unwrap()
             .push((name.to_string(), reason.to_string()));
         Ok(())
+    }
+
+    async fn save_progress(&self, _claim: &str, progress: &Progress) -> Result<(), NodePortError> {
+        self.progress.lock().unwrap().push(progress.clone());
+        Ok(())
+    }
+
+    async fn event(&self, _claim: &str, event: InstallEvent) {
+        self.events.lock().unwrap().push(event);
+    }
+
+    async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
+        self.joined.lock().unwrap().push(claim.to_string());
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct FakeCapacity {
+    unavailable: Mutex<Vec<(String, String)>>,
+}
+
+impl CapacityPort for FakeCapacity {
+    fn mark_unavailable(&self, offer: &str, zone: &str) {
+        self.unavailable
+            .lock()
+            .unwrap()
+            .push((offer.to_string(), zone.to_string()));
     }
 }
 
@@ -156,6 +187,9 @@ fn world(rescue: FakeRescue, talos: FakeTalos) -> World {
     let nodes = Arc::new(FakeNodes {
         talos: talos.clone(),
         deleted: Mutex::default(),
+        progress: Mutex::default(),
+        events: Mutex::default(),
+        joined: Mutex::default(),
     });
     let settings = InstallSettings {
         poll_interval: Duration::from_secs(10),
@@ -165,6 +199,7 @@ fn world(rescue: FakeRescue, talos: FakeTalos) -> World {
     };
     let engine = InstallEngine::new(EngineDeps {
         elastic_metal: em.clone(),
+        capacity: Arc::new(FakeCapacity::default()),
         rescue: rescue.clone(),
         talos: talos.clone(),
         nodes: nodes.clone(),

@@ -98,6 +98,116 @@ pub struct InstallSpec {
     pub base_machine_config: Secret,
     /// NodeClass patches, applied in order after the per-node settings.
     pub machine_config_patches: Vec<String>,
+    /// The offer ordered (e.g. `EM-A115X-SSD`); an install that fails because
+    /// the server went `out_of_stock` marks this offer+zone unavailable.
+    pub offer_name: String,
+    /// sha256 (hex) of the raw, decompressed image, from the NodeClass
+    /// `image.sha256[arch]`; when given, the streamed image must match it.
+    pub image_sha256: Option<String>,
+    /// This node's own bootstrap token `<id>.<secret>`: the `cluster.token`
+    /// of its rendered machine config.
+    pub bootstrap_token: Secret,
+}
+
+/// The prefix of the NodeClaim annotations that persist an install's progress.
+pub const PROGRESS_ANNOTATION_PREFIX: &str = "install.karpenter.scaleway.com/";
+
+/// What is persisted about an install (as NodeClaim annotations under
+/// [`PROGRESS_ANNOTATION_PREFIX`]) so that a restarted controller, or the
+/// next leader, resumes it where it stood. The cloud stays the source of truth
+/// for what exists; this only says how far the install got.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Progress {
+    pub phase: Option<Phase>,
+    /// When the current phase was entered (its deadline counts from here).
+    pub phase_since: Option<chrono::DateTime<chrono::Utc>>,
+    pub disk: Option<String>,
+    pub mac: Option<String>,
+    /// Image writes (and sessions lost while imaging) so far.
+    pub image_attempts: u32,
+    /// Returns to rescue after the maintenance API never came up.
+    pub rescue_returns: u32,
+    /// SHA256 fingerprint of the rescue host key trusted on first use.
+    pub host_key: Option<String>,
+}
+
+impl Progress {
+    /// The annotations that persist this progress (keys under the prefix).
+    pub fn to_annotations(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut put = |key: &str, value: String| {
+            out.insert(format!("{PROGRESS_ANNOTATION_PREFIX}{key}"), value);
+        };
+        if let Some(phase) = self.phase {
+            put("phase", phase.as_str().to_string());
+        }
+        if let Some(since) = self.phase_since {
+            put(
+                "phase-since",
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            );
+        }
+        if let Some(disk) = &self.disk {
+            put("disk", disk.clone());
+        }
+        if let Some(mac) = &self.mac {
+            put("mac", mac.clone());
+        }
+        put("image-attempts", self.image_attempts.to_string());
+        put("rescue-returns", self.rescue_returns.to_string());
+        if let Some(key) = &self.host_key {
+            put("host-key", key.clone());
+        }
+        out
+    }
+
+    /// Reads progress back from a NodeClaim's annotations; unknown or
+    /// malformed values are ignored (the install then redoes that part).
+    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Progress {
+        let get = |key: &str| {
+            annotations
+                .get(&format!("{PROGRESS_ANNOTATION_PREFIX}{key}"))
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+        };
+        Progress {
+            phase: get("phase").and_then(Phase::parse),
+            phase_since: get("phase-since")
+                .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+                .map(|t| t.with_timezone(&chrono::Utc)),
+            disk: get("disk").map(str::to_string),
+            mac: get("mac").map(str::to_string),
+            image_attempts: get("image-attempts")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            rescue_returns: get("rescue-returns")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            host_key: get("host-key").map(str::to_string),
+        }
+    }
+}
+
+/// An Event to record on the NodeClaim (`kubectl describe nodeclaim`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallEvent {
+    /// `Warning` when true, else `Normal`.
+    pub warning: bool,
+    /// CamelCase reason, e.g. `InstallPhase`, `InstallRetry`, `InstallFailed`.
+    pub reason: String,
+    pub message: String,
+}
+
+/// Where out-of-stock outcomes are reported (the catalog's unavailable
+/// offerings).
+pub trait CapacityPort: Send + Sync + 'static {
+    fn mark_unavailable(&self, offer: &str, zone: &str);
+}
+
+impl CapacityPort for crate::catalog::CatalogStore {
+    fn mark_unavailable(&self, offer: &str, zone: &str) {
+        crate::catalog::CatalogStore::mark_unavailable(self, offer, zone)
+    }
 }
 
 /// Where an install stands. `Failed` and `Joined` are terminal.
@@ -131,6 +241,23 @@ impl Phase {
         }
     }
 
+    pub fn parse(s: &str) -> Option<Phase> {
+        [
+            Phase::Ordered,
+            Phase::Delivering,
+            Phase::Ready,
+            Phase::Rescue,
+            Phase::Imaging,
+            Phase::Booting,
+            Phase::Maintenance,
+            Phase::Configured,
+            Phase::Joined,
+            Phase::Failed,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+
     pub fn is_terminal(self) -> bool {
         matches!(self, Phase::Joined | Phase::Failed)
     }
@@ -159,6 +286,13 @@ pub trait NodePort: Send + Sync + 'static {
     async fn node_ready(&self, node_name: &str) -> Result<Option<bool>, NodePortError>;
     /// Deletes the NodeClaim so that Karpenter retries elsewhere; absent is success.
     async fn delete_node_claim(&self, name: &str, reason: &str) -> Result<(), NodePortError>;
+    /// Persists the install's progress on the NodeClaim (merge-patches the
+    /// annotations under [`PROGRESS_ANNOTATION_PREFIX`]).
+    async fn save_progress(&self, claim: &str, progress: &Progress) -> Result<(), NodePortError>;
+    /// Records an Event on the NodeClaim. Best effort: failures are logged.
+    async fn event(&self, claim: &str, event: InstallEvent);
+    /// The node joined: its bootstrap token is deleted.
+    async fn joined(&self, claim: &str) -> Result<(), NodePortError>;
 }
 
 /// How long each phase may take before the install is declared failed. A
@@ -227,6 +361,7 @@ impl Default for InstallSettings {
 #[derive(Clone)]
 pub struct EngineDeps {
     pub elastic_metal: Arc<dyn ElasticMetal>,
+    pub capacity: Arc<dyn CapacityPort>,
     pub rescue: Arc<dyn RescueShell>,
     pub talos: Arc<dyn TalosMaintenance>,
     pub nodes: Arc<dyn NodePort>,
@@ -264,6 +399,16 @@ impl InstallEngine {
         }
         let engine = self.clone();
         tokio::spawn(async move { driver::run(engine, spec).await });
+    }
+
+    /// Resumes an install a previous controller (or leader) started, from the
+    /// progress persisted on its NodeClaim. Like [`Self::start`], a server
+    /// whose install already runs here is left alone.
+    // INTERFACE PLACEHOLDER (session 2): the install-engine work replaces this
+    // body with a real resume from `progress`.
+    pub fn resume(&self, spec: InstallSpec, progress: Progress) {
+        let _ = progress;
+        self.start(spec)
     }
 
     /// The current phase of a server's install, if this engine has seen it.

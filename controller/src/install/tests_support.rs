@@ -40,5 +40,8 @@ pub fn spec(image_url: &str) -> InstallSpec {
         ),
         base_machine_config: Secret::new(BASE_CONFIG),
         machine_config_patches: vec![],
+        offer_name: "EM-A115X-SSD".into(),
+        image_sha256: None,
+        bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
     }
 }

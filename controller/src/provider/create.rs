@@ -114,6 +114,11 @@ impl Provider {
             rescue_private_key: private_key,
             base_machine_config: machine_config,
             machine_config_patches: spec.machine_config_patches.clone(),
+            offer_name: server.offer_name.clone(),
+            image_sha256: spec.image.sha256.as_ref().and_then(|m| m.get(&it.arch).cloned()),
+            // INTERFACE PLACEHOLDER (session 2): the per-node bootstrap token
+            // replaces the base config's cluster token here.
+            bootstrap_token: Secret::default(),
         });
         nodeclaim::hydrate(
             &mut claim,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::catalog::CatalogStore;
-use crate::install::{InstallEngine, InstallSpec, Secret};
+use crate::install::{InstallEngine, InstallSpec, Progress, Secret};
 use crate::nodeclass::{NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, ElasticMetal, Server};
 
@@ -109,11 +109,17 @@ pub trait NodeClasses: Send + Sync + 'static {
 pub trait Installer: Send + Sync + 'static {
     /// Starts (or, when already running for this server, ignores) the install.
     fn start(&self, spec: InstallSpec);
+    /// Resumes an install from the progress persisted on its NodeClaim.
+    fn resume(&self, spec: InstallSpec, progress: Progress);
 }
 
 impl Installer for InstallEngine {
     fn start(&self, spec: InstallSpec) {
         InstallEngine::start(self, spec)
+    }
+
+    fn resume(&self, spec: InstallSpec, progress: Progress) {
+        InstallEngine::resume(self, spec, progress)
     }
 }
 

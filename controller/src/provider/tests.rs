@@ -44,11 +44,16 @@ impl NodeClasses for FakeNodeClasses {
 #[derive(Default)]
 pub(crate) struct RecordingInstaller {
     pub started: Mutex<Vec<InstallSpec>>,
+    pub resumed: Mutex<Vec<(InstallSpec, Progress)>>,
 }
 
 impl Installer for RecordingInstaller {
     fn start(&self, spec: InstallSpec) {
         self.started.lock().unwrap().push(spec);
+    }
+
+    fn resume(&self, spec: InstallSpec, progress: Progress) {
+        self.resumed.lock().unwrap().push((spec, progress));
     }
 }
 
