@@ -29,7 +29,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-fn parse_zone(text: &str) -> Result<String, String> {
+/// A Scaleway zone name such as `fr-par-2`.
+pub fn parse_zone(text: &str) -> Result<String, String> {
     let parts: Vec<&str> = text.split('-').collect();
     let ok = parts.len() == 3
         && parts[0].len() == 2

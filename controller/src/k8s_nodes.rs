@@ -1,32 +1,215 @@
-//! kube adapter of the install engine's [`NodePort`]: reads Node readiness and
-//! deletes NodeClaims (Karpenter's `karpenter.sh/v1` kind, through the dynamic
-//! API so that this crate does not need Karpenter's types).
+//! kube adapter of the install engine's [`NodePort`]: reads Node readiness,
+//! persists progress on NodeClaims, records Events on them, deletes them, and
+//! deletes a node's bootstrap token once it joined. NodeClaims are Karpenter's
+//! `karpenter.sh/v1` kind, reached through the dynamic API so that this crate
+//! does not need Karpenter's types.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Node;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::PostParams;
 use kube::core::{ApiResource, GroupVersionKind};
-use tracing::info;
+use serde_json::Value;
+use tracing::{info, warn};
 
 use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
+use crate::provider::{BootstrapTokens, KubeError};
+
+/// `reportingController` of our Events (and the `source` kubectl shows).
+pub const REPORTING_CONTROLLER: &str = "karpenter-scaleway";
+/// Events about cluster-scoped objects go to `default`, as client-go's
+/// recorder puts them; `kubectl describe nodeclaim` finds them by
+/// `regarding` whatever their namespace.
+const EVENT_NAMESPACE: &str = "default";
+/// The same Event repeated within this window is counted (an `EventSeries`)
+/// instead of written again, so that a retry loop cannot flood etcd.
+const EVENT_SERIES_WINDOW: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+/// `note` is limited to 1 kB by the API server.
+const EVENT_NOTE_MAX: usize = 1024;
+
+/// The `karpenter.sh/v1` NodeClaim API resource.
+pub fn node_claim_resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    ApiResource::from_gvk_with_plural(&gvk, "nodeclaims")
+}
+
+/// Classifies kube errors for the provider's Kubernetes ports: 5xx, 429 and
+/// transport failures may pass; other API answers will not change on retry.
+pub fn classify_kube(err: kube::Error) -> KubeError {
+    match err {
+        kube::Error::Api(status) if status.code == 429 || status.code >= 500 => {
+            KubeError::Unavailable(format!("{} {}", status.code, status.message))
+        }
+        kube::Error::Api(status) if status.code == 409 => {
+            KubeError::Conflict(format!("{} {}", status.code, status.message))
+        }
+        kube::Error::Api(status) => KubeError::Refused(format!("{} {}", status.code, status.message)),
+        other => KubeError::Unavailable(other.to_string()),
+    }
+}
+
+/// Lists every NodeClaim, all pages, or fails: the resume loop and the token
+/// sweep act on "every NodeClaim", so a partial list must never pass for one.
+#[derive(Clone)]
+pub struct NodeClaimList {
+    api: Api<DynamicObject>,
+}
+
+impl NodeClaimList {
+    pub fn new(client: Client) -> Self {
+        NodeClaimList {
+            api: Api::all_with(client, &node_claim_resource()),
+        }
+    }
+
+    /// Every NodeClaim as Kubernetes JSON.
+    pub async fn list(&self) -> Result<Vec<Value>, kube::Error> {
+        let mut params = ListParams::default().limit(500);
+        let mut out = Vec::new();
+        loop {
+            let page = self.api.list(&params).await?;
+            for item in page.items {
+                out.push(serde_json::to_value(item).map_err(kube::Error::SerdeError)?);
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+/// An Event already written, counted again when it repeats.
+#[derive(Debug, Clone)]
+struct Recorded {
+    name: String,
+    count: i32,
+    last: DateTime<Utc>,
+}
 
 /// Nodes and NodeClaims in the cluster the provider serves.
 #[derive(Clone)]
 pub struct KubeNodes {
     nodes: Api<Node>,
     node_claims: Api<DynamicObject>,
+    events: Api<Event>,
+    tokens: Arc<dyn BootstrapTokens>,
+    reporting_instance: String,
+    recorded: Arc<Mutex<HashMap<(String, String, String, String), Recorded>>>,
 }
 
 impl KubeNodes {
-    pub fn new(client: Client) -> Self {
-        let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "nodeclaims");
+    /// `tokens` are the per-node bootstrap tokens deleted once a node joined.
+    pub fn new(client: Client, tokens: Arc<dyn BootstrapTokens>) -> Self {
+        // The pod name when the chart sets POD_NAME, else the host name (a
+        // pod's host name is its name).
+        let reporting_instance = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .ok()
+            .filter(|v| !v.is_empty() && v.len() <= 128)
+            .unwrap_or_else(|| REPORTING_CONTROLLER.to_string());
         KubeNodes {
             nodes: Api::all(client.clone()),
-            node_claims: Api::all_with(client, &resource),
+            node_claims: Api::all_with(client.clone(), &node_claim_resource()),
+            events: Api::namespaced(client, EVENT_NAMESPACE),
+            tokens,
+            reporting_instance,
+            recorded: Arc::default(),
         }
     }
+
+    async fn record(&self, claim: &str, event: &InstallEvent) -> Result<(), kube::Error> {
+        let Some(object) = self.node_claims.get_opt(claim).await? else {
+            warn!(nodeclaim = %claim, reason = %event.reason, "NodeClaim gone; event not recorded");
+            return Ok(());
+        };
+        let uid = object.metadata.uid.clone().unwrap_or_default();
+        let type_ = if event.warning { "Warning" } else { "Normal" };
+        let note = truncate(&event.message, EVENT_NOTE_MAX);
+        let key = (uid.clone(), type_.to_string(), event.reason.clone(), note.clone());
+        let now = Utc::now();
+
+        let repeat = {
+            let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            recorded.retain(|_, r| now - r.last < EVENT_SERIES_WINDOW);
+            recorded.get_mut(&key).map(|r| {
+                r.count += 1;
+                r.last = now;
+                r.clone()
+            })
+        };
+        if let Some(r) = repeat {
+            let patch = serde_json::json!({
+                "series": EventSeries { count: r.count, last_observed_time: micro_time(now) }
+            });
+            match self
+                .events
+                .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                // Deleted meanwhile (events have a TTL): write a new one.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+
+        let name = format!("{claim}.{:x}", now.timestamp_nanos_opt().unwrap_or_default());
+        let object = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(EVENT_NAMESPACE.into()),
+                ..Default::default()
+            },
+            event_time: Some(micro_time(now)),
+            action: Some("Install".into()),
+            reason: Some(event.reason.clone()),
+            note: Some(note),
+            type_: Some(type_.into()),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.reporting_instance.clone()),
+            regarding: Some(ObjectReference {
+                api_version: Some("karpenter.sh/v1".into()),
+                kind: Some("NodeClaim".into()),
+                name: Some(claim.to_string()),
+                uid: Some(uid),
+                resource_version: object.metadata.resource_version.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.events.create(&PostParams::default(), &object).await?;
+        self.recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Recorded { name, count: 1, last: now });
+        Ok(())
+    }
+}
+
+fn micro_time(t: DateTime<Utc>) -> MicroTime {
+    let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+    MicroTime(ts)
+}
+
+/// At most `max` bytes, cut on a character boundary.
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }
 
 /// Classifies kube errors once: 5xx, 429, 409 and transport failures may pass;
@@ -90,17 +273,19 @@ impl NodePort for KubeNodes {
             .map_err(classify)
     }
 
-    // INTERFACE PLACEHOLDER (session 2): the Kubernetes-side work replaces this
-    // with a real Event on the NodeClaim.
     async fn event(&self, claim: &str, event: InstallEvent) {
-        info!(nodeclaim = %claim, reason = %event.reason, message = %event.message, warning = event.warning, "install event");
+        if let Err(error) = self.record(claim, &event).await {
+            // Best effort: the install goes on, and the log keeps the event.
+            warn!(nodeclaim = %claim, reason = %event.reason, message = %event.message,
+                %error, "could not record event");
+        }
     }
 
-    // INTERFACE PLACEHOLDER (session 2): the Kubernetes-side work replaces this
-    // with the deletion of the node's bootstrap token.
     async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
-        let _ = claim;
-        Ok(())
+        self.tokens.delete(claim).await.map_err(|e| match e {
+            KubeError::Unavailable(m) => NodePortError::Unavailable(m),
+            KubeError::Refused(m) | KubeError::Conflict(m) => NodePortError::Refused(m),
+        })
     }
 }
 

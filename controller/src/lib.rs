@@ -8,16 +8,23 @@
 //! `talos` (config rendering and the maintenance port; only its `grpc`
 //! submodule, the client adapter, uses tonic), `provider` (the CloudProvider
 //! logic). Adapters: `grpc` (the tonic service), `nodeclass` (CRD and
-//! reconciler) and `k8s_nodes` (kube ports of the engine). `main` only wires.
+//! reconciler), `k8s_nodes` (kube ports of the engine), `bootstrap_token` and
+//! `node_registration` (kube ports of the provider), `resume` (the loop that
+//! resumes installs after a restart) and `cli` (operator commands). `main`
+//! only wires.
 
+pub mod bootstrap_token;
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod grpc;
 pub mod install;
 pub mod k8s_nodes;
 pub mod metrics;
+pub mod node_registration;
 pub mod nodeclass;
 pub mod provider;
 pub mod rescue;
+pub mod resume;
 pub mod scaleway;
 pub mod talos;

@@ -1,9 +1,11 @@
 //! Serves the Talos test image over HTTP on loopback, like Image Factory or a
 //! mirror would, counting downloads so a scenario can prove the image was fetched.
+//! Optionally at a fixed bandwidth, so that the transfer takes the time a
+//! real image takes on a real link (and imaging lasts long enough to observe).
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
@@ -18,18 +20,49 @@ struct Served {
     bytes: Arc<Vec<u8>>,
     file_name: Arc<String>,
     downloads: Arc<AtomicU64>,
+    bytes_per_second: Option<u64>,
+    transfers: Arc<Mutex<Vec<Transfer>>>,
+}
+
+/// One download as the server saw it: wall-clock start (request received)
+/// and end (last byte handed to the socket, or the client went away).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transfer {
+    pub started: chrono::DateTime<chrono::Utc>,
+    pub finished: Option<chrono::DateTime<chrono::Utc>>,
+    /// Bytes handed to the connection.
+    pub bytes: u64,
+    /// True when every byte was sent.
+    pub complete: bool,
 }
 
 pub struct ImageServer {
     pub addr: SocketAddr,
     pub file_name: String,
+    /// Size of the served (compressed) file.
+    pub size: u64,
+    pub bytes_per_second: Option<u64>,
     downloads: Arc<AtomicU64>,
+    transfers: Arc<Mutex<Vec<Transfer>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl ImageServer {
     /// Serves `file` at `/image/{schematic}/{version}/{file_name}` for any schematic/version.
     pub async fn start(file: &Path) -> Result<ImageServer> {
+        Self::start_with_rate(file, None).await
+    }
+
+    /// Like [`Self::start`], sending at most `bytes_per_second` per download
+    /// when given.
+    pub async fn start_with_rate(
+        file: &Path,
+        bytes_per_second: Option<u64>,
+    ) -> Result<ImageServer> {
+        anyhow::ensure!(
+            bytes_per_second != Some(0),
+            "image bandwidth must be positive"
+        );
         let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
         let file_name = file
             .file_name()
@@ -37,10 +70,14 @@ impl ImageServer {
             .to_string_lossy()
             .to_string();
         let downloads = Arc::new(AtomicU64::new(0));
+        let transfers = Arc::new(Mutex::new(Vec::new()));
+        let size = bytes.len() as u64;
         let state = Served {
             bytes: Arc::new(bytes),
             file_name: Arc::new(file_name.clone()),
             downloads: downloads.clone(),
+            bytes_per_second,
+            transfers: transfers.clone(),
         };
         let app = Router::new()
             .route("/image/{schematic}/{version}/{file}", get(serve))
@@ -53,7 +90,10 @@ impl ImageServer {
         Ok(ImageServer {
             addr,
             file_name,
+            size,
+            bytes_per_second,
             downloads,
+            transfers,
             task,
         })
     }
@@ -73,6 +113,14 @@ impl ImageServer {
 
     pub fn downloads(&self) -> u64 {
         self.downloads.load(Ordering::SeqCst)
+    }
+
+    /// Every download so far, in order of arrival.
+    pub fn transfers(&self) -> Vec<Transfer> {
+        self.transfers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -96,5 +144,61 @@ async fn serve(
         return (StatusCode::NOT_FOUND, Vec::new()).into_response();
     }
     s.downloads.fetch_add(1, Ordering::SeqCst);
-    (StatusCode::OK, s.bytes.as_ref().clone()).into_response()
+    let index = {
+        let mut t = s.transfers.lock().unwrap_or_else(|e| e.into_inner());
+        t.push(Transfer {
+            started: chrono::Utc::now(),
+            finished: None,
+            bytes: 0,
+            complete: false,
+        });
+        t.len() - 1
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(2);
+    tokio::spawn(send_paced(s, index, tx));
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    (
+        StatusCode::OK,
+        [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+        body,
+    )
+        .into_response()
+}
+
+/// Sends the image in 64 KiB chunks, each no earlier than the configured
+/// bandwidth allows (measured from the start, so pauses are not accumulated),
+/// and records when the transfer ended.
+async fn send_paced(
+    s: Served,
+    index: usize,
+    tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::io::Error>>,
+) {
+    const CHUNK: usize = 64 * 1024;
+    let start = tokio::time::Instant::now();
+    let all = bytes::Bytes::from(s.bytes.as_ref().clone());
+    let mut sent = 0usize;
+    let mut complete = true;
+    while sent < all.len() {
+        let end = (sent + CHUNK).min(all.len());
+        if let Some(rate) = s.bytes_per_second {
+            let due = std::time::Duration::from_secs_f64(sent as f64 / rate as f64);
+            tokio::time::sleep_until(start + due).await;
+        }
+        if tx.send(Ok(all.slice(sent..end))).await.is_err() {
+            complete = false;
+            break;
+        }
+        sent = end;
+    }
+    if complete && let Some(rate) = s.bytes_per_second {
+        // The last chunk also takes its share of the link.
+        let due = std::time::Duration::from_secs_f64(sent as f64 / rate as f64);
+        tokio::time::sleep_until(start + due).await;
+    }
+    let mut t = s.transfers.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = t.get_mut(index) {
+        t.finished = Some(chrono::Utc::now());
+        t.bytes = sent as u64;
+        t.complete = complete;
+    }
 }

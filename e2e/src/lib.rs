@@ -7,6 +7,7 @@ pub mod controlplane;
 pub mod image;
 pub mod kubeutil;
 pub mod procs;
+pub mod progress;
 pub mod scenario;
 pub mod sims;
 pub mod stack;

@@ -163,3 +163,197 @@ pub fn parse_provider_id(pid: &str) -> Result<(String, String)> {
     let (zone, id) = rest.split_once('/').context("providerID shape")?;
     Ok((zone.to_string(), id.to_string()))
 }
+
+/// Like [`inflate_yaml`], with pods pinned by `nodeSelector` (e.g. to one
+/// NodePool: `karpenter.sh/nodepool: <name>`) and, when `one_per_node`, kept
+/// apart by a required pod anti-affinity so that every replica needs its own
+/// node whatever the offer's size.
+pub fn inflate_yaml_on(
+    name: &str,
+    replicas: u32,
+    cpu: &str,
+    node_selector: &[(&str, &str)],
+    one_per_node: bool,
+) -> String {
+    let mut out = inflate_yaml(name, replicas, cpu);
+    let mut extra = String::new();
+    if !node_selector.is_empty() {
+        extra.push_str("      nodeSelector:\n");
+        for (k, v) in node_selector {
+            extra.push_str(&format!("        {k}: \"{v}\"\n"));
+        }
+    }
+    if one_per_node {
+        extra.push_str(&format!(
+            r#"      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - topologyKey: kubernetes.io/hostname
+              labelSelector:
+                matchLabels: {{app: {name}}}
+"#
+        ));
+    }
+    out = out.replace(
+        "      terminationGracePeriodSeconds: 0\n",
+        &format!("      terminationGracePeriodSeconds: 0\n{extra}"),
+    );
+    out
+}
+
+/// A NodePool requirement (the `extra_requirements` of
+/// [`Stack::nodepool_yaml`]) restricting it to these offers.
+pub fn instance_types_requirement(offers: &[&str]) -> String {
+    let values = offers
+        .iter()
+        .map(|o| format!("\"{o}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "        - key: node.kubernetes.io/instance-type\n          operator: In\n          values: [{values}]\n"
+    )
+}
+
+/// A NodePool requirement restricting it to these zones.
+pub fn zones_requirement(zones: &[&str]) -> String {
+    let values = zones
+        .iter()
+        .map(|z| format!("\"{z}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "        - key: topology.kubernetes.io/zone\n          operator: In\n          values: [{values}]\n"
+    )
+}
+
+/// The NodeClaims with their full objects.
+pub async fn nodeclaim_objects(stack: &Stack) -> Result<Vec<kube::api::DynamicObject>> {
+    Ok(kubeutil::nodeclaims(&stack.client)
+        .list(&ListParams::default())
+        .await?
+        .items)
+}
+
+/// Waits until NodeClaim `name` is gone from the cluster.
+pub async fn wait_nodeclaim_gone(stack: &Stack, name: &str, timeout: Duration) -> Result<()> {
+    let api = kubeutil::nodeclaims(&stack.client);
+    wait::until(
+        &format!("NodeClaim {name} deleted"),
+        timeout,
+        Duration::from_millis(250),
+        || {
+            let api = api.clone();
+            async move { Ok(api.get_opt(name).await?.is_none().then_some(())) }
+        },
+    )
+    .await
+}
+
+/// Waits until the emsim server `id` is deleted (gone from the live list).
+pub async fn wait_server_deleted(stack: &Stack, id: &str, timeout: Duration) -> Result<()> {
+    wait::until(
+        &format!("server {id} deleted in emsim"),
+        timeout,
+        Duration::from_millis(250),
+        || async {
+            let all = stack.emsim.servers_including_deleted().await?;
+            let s = all.iter().find(|s| s["id"] == id);
+            Ok(s.is_none_or(|s| !s["deleted_at"].is_null()).then_some(()))
+        },
+    )
+    .await
+}
+
+/// The emsim server a NodeClaim's providerID names, once set.
+pub fn claim_server_id(claim: &kube::api::DynamicObject) -> Option<String> {
+    let pid = claim.data["status"]["providerID"].as_str()?;
+    parse_provider_id(pid).ok().map(|(_, id)| id)
+}
+
+/// Orders placed in emsim (2xx answers to `POST /servers`) so far.
+pub async fn orders_placed(stack: &Stack) -> Result<u64> {
+    stack
+        .emsim
+        .successful_calls("POST /baremetal/v1/zones/{zone}/servers")
+        .await
+}
+
+/// Emsim servers carrying the tag `karpenter.sh/nodeclaim=<claim>`, deleted ones included.
+pub async fn servers_of_claim(stack: &Stack, claim: &str) -> Result<Vec<serde_json::Value>> {
+    let tag = serde_json::json!(format!("karpenter.sh/nodeclaim={claim}"));
+    Ok(stack
+        .emsim
+        .servers_including_deleted()
+        .await?
+        .into_iter()
+        .filter(|s| s["tags"].as_array().is_some_and(|t| t.contains(&tag)))
+        .collect())
+}
+
+/// The end of every install scenario: scale `deployments` to zero, then
+/// everything the provider made must go: NodeClaims, Nodes, every server
+/// ever ordered (deleted in emsim, none left running), and every per-node
+/// bootstrap token Secret; and no secret of the run may be in any log.
+pub async fn scale_to_zero_and_check_clean(
+    stack: &Stack,
+    deployments: &[&str],
+    timeout: Duration,
+) -> Result<()> {
+    for d in deployments {
+        scale(stack, d, 0).await?;
+    }
+    wait_all_gone(stack, timeout).await?;
+    let servers = stack.emsim.servers_including_deleted().await?;
+    let leaked: Vec<String> = servers
+        .iter()
+        .filter(|s| s["deleted_at"].is_null())
+        .map(|s| format!("{} ({}, {})", s["id"], s["offer_name"], s["status"]))
+        .collect();
+    anyhow::ensure!(leaked.is_empty(), "servers left in emsim: {leaked:?}");
+    let tokens = bootstrap_token_secrets(stack).await?;
+    anyhow::ensure!(
+        tokens.is_empty(),
+        "per-node bootstrap token Secrets left after every NodeClaim is gone: {tokens:?}"
+    );
+    stack.assert_no_secrets_in_logs()
+}
+
+/// Names of the per-node bootstrap token Secrets (labelled with their NodeClaim).
+pub async fn bootstrap_token_secrets(stack: &Stack) -> Result<Vec<String>> {
+    use k8s_openapi::api::core::v1::Secret;
+    let api: Api<Secret> = Api::namespaced(stack.client.clone(), "kube-system");
+    Ok(api
+        .list(&ListParams::default().labels("karpenter.scaleway.com/nodeclaim"))
+        .await?
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect())
+}
+
+/// Runs a scenario on a fresh stack, printing every component's log tail
+/// when it fails, and always stopping the stack.
+pub async fn with_stack<F>(opts: crate::stack::StackOptions, scenario: F) -> Result<()>
+where
+    F: AsyncFnOnce(&mut Stack) -> Result<()>,
+{
+    crate::init_tracing();
+    let started = std::time::Instant::now();
+    let mut stack = Stack::up(opts).await?;
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        work_dir = %stack.opts.work_dir.display(),
+        "stack up"
+    );
+    let result = scenario(&mut stack).await;
+    if let Err(e) = &result {
+        eprintln!("scenario failed: {e:#}\n{}", stack.diagnostics());
+    }
+    stack.stop().await;
+    tracing::info!(
+        elapsed_s = started.elapsed().as_secs_f64(),
+        ok = result.is_ok(),
+        "scenario finished"
+    );
+    result
+}

@@ -29,6 +29,45 @@ impl Admin {
         Ok(resp.json().await?)
     }
 
+    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            anyhow::bail!("POST {path} {body} answered {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        let resp = self
+            .http
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            anyhow::bail!("DELETE {path} answered {status}: {}", resp.text().await?);
+        }
+        Ok(())
+    }
+
+    /// A list answered either as a JSON array or as `{<key>: [...]}`.
+    async fn list(&self, path: &str, key: &str) -> Result<Vec<Value>> {
+        match self.get(path).await? {
+            Value::Array(a) => Ok(a),
+            Value::Object(o) if o.contains_key(key) => {
+                Ok(o[key].as_array().cloned().unwrap_or_default())
+            }
+            other => anyhow::bail!("unexpected {path} answer: {other}"),
+        }
+    }
+
     /// A list answered either as a JSON array or as `{"servers": [...]}`.
     async fn servers(&self, path: &str) -> Result<Vec<Value>> {
         match self.get(path).await? {
@@ -58,8 +97,71 @@ impl EmsimAdmin {
         self.0.servers("/_emsim/servers").await
     }
 
+    /// Every server ever ordered, deleted ones included (`deleted_at` set).
+    pub async fn servers_including_deleted(&self) -> Result<Vec<Value>> {
+        self.0.servers("/_emsim/servers?include_deleted=true").await
+    }
+
     pub async fn counters(&self) -> Result<Value> {
         self.0.get("/_emsim/counters").await
+    }
+
+    /// Calls of one `METHOD /path-template` answered with a 2xx status.
+    pub async fn successful_calls(&self, endpoint: &str) -> Result<u64> {
+        let c = self.counters().await?;
+        let by_status = &c["endpoints"][endpoint]["by_status"];
+        Ok(by_status
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| k.starts_with('2'))
+                    .filter_map(|(_, v)| v.as_u64())
+                    .sum()
+            })
+            .unwrap_or(0))
+    }
+
+    /// The simulated clock: (now, real seconds per simulated second).
+    pub async fn clock(&self) -> Result<(chrono::DateTime<chrono::Utc>, f64)> {
+        let v = self.0.get("/_emsim/clock").await?;
+        let now = v["now"].as_str().context("clock.now")?;
+        let now = chrono::DateTime::parse_from_rfc3339(now)
+            .with_context(|| format!("clock.now {now:?}"))?
+            .with_timezone(&chrono::Utc);
+        let scale = v["time_scale"].as_f64().context("clock.time_scale")?;
+        Ok((now, scale))
+    }
+
+    /// Arms a fault (`docs/simulator-contracts.md` and the session contracts):
+    /// `{"kind": "http"|"out_of_stock_after_order"|"stuck_delivery"|"delivery_seconds", ...}`.
+    /// Returns emsim's description of the armed fault.
+    pub async fn add_fault(&self, fault: Value) -> Result<Value> {
+        self.0.post("/_emsim/faults", &fault).await
+    }
+
+    /// Every armed fault with its `fired` count.
+    pub async fn faults(&self) -> Result<Vec<Value>> {
+        self.0.list("/_emsim/faults", "faults").await
+    }
+
+    pub async fn clear_faults(&self) -> Result<()> {
+        self.0.delete("/_emsim/faults").await
+    }
+
+    /// Sets an offer's stock in a zone (`available`, `low`, `empty` or a count).
+    pub async fn set_stock(&self, zone: &str, offer: &str, stock: Value) -> Result<()> {
+        let resp = self
+            .0
+            .http
+            .put(format!("{}/_emsim/stock", self.0.base))
+            .json(&serde_json::json!({"zone": zone, "offer": offer, "stock": stock}))
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            anyhow::bail!("PUT /_emsim/stock answered {status}: {}", resp.text().await?);
+        }
+        Ok(())
     }
 
     /// Registers an SSH public key in IAM, as a user would with the console.
@@ -98,5 +200,38 @@ impl TalosSimAdmin {
     /// Every server talos-sim has played: state, disk, commands, applied configs.
     pub async fn servers(&self) -> Result<Vec<Value>> {
         self.0.servers("/_talossim/servers").await
+    }
+
+    /// One server's record, if talos-sim has seen it.
+    pub async fn server(&self, id: &str) -> Result<Option<Value>> {
+        Ok(self.servers().await?.into_iter().find(|s| s["id"] == id))
+    }
+
+    /// Arms a fault: `kind` (`ssh_drop_during_dd`, `corrupt_download`,
+    /// `corrupt_write`, `maintenance_never_up`, `never_ready`), for one server
+    /// or any, firing `count` times (talos-sim's default: once).
+    pub async fn add_fault(
+        &self,
+        kind: &str,
+        server_id: Option<&str>,
+        count: Option<u32>,
+    ) -> Result<Value> {
+        let mut body = serde_json::json!({ "kind": kind });
+        if let Some(id) = server_id {
+            body["server_id"] = id.into();
+        }
+        if let Some(n) = count {
+            body["count"] = n.into();
+        }
+        self.0.post("/_talossim/faults", &body).await
+    }
+
+    /// Every armed fault with its `fired` count.
+    pub async fn faults(&self) -> Result<Vec<Value>> {
+        self.0.list("/_talossim/faults", "faults").await
+    }
+
+    pub async fn clear_faults(&self) -> Result<()> {
+        self.0.delete("/_talossim/faults").await
     }
 }

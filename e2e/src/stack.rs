@@ -77,6 +77,8 @@ impl Binaries {
 #[derive(Debug, Clone)]
 pub struct StackOptions {
     pub work_dir: PathBuf,
+    /// The name the work dir was made from (`.work/<name>-<time>-<pid>-<n>`).
+    pub name: String,
     /// emsim time scale: 0.01 makes a 4-minute delivery take 2.4 s.
     pub time_scale: f64,
     /// Target an existing cluster (kind) instead of starting local binaries.
@@ -85,17 +87,33 @@ pub struct StackOptions {
     pub talos_version: String,
     /// Provider poll interval (the provider default is 15 s, as the SDK's wait helper).
     pub poll_interval: Duration,
+    /// Uncompressed size of the test image (`talos-sim make-image --size`).
+    pub image_size: String,
+    /// Serve the image at this many bytes per second (None: as fast as loopback
+    /// goes), so that imaging lasts long enough to observe or interrupt.
+    pub image_bytes_per_second: Option<u64>,
+    /// talos-sim `--install-delay-ms`: ApplyConfiguration answered -> reboot.
+    pub talos_install_delay: Option<Duration>,
+    /// Extra `karpenter-scaleway serve` arguments (e.g. shorter install
+    /// deadlines for a scenario that waits for one to expire).
+    pub provider_args: Vec<String>,
 }
 
 impl StackOptions {
     pub fn for_test(name: &str) -> Result<Self> {
+        // Unique even for stacks started in the same second by concurrent
+        // tests of one process or by concurrent processes.
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let work_dir = repo_root().join(".work").join(format!(
-            "{name}-{}",
-            chrono::Utc::now().format("%Y%m%dT%H%M%S")
+            "{name}-{}-{}-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S"),
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         ));
         std::fs::create_dir_all(&work_dir)?;
         Ok(StackOptions {
             work_dir,
+            name: name.to_string(),
             time_scale: std::env::var("KPS_TIME_SCALE")
                 .ok()
                 .and_then(|s| s.parse().ok())
@@ -104,8 +122,93 @@ impl StackOptions {
             cluster_name: "e2e".to_string(),
             talos_version: "v1.13.9".to_string(),
             poll_interval: Duration::from_millis(250),
+            image_size: "8MiB".to_string(),
+            image_bytes_per_second: None,
+            talos_install_delay: None,
+            provider_args: Vec::new(),
         })
     }
+}
+
+/// The first and last second octet of the loopback blocks handed to stacks:
+/// `127.100.0.0/16` ..= `127.250.0.0/16`, clear of emsim's default
+/// `127.77.0.0/16` (a hand-started emsim or demo) and of `127.0.0.0/16`.
+const FIRST_BLOCK: u8 = 100;
+const LAST_BLOCK: u8 = 250;
+
+/// A loopback `/16` reserved for one stack's simulated servers: emsim hands
+/// out server addresses from it and talos-sim listens on them (SSH, Talos
+/// API), so two stacks with different blocks never contend for an address
+/// even though both use the same ports.
+///
+/// The reservation is an exclusive `flock` on `<tmp>/kps-e2e-blocks/127.N.lock`,
+/// held for the stack's lifetime. flock locks belong to the open file, so
+/// they exclude other stacks of the same process as well as other processes,
+/// and the kernel drops them when the holder dies, so a crashed run leaves no
+/// stale reservation.
+#[derive(Debug)]
+pub struct AddressBlock {
+    octet: u8,
+    _lock: std::fs::File,
+}
+
+impl AddressBlock {
+    pub fn reserve() -> Result<AddressBlock> {
+        let dir = std::env::temp_dir().join("kps-e2e-blocks");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // Start at a block derived from the pid so that concurrent processes
+        // rarely probe the same locks first.
+        let span = u32::from(LAST_BLOCK - FIRST_BLOCK) + 1;
+        let start = std::process::id() % span;
+        for i in 0..span {
+            let octet = FIRST_BLOCK + ((start + i) % span) as u8;
+            let path = dir.join(format!("127.{octet}.lock"));
+            let file = std::fs::File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => continue,
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(e).with_context(|| format!("locking {}", path.display()));
+                }
+            }
+            // Something outside our locks (a hand-started simulator) may
+            // still listen in the block: check the addresses talos-sim takes.
+            if !block_is_free(octet) {
+                continue;
+            }
+            tracing::info!(block = %format!("127.{octet}.0.0/16"), "address block reserved");
+            return Ok(AddressBlock { octet, _lock: file });
+        }
+        bail!(
+            "every loopback block 127.{FIRST_BLOCK}..=127.{LAST_BLOCK} is in use (locks in {})",
+            dir.display()
+        )
+    }
+
+    /// `127.N.0.0/16`, emsim's `--ip-range`.
+    pub fn cidr(&self) -> String {
+        format!("127.{}.0.0/16", self.octet)
+    }
+
+    pub fn octet(&self) -> u8 {
+        self.octet
+    }
+}
+
+/// True when nothing listens on the SSH or Talos port of the first server
+/// addresses emsim hands out (`.10` onwards) in `127.octet.0.0/16`.
+fn block_is_free(octet: u8) -> bool {
+    (10..14).all(|host| {
+        [SSH_PORT, TALOS_PORT].iter().all(|port| {
+            std::net::TcpListener::bind((std::net::Ipv4Addr::new(127, octet, 0, host), *port))
+                .is_ok()
+        })
+    })
 }
 
 pub const PROJECT_ID: &str = "4d7a1a49-7bcb-4b3e-9c2e-1f0d5c1e2b3a";
@@ -132,7 +235,16 @@ pub struct Stack {
     secrets: Vec<String>,
     pub bins: Binaries,
     pub provider_socket: PathBuf,
+    /// This stack's loopback block (emsim `--ip-range`), held until drop.
+    pub addresses: AddressBlock,
     emsim_url: String,
+    provider_metrics_port: u16,
+    logs: PathBuf,
+    /// Bootstrap token secrets seen in the cluster during the run (per-node
+    /// tokens live only from Create to join, so they are collected as they
+    /// appear); checked by [`Stack::assert_no_secrets_in_logs`].
+    seen_tokens: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    token_watch: tokio::task::JoinHandle<()>,
     // Stopped in reverse order of start when dropped (bridge first).
     procs: Vec<Proc>,
 }
@@ -160,6 +272,7 @@ impl Stack {
         };
         let client = cp.client().await?;
         let mut procs = Vec::new();
+        let addresses = AddressBlock::reserve()?;
 
         // emsim: the Scaleway API.
         let emsim_port = free_port()?;
@@ -172,6 +285,7 @@ impl Stack {
                 .args(["--secret-key", SECRET_KEY, "--project-id", PROJECT_ID])
                 .args(["--organization-id", ORGANIZATION_ID])
                 .args(["--seed", "42"])
+                .args(["--ip-range", &addresses.cidr()])
                 .env("RUST_LOG", "info"),
             &logs,
         )?);
@@ -187,9 +301,19 @@ impl Stack {
         // talos-sim: the servers' OS (rescue SSH, Talos API, kubelet).
         let admin_port = free_port()?;
         let talossim_url = format!("http://127.0.0.1:{admin_port}");
+        let mut talos_cmd = Command::new(bins.rust("talos-sim"));
+        if let Some(delay) = opts.talos_install_delay {
+            talos_cmd.args(["--install-delay-ms", &delay.as_millis().to_string()]);
+        }
+        // A talos-sim whose kubelet still joins with an admin kubeconfig
+        // (before the bootstrap-token kubelet) needs it passed; the current
+        // one authenticates with the token of the applied machine config.
+        if talos_sim_takes_kubeconfig(&bins.rust("talos-sim"))? {
+            talos_cmd.arg("--kubeconfig").arg(cp.kubeconfig_path());
+        }
         procs.push(Proc::spawn(
             "talos-sim",
-            Command::new(bins.rust("talos-sim"))
+            talos_cmd
                 .args(["--emsim-url", &emsim_url])
                 .arg("--state-dir")
                 .arg(opts.work_dir.join("talos-sim"))
@@ -199,8 +323,6 @@ impl Stack {
                     "--talos-port",
                     &TALOS_PORT.to_string(),
                 ])
-                .arg("--kubeconfig")
-                .arg(cp.kubeconfig_path())
                 .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
                 .env("RUST_LOG", "info"),
             &logs,
@@ -224,7 +346,7 @@ impl Stack {
                 "--arch",
                 "amd64",
                 "--size",
-                "8MiB",
+                &opts.image_size,
             ])
             .arg("--out")
             .arg(&image_path)
@@ -233,7 +355,7 @@ impl Stack {
             bail!("talos-sim make-image failed: {status}");
         }
         let image_payload_sha256 = image_payload_sha256(&image_path)?;
-        let image = ImageServer::start(&image_path).await?;
+        let image = ImageServer::start_with_rate(&image_path, opts.image_bytes_per_second).await?;
 
         // The operator's part: an SSH key registered in IAM, whose private half
         // goes into a Secret the NodeClass references.
@@ -286,6 +408,7 @@ impl Stack {
         // The provider and the bridge, sharing a Unix socket as the two
         // containers of the Deployment do.
         let provider_socket = opts.work_dir.join("provider.sock");
+        let provider_metrics_port = free_port()?;
         procs.push(spawn_provider(
             &bins,
             &opts,
@@ -293,7 +416,8 @@ impl Stack {
             &emsim_url,
             &provider_socket,
             &logs,
-            "karpenter-scaleway",
+            PROVIDER,
+            provider_metrics_port,
         )?);
         procs.push(spawn_bridge(
             &bins,
@@ -304,6 +428,11 @@ impl Stack {
         )?);
 
         let secrets = secret_fingerprints(&private, &base);
+        let seen_tokens = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
+        let token_watch = tokio::spawn(watch_bootstrap_tokens(
+            client.clone(),
+            seen_tokens.clone(),
+        ));
         let stack = Stack {
             opts,
             cp,
@@ -316,7 +445,12 @@ impl Stack {
             secrets,
             bins,
             provider_socket,
+            addresses,
             emsim_url,
+            provider_metrics_port,
+            logs,
+            seen_tokens,
+            token_watch,
             procs,
         };
         Ok(stack)
@@ -408,6 +542,68 @@ spec:
         self.procs.iter_mut().find(|p| p.name() == name)
     }
 
+    /// SIGKILLs the provider (its whole process group), as a crash or a node
+    /// loss would: no shutdown code runs. The bridge keeps running and
+    /// reconnects to the socket once a provider serves it again.
+    pub fn kill_provider(&mut self) -> Result<()> {
+        let p = self
+            .proc_mut(PROVIDER)
+            .context("the provider is not running")?;
+        let pid = p.pid();
+        p.kill_hard();
+        tracing::info!(pid, "provider SIGKILLed");
+        Ok(())
+    }
+
+    /// Starts the provider again with exactly the arguments, environment,
+    /// socket and metrics port of the first start (log appended to the same
+    /// file). The killed process is replaced in place, so teardown order holds.
+    pub fn start_provider(&mut self) -> Result<()> {
+        let fresh = spawn_provider(
+            &self.bins,
+            &self.opts,
+            &self.cp,
+            &self.emsim_url,
+            &self.provider_socket,
+            &self.logs,
+            PROVIDER,
+            self.provider_metrics_port,
+        )?;
+        match self.procs.iter().position(|p| p.name() == PROVIDER) {
+            Some(i) => {
+                let mut old = std::mem::replace(&mut self.procs[i], fresh);
+                old.stop(Duration::from_secs(5));
+            }
+            None => self.procs.insert(0, fresh),
+        }
+        Ok(())
+    }
+
+    /// SIGKILL then restart: a controller crash and its Deployment restarting it.
+    pub fn crash_provider(&mut self) -> Result<()> {
+        self.kill_provider()?;
+        self.start_provider()
+    }
+
+    /// Sends `signal` to a component's process group (e.g. SIGSTOP/SIGCONT on
+    /// talos-sim to freeze the simulated machines for a moment).
+    pub fn signal(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
+        self.proc_mut(name)
+            .with_context(|| format!("{name} is not running"))?
+            .signal(signal);
+        Ok(())
+    }
+
+    /// The bootstrap token secrets seen in the cluster so far.
+    pub fn seen_bootstrap_tokens(&self) -> Vec<String> {
+        self.seen_tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
     /// Log tails of every component, for a failure message.
     pub fn diagnostics(&self) -> String {
         let mut out = String::new();
@@ -451,6 +647,7 @@ spec:
                     .filter(|p| p.extension().is_some_and(|e| e == "log")),
             );
         }
+        let tokens = self.seen_bootstrap_tokens();
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap_or_default();
             for (i, secret) in self.secrets.iter().enumerate() {
@@ -458,11 +655,26 @@ spec:
                     bail!("secret #{i} of this run appears in {}", f.display());
                 }
             }
+            for (i, token) in tokens.iter().enumerate() {
+                if text.contains(token.as_str()) {
+                    bail!(
+                        "bootstrap token secret #{i} (of {} seen) appears in {}",
+                        tokens.len(),
+                        f.display()
+                    );
+                }
+            }
         }
+        tracing::info!(
+            fixed = self.secrets.len(),
+            bootstrap_tokens = tokens.len(),
+            "no secret in any log"
+        );
         Ok(())
     }
 
     pub async fn stop(mut self) {
+        self.token_watch.abort();
         while let Some(mut p) = self.procs.pop() {
             p.stop(Duration::from_secs(5));
         }
@@ -471,12 +683,17 @@ spec:
 
 impl Drop for Stack {
     fn drop(&mut self) {
+        self.token_watch.abort();
         while let Some(mut p) = self.procs.pop() {
             p.stop(Duration::from_secs(5));
         }
     }
 }
 
+/// The provider's process name (and log file stem).
+pub const PROVIDER: &str = "karpenter-scaleway";
+
+#[allow(clippy::too_many_arguments)]
 pub fn spawn_provider(
     bins: &Binaries,
     opts: &StackOptions,
@@ -485,8 +702,8 @@ pub fn spawn_provider(
     socket: &Path,
     logs: &Path,
     name: &str,
+    metrics: u16,
 ) -> Result<Proc> {
-    let metrics = free_port()?;
     Proc::spawn(
         name,
         Command::new(bins.rust("karpenter-scaleway"))
@@ -504,6 +721,7 @@ pub fn spawn_provider(
                 &format!("{}ms", opts.poll_interval.as_millis()),
             ])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+            .args(&opts.provider_args)
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env("CLUSTER_NAME", &opts.cluster_name)
             .env("SCW_ACCESS_KEY", ACCESS_KEY)
@@ -596,6 +814,58 @@ async fn wait_crds_established(client: &Client) -> Result<()> {
         },
     )
     .await
+}
+
+/// Whether this talos-sim build has the `--kubeconfig` flag of the kubelet
+/// that joined with admin credentials.
+fn talos_sim_takes_kubeconfig(bin: &Path) -> Result<bool> {
+    let out = Command::new(bin)
+        .arg("--help")
+        .output()
+        .with_context(|| format!("running {} --help", bin.display()))?;
+    Ok(String::from_utf8_lossy(&out.stdout).contains("--kubeconfig"))
+}
+
+/// Records the `token-secret` of every bootstrap token Secret that appears in
+/// `kube-system` (ADDED/MODIFIED events and the initial list), so the log scan
+/// covers per-node tokens that are deleted once their node joined. Restarts
+/// the watch if it ends; stops when the stack aborts the task.
+async fn watch_bootstrap_tokens(
+    client: Client,
+    seen: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+) {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::runtime::watcher;
+    let api: Api<Secret> = Api::namespaced(client, "kube-system");
+    let config = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
+    let mut stream = std::pin::pin!(watcher(api, config));
+    while let Some(event) = stream.next().await {
+        let secrets = match event {
+            Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => vec![s],
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "bootstrap token watch error (retrying)");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        for s in secrets {
+            let value = s
+                .data
+                .as_ref()
+                .and_then(|d| d.get("token-secret"))
+                .map(|b| String::from_utf8_lossy(&b.0).to_string())
+                .or_else(|| {
+                    s.string_data
+                        .as_ref()
+                        .and_then(|d| d.get("token-secret").cloned())
+                });
+            if let Some(v) = value.filter(|v| v.len() >= 6) {
+                seen.lock().unwrap_or_else(|e| e.into_inner()).insert(v);
+            }
+        }
+    }
 }
 
 /// sha256 of the payload that the image header announces: what talos-sim must

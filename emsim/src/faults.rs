@@ -1,70 +1,238 @@
-//! Injected failures (`POST /_emsim/faults`). A fault matches one endpoint
-//! (`METHOD /path-template`, as in the counters) and answers instead of the
-//! handler, before authentication, for `count` calls or until cleared.
+//! Injected failures (`POST /_emsim/faults`), of two families:
 //!
-//! Kept as data (`FaultSpec` -> `Fault`) so that later kinds (latency, dropped
-//! connections, matching on zone or server id, probabilities) are new fields and
-//! variants, not a new mechanism.
+//! - `http` faults act on calls to one endpoint (`METHOD /path-template`, as in
+//!   the counters), in the gate before authentication: answer a status, add
+//!   latency, or hold the request until the client gives up; each call draws
+//!   against `rate` with the simulator's seeded RNG so a scenario replays.
+//! - order faults (`out_of_stock_after_order`, `stuck_delivery`,
+//!   `delivery_seconds`) act on `POST /servers` orders matching an offer and a
+//!   zone: the order is accepted, and its delivery goes wrong later, which is
+//!   what a provider must survive without an error at order time.
+//!
+//! Every fault fires at most `count` times when given, then is spent and
+//! removed; without `count` it fires until `DELETE /_emsim/faults`.
+
+use std::time::Duration;
 
 use axum::http::StatusCode;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ApiError;
 
+/// Keeps the fault RNG's stream apart from the world's, so arming a fault does
+/// not change the ids or delivery times a scenario gets.
+const RNG_SALT: u64 = 0x6661_756c_7473;
+
+/// How long a `timeout` fault holds a request whose client never gives up.
+pub const HOLD_LIMIT: Duration = Duration::from_secs(3600);
+
+/// A fault as posted; `kind` defaults to `http` (the only kind that existed
+/// before, whose bodies had no `kind`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FaultSpec {
+    Http(HttpFault),
+    OutOfStockAfterOrder(OrderMatch),
+    StuckDelivery(OrderMatch),
+    DeliverySeconds(DeliverySeconds),
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FaultSpec {
+pub struct HttpFault {
     /// `METHOD /path-template`, e.g. `POST /baremetal/v1/zones/{zone}/servers`.
     pub endpoint: String,
-    pub status: u16,
+    /// Status to answer. May be absent only for a pure delay (`latency_ms`) or
+    /// a `timeout`: the call then reaches the handler after the delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
     /// JSON body to answer; absent means an empty body (as the real 429 once was).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
-    /// How many calls fail; absent means every call until `DELETE /_emsim/faults`.
-    #[serde(default)]
+    /// How many calls it fires on; absent means every call until cleared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
+    /// Probability that a matching call fires (drawn with the seeded RNG); absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Real milliseconds to wait before answering (or before passing the call on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+    /// Never answer: hold the request until the client gives up (or an hour passes).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub timeout: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Which orders an order fault applies to; absent fields match anything.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderMatch {
+    /// Offer name (case-insensitive) or id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverySeconds {
+    /// Simulated seconds from order to `ready`.
+    pub seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+impl FaultSpec {
+    /// Parses a posted body, `kind` defaulting to `http`.
+    pub fn from_json(mut value: Value) -> Result<Self, ApiError> {
+        let Some(object) = value.as_object_mut() else {
+            return Err(ApiError::invalid("body", "constraint", "a JSON object"));
+        };
+        object
+            .entry("kind")
+            .or_insert_with(|| Value::String("http".into()));
+        serde_json::from_value(value)
+            .map_err(|e| ApiError::invalid("body", "constraint", e.to_string()))
+    }
+
+    fn count(&self) -> Option<u32> {
+        match self {
+            FaultSpec::Http(h) => h.count,
+            FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => m.count,
+            FaultSpec::DeliverySeconds(d) => d.count,
+        }
+    }
+
+    fn count_mut(&mut self) -> Option<&mut u32> {
+        match self {
+            FaultSpec::Http(h) => h.count.as_mut(),
+            FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => m.count.as_mut(),
+            FaultSpec::DeliverySeconds(d) => d.count.as_mut(),
+        }
+    }
+
+    /// The offer and zone selector of an order fault.
+    fn order_match(&self) -> Option<(Option<&str>, Option<&str>)> {
+        match self {
+            FaultSpec::Http(_) => None,
+            FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => {
+                Some((m.offer.as_deref(), m.zone.as_deref()))
+            }
+            FaultSpec::DeliverySeconds(d) => Some((d.offer.as_deref(), d.zone.as_deref())),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Fault {
     #[serde(flatten)]
     pub spec: FaultSpec,
-    /// Calls answered by this fault so far.
+    /// Calls or orders this fault acted on so far.
     pub fired: u64,
 }
 
-#[derive(Debug, Default)]
+/// What the gate does with a call an `http` fault fired on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpAction {
+    /// Wait this long first.
+    pub delay: Duration,
+    pub outcome: HttpOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum HttpOutcome {
+    /// Answer this instead of the handler.
+    Answer(ApiError),
+    /// Let the handler answer (after the delay).
+    PassThrough,
+    /// Never answer.
+    Hold,
+}
+
+/// What the order faults matching one order change about its delivery.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OrderEffects {
+    /// At delivery time the server becomes `out_of_stock` instead of `ready`.
+    pub out_of_stock: bool,
+    /// The delivery never completes.
+    pub stuck: bool,
+    /// Simulated delivery time replacing the offer's.
+    pub delivery_seconds: Option<f64>,
+}
+
+/// What an order looks like to the order faults.
+#[derive(Debug, Clone, Copy)]
+pub struct Order<'a> {
+    pub offer_id: &'a str,
+    pub offer_name: &'a str,
+    pub zone: &'a str,
+}
+
+#[derive(Debug)]
 pub struct Faults {
     active: Vec<Fault>,
+    seed: u64,
+    rng: StdRng,
 }
 
 impl Faults {
-    /// `known` lists the endpoints that exist, to catch typos in tests.
-    pub fn add(&mut self, spec: FaultSpec, known: &[String]) -> Result<Fault, ApiError> {
-        if StatusCode::from_u16(spec.status).is_err() || spec.status < 200 {
-            return Err(ApiError::invalid(
-                "status",
-                "constraint",
-                "an HTTP status between 200 and 999",
-            ));
+    pub fn new(seed: u64) -> Self {
+        Self {
+            active: Vec::new(),
+            seed,
+            rng: StdRng::seed_from_u64(seed ^ RNG_SALT),
         }
-        if !known.iter().any(|k| k == &spec.endpoint) {
-            return Err(ApiError::invalid(
-                "endpoint",
-                "constraint",
-                format!(
-                    "unknown endpoint {:?}; known: {}",
-                    spec.endpoint,
-                    known.join(", ")
-                ),
-            ));
-        }
-        if spec.count == Some(0) {
+    }
+
+    /// Validates and arms a fault. `known` lists the endpoints that exist, to
+    /// catch typos in tests; `zones` the zones.
+    pub fn add(
+        &mut self,
+        spec: FaultSpec,
+        known: &[String],
+        zones: &[&str],
+    ) -> Result<Fault, ApiError> {
+        if spec.count() == Some(0) {
             return Err(ApiError::invalid(
                 "count",
                 "constraint",
                 "at least 1, or absent for no limit",
+            ));
+        }
+        match &spec {
+            FaultSpec::Http(h) => validate_http(h, known)?,
+            FaultSpec::DeliverySeconds(d) => {
+                if !(d.seconds.is_finite() && d.seconds >= 0.0) {
+                    return Err(ApiError::invalid(
+                        "seconds",
+                        "constraint",
+                        "a non-negative number of simulated seconds",
+                    ));
+                }
+            }
+            FaultSpec::OutOfStockAfterOrder(_) | FaultSpec::StuckDelivery(_) => {}
+        }
+        if let Some((_, Some(zone))) = spec.order_match()
+            && !zones.contains(&zone)
+        {
+            return Err(ApiError::invalid(
+                "zone",
+                "constraint",
+                format!("unknown zone {zone}, expected one of {}", zones.join(", ")),
             ));
         }
         let fault = Fault { spec, fired: 0 };
@@ -72,96 +240,361 @@ impl Faults {
         Ok(fault)
     }
 
-    /// The error to answer for a call to `endpoint`, if a fault matches; the
-    /// oldest matching fault fires first.
-    pub fn take(&mut self, endpoint: &str) -> Option<ApiError> {
-        let index = self
-            .active
-            .iter()
-            .position(|f| f.spec.endpoint == endpoint)?;
+    /// What to do with a call to `endpoint`, if an `http` fault fires on it.
+    /// Matching faults are tried oldest first; each draws against its rate.
+    pub fn take_http(&mut self, endpoint: &str) -> Option<HttpAction> {
+        let mut fired = None;
+        for (index, fault) in self.active.iter().enumerate() {
+            let FaultSpec::Http(h) = &fault.spec else {
+                continue;
+            };
+            if h.endpoint != endpoint {
+                continue;
+            }
+            if let Some(rate) = h.rate {
+                // Draw even at rate 1.0 so that the sequence only depends on
+                // the calls made, not on the rates chosen.
+                let draw: f64 = self.rng.random();
+                if draw >= rate {
+                    continue;
+                }
+            }
+            fired = Some(index);
+            break;
+        }
+        let index = fired?;
+        let FaultSpec::Http(h) = &self.active[index].spec else {
+            unreachable!("selected an http fault");
+        };
+        let outcome = if h.timeout {
+            HttpOutcome::Hold
+        } else {
+            match h.status {
+                Some(status) => HttpOutcome::Answer(ApiError::Injected {
+                    status: StatusCode::from_u16(status).expect("validated on add"),
+                    body: h.body.clone(),
+                }),
+                None => HttpOutcome::PassThrough,
+            }
+        };
+        let action = HttpAction {
+            delay: Duration::from_millis(h.latency_ms.unwrap_or(0)),
+            outcome,
+        };
+        self.fire(index);
+        Some(action)
+    }
+
+    /// The effects of the order faults matching `order`: the oldest matching
+    /// fault of each kind fires once.
+    pub fn take_order(&mut self, order: Order<'_>) -> OrderEffects {
+        let mut effects = OrderEffects::default();
+        let mut fired = Vec::new();
+        let mut seen = [false; 3];
+        for (index, fault) in self.active.iter().enumerate() {
+            let Some((offer, zone)) = fault.spec.order_match() else {
+                continue;
+            };
+            let offer_ok = offer
+                .is_none_or(|o| o.eq_ignore_ascii_case(order.offer_name) || o == order.offer_id);
+            if !offer_ok || zone.is_some_and(|z| z != order.zone) {
+                continue;
+            }
+            let slot = match &fault.spec {
+                FaultSpec::OutOfStockAfterOrder(_) => 0,
+                FaultSpec::StuckDelivery(_) => 1,
+                FaultSpec::DeliverySeconds(_) => 2,
+                FaultSpec::Http(_) => unreachable!("order faults only"),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                continue;
+            }
+            match &fault.spec {
+                FaultSpec::OutOfStockAfterOrder(_) => effects.out_of_stock = true,
+                FaultSpec::StuckDelivery(_) => effects.stuck = true,
+                FaultSpec::DeliverySeconds(d) => effects.delivery_seconds = Some(d.seconds),
+                FaultSpec::Http(_) => {}
+            }
+            fired.push(index);
+        }
+        // Highest index first so that removals keep the other indices valid.
+        for index in fired.into_iter().rev() {
+            self.fire(index);
+        }
+        effects
+    }
+
+    fn fire(&mut self, index: usize) {
         let fault = &mut self.active[index];
         fault.fired += 1;
-        let error = ApiError::Injected {
-            status: StatusCode::from_u16(fault.spec.status).expect("validated on add"),
-            body: fault.spec.body.clone(),
-        };
-        if let Some(count) = fault.spec.count.as_mut() {
+        if let Some(count) = fault.spec.count_mut() {
             *count -= 1;
             if *count == 0 {
                 self.active.remove(index);
             }
         }
-        Some(error)
     }
 
     pub fn list(&self) -> &[Fault] {
         &self.active
     }
 
+    /// Disarms everything (the RNG keeps going: clearing is not a replay point).
     pub fn clear(&mut self) {
         self.active.clear();
     }
+
+    /// Disarms everything and re-seeds the RNG, as at start-up.
+    pub fn reset(&mut self) {
+        *self = Self::new(self.seed);
+    }
+}
+
+fn validate_http(h: &HttpFault, known: &[String]) -> Result<(), ApiError> {
+    if let Some(status) = h.status
+        && (StatusCode::from_u16(status).is_err() || status < 200)
+    {
+        return Err(ApiError::invalid(
+            "status",
+            "constraint",
+            "an HTTP status between 200 and 999",
+        ));
+    }
+    if h.status.is_none() && h.latency_ms.is_none() && !h.timeout {
+        return Err(ApiError::invalid(
+            "status",
+            "required",
+            "the status to answer (it may be absent only with latency_ms or timeout)",
+        ));
+    }
+    if h.timeout && (h.status.is_some() || h.body.is_some()) {
+        return Err(ApiError::invalid(
+            "timeout",
+            "constraint",
+            "a timeout never answers: give no status or body with it",
+        ));
+    }
+    if let Some(rate) = h.rate
+        && !(rate.is_finite() && (0.0..=1.0).contains(&rate))
+    {
+        return Err(ApiError::invalid(
+            "rate",
+            "constraint",
+            "a probability between 0.0 and 1.0",
+        ));
+    }
+    if !known.iter().any(|k| k == &h.endpoint) {
+        return Err(ApiError::invalid(
+            "endpoint",
+            "constraint",
+            format!(
+                "unknown endpoint {:?}; known: {}",
+                h.endpoint,
+                known.join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    const ZONES: &[&str] = &["fr-par-1", "fr-par-2"];
 
     fn known() -> Vec<String> {
         vec!["GET /x".to_string(), "POST /x".to_string()]
     }
 
+    fn arm(f: &mut Faults, body: Value) -> Result<Fault, ApiError> {
+        f.add(FaultSpec::from_json(body)?, &known(), ZONES)
+    }
+
+    fn order<'a>(name: &'a str, zone: &'a str) -> Order<'a> {
+        Order {
+            offer_id: "id-of-offer",
+            offer_name: name,
+            zone,
+        }
+    }
+
     #[test]
     fn counted_fault_fires_then_expires() {
-        let mut f = Faults::default();
-        f.add(
-            FaultSpec {
-                endpoint: "GET /x".into(),
-                status: 503,
-                body: Some(serde_json::json!({"message": "boom"})),
-                count: Some(2),
-            },
-            &known(),
+        let mut f = Faults::new(0);
+        arm(
+            &mut f,
+            json!({"endpoint": "GET /x", "status": 503, "body": {"message": "boom"}, "count": 2}),
         )
         .unwrap();
-        assert!(f.take("POST /x").is_none());
-        let e = f.take("GET /x").unwrap();
+        assert!(f.take_http("POST /x").is_none());
+        let HttpOutcome::Answer(e) = f.take_http("GET /x").unwrap().outcome else {
+            panic!("expected an answer");
+        };
         assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(e.body().unwrap()["message"], "boom");
-        assert!(f.take("GET /x").is_some());
-        assert!(f.take("GET /x").is_none());
+        assert!(f.take_http("GET /x").is_some());
+        assert!(f.take_http("GET /x").is_none());
         assert!(f.list().is_empty());
     }
 
     #[test]
-    fn unlimited_fault_holds_until_cleared() {
-        let mut f = Faults::default();
-        let spec = FaultSpec {
-            endpoint: "POST /x".into(),
-            status: 429,
-            body: None,
-            count: None,
-        };
-        f.add(spec, &known()).unwrap();
+    fn unlimited_fault_holds_until_cleared_and_lists_its_kind() {
+        let mut f = Faults::new(0);
+        arm(&mut f, json!({"endpoint": "POST /x", "status": 429})).unwrap();
         for _ in 0..5 {
-            assert!(f.take("POST /x").unwrap().body().is_none());
+            let action = f.take_http("POST /x").unwrap();
+            assert_eq!(action.delay, Duration::ZERO);
+            let HttpOutcome::Answer(e) = action.outcome else {
+                panic!("expected an answer");
+            };
+            assert!(e.body().is_none());
         }
-        assert_eq!(f.list()[0].fired, 5);
+        let listed = serde_json::to_value(f.list()).unwrap();
+        assert_eq!(
+            listed,
+            json!([{"kind": "http", "endpoint": "POST /x", "status": 429, "fired": 5}])
+        );
         f.clear();
-        assert!(f.take("POST /x").is_none());
+        assert!(f.take_http("POST /x").is_none());
     }
 
     #[test]
-    fn rejects_unknown_endpoints_and_bad_status() {
-        let mut f = Faults::default();
-        let bad = |endpoint: &str, status| FaultSpec {
-            endpoint: endpoint.into(),
-            status,
-            body: None,
-            count: None,
+    fn latency_and_timeout() {
+        let mut f = Faults::new(0);
+        arm(
+            &mut f,
+            json!({"kind": "http", "endpoint": "GET /x", "latency_ms": 250, "count": 1}),
+        )
+        .unwrap();
+        arm(
+            &mut f,
+            json!({"endpoint": "POST /x", "timeout": true, "count": 1}),
+        )
+        .unwrap();
+        assert_eq!(
+            f.take_http("GET /x").unwrap(),
+            HttpAction {
+                delay: Duration::from_millis(250),
+                outcome: HttpOutcome::PassThrough
+            }
+        );
+        assert_eq!(f.take_http("POST /x").unwrap().outcome, HttpOutcome::Hold);
+        assert!(f.list().is_empty());
+    }
+
+    #[test]
+    fn rate_draws_replay_with_the_seed() {
+        let pattern = |seed| {
+            let mut f = Faults::new(seed);
+            arm(
+                &mut f,
+                json!({"endpoint": "GET /x", "status": 500, "rate": 0.5}),
+            )
+            .unwrap();
+            (0..64)
+                .map(|_| f.take_http("GET /x").is_some())
+                .collect::<Vec<_>>()
         };
-        assert!(f.add(bad("GET /nope", 500), &known()).is_err());
-        assert!(f.add(bad("GET /x", 42), &known()).is_err());
-        assert!(f.add(bad("GET /x", 1000), &known()).is_err());
+        let a = pattern(7);
+        assert_eq!(a, pattern(7), "same seed, same calls: same failures");
+        let fired = a.iter().filter(|x| **x).count();
+        assert!((10..=54).contains(&fired), "rate 0.5 fired {fired}/64");
+        assert_ne!(a, pattern(8));
+
+        let mut f = Faults::new(7);
+        arm(
+            &mut f,
+            json!({"endpoint": "GET /x", "status": 500, "rate": 0.5}),
+        )
+        .unwrap();
+        let first: Vec<bool> = (0..8).map(|_| f.take_http("GET /x").is_some()).collect();
+        f.reset();
+        arm(
+            &mut f,
+            json!({"endpoint": "GET /x", "status": 500, "rate": 0.5}),
+        )
+        .unwrap();
+        let again: Vec<bool> = (0..8).map(|_| f.take_http("GET /x").is_some()).collect();
+        assert_eq!(first, again, "reset re-seeds");
+
+        let mut f = Faults::new(0);
+        arm(
+            &mut f,
+            json!({"endpoint": "GET /x", "status": 500, "rate": 0.0}),
+        )
+        .unwrap();
+        assert!((0..32).all(|_| f.take_http("GET /x").is_none()));
+    }
+
+    #[test]
+    fn order_faults_match_offer_and_zone_and_expire() {
+        let mut f = Faults::new(0);
+        arm(
+            &mut f,
+            json!({"kind": "out_of_stock_after_order", "offer": "em-a115x-ssd", "zone": "fr-par-2", "count": 1}),
+        )
+        .unwrap();
+        arm(
+            &mut f,
+            json!({"kind": "delivery_seconds", "seconds": 600.0}),
+        )
+        .unwrap();
+        arm(
+            &mut f,
+            json!({"kind": "stuck_delivery", "offer": "EM-B112X-SSD"}),
+        )
+        .unwrap();
+
+        let other_zone = f.take_order(order("EM-A115X-SSD", "fr-par-1"));
+        assert_eq!(
+            other_zone,
+            OrderEffects {
+                delivery_seconds: Some(600.0),
+                ..Default::default()
+            }
+        );
+        let hit = f.take_order(order("EM-A115X-SSD", "fr-par-2"));
+        assert!(hit.out_of_stock && !hit.stuck);
+        let spent = f.take_order(order("EM-A115X-SSD", "fr-par-2"));
+        assert!(!spent.out_of_stock, "count 1 is spent");
+        let stuck = f.take_order(order("EM-B112X-SSD", "fr-par-2"));
+        assert!(stuck.stuck);
+        let by_id = f.take_order(Order {
+            offer_id: "x",
+            offer_name: "EM-I215E-NVME",
+            zone: "fr-par-1",
+        });
+        assert!(!by_id.stuck);
+
+        let listed = serde_json::to_value(f.list()).unwrap();
+        assert_eq!(listed[0]["kind"], "delivery_seconds");
+        assert_eq!(listed[0]["fired"], 5);
+        assert_eq!(listed[1]["kind"], "stuck_delivery");
+        assert_eq!(listed[1]["fired"], 1);
+    }
+
+    #[test]
+    fn rejects_bad_faults() {
+        let mut f = Faults::new(0);
+        for body in [
+            json!({"endpoint": "GET /nope", "status": 500}),
+            json!({"endpoint": "GET /x", "status": 42}),
+            json!({"endpoint": "GET /x", "status": 1000}),
+            json!({"endpoint": "GET /x"}),
+            json!({"endpoint": "GET /x", "status": 500, "rate": 1.5}),
+            json!({"endpoint": "GET /x", "status": 500, "count": 0}),
+            json!({"endpoint": "GET /x", "timeout": true, "status": 500}),
+            json!({"endpoint": "GET /x", "status": 500, "typo": 1}),
+            json!({"kind": "stuck_delivery", "zone": "mars-1"}),
+            json!({"kind": "delivery_seconds", "seconds": -1.0}),
+            json!({"kind": "delivery_seconds"}),
+            json!({"kind": "earthquake"}),
+            json!([1]),
+        ] {
+            assert!(arm(&mut f, body.clone()).is_err(), "accepted {body}");
+        }
+        assert!(f.list().is_empty());
     }
 }

@@ -112,7 +112,7 @@ pub struct Server {
     pub status: String,
     pub offer_id: String,
     pub offer_name: String,
-    pub install: Option<serde_json::Value>,
+    pub install: Option<Install>,
     pub tags: Vec<String>,
     pub ips: Vec<Ip>,
     pub domain: String,
@@ -120,10 +120,118 @@ pub struct Server {
     pub ping_status: String,
     pub project_id: String,
     pub zone: String,
-    pub options: Vec<serde_json::Value>,
+    pub options: Vec<ServerOption>,
     pub rescue_server: Option<RescueServer>,
     pub protected: bool,
     pub user_data: Option<String>,
+}
+
+/// `server.install`: what `POST /servers/{id}/install` asked for and how far it got.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Install {
+    pub os_id: String,
+    pub hostname: String,
+    pub ssh_key_ids: Vec<String>,
+    /// `to_install`, `installing`, `completed`.
+    pub status: String,
+    pub user: String,
+    pub service_user: String,
+    pub service_url: String,
+    pub partitioning_schema: Option<serde_json::Value>,
+}
+
+/// The kind-specific part of an option: exactly one is set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OptionKind {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_access: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<Bandwidth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_bandwidth: Option<Bandwidth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certification: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bandwidth {
+    pub bandwidth_in_bps: u64,
+}
+
+/// An option of the zone (`GET /options`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OptionInfo {
+    pub id: String,
+    pub name: String,
+    pub manageable: bool,
+    #[serde(flatten)]
+    pub kind: OptionKind,
+}
+
+/// An option on a server (`server.options`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerOption {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub manageable: bool,
+    pub expires_at: Option<String>,
+    #[serde(flatten)]
+    pub kind: OptionKind,
+}
+
+/// `{editable, required, default_value}` of an OS's installation field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OsField {
+    pub editable: bool,
+    pub required: bool,
+    pub default_value: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Os {
+    pub id: String,
+    pub name: String,
+    pub version: String,
+    pub logo_url: String,
+    pub ssh: OsField,
+    pub user: OsField,
+    pub password: OsField,
+    pub service_user: OsField,
+    pub service_password: OsField,
+    pub enabled: bool,
+    pub license_required: bool,
+    pub allowed: bool,
+    pub custom_partitioning_supported: bool,
+    pub cloud_init_supported: bool,
+    pub cloud_init_version: Option<String>,
+    pub zone: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerEvent {
+    pub id: String,
+    pub action: String,
+    pub updated_at: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ListOs {
+    pub total_count: u64,
+    pub os: Vec<Os>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ListOptions {
+    pub total_count: u64,
+    pub options: Vec<OptionInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ListServerEvents {
+    pub total_count: u64,
+    pub events: Vec<ServerEvent>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

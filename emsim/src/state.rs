@@ -119,11 +119,18 @@ impl AppState {
             clock: SimClock::new(config.time_scale, config.sim_start.unwrap_or_else(Utc::now)),
             world: Mutex::new(world),
             counters: Mutex::default(),
-            faults: Mutex::default(),
+            faults: Mutex::new(Faults::new(config.seed)),
             limiter: config.rate_limit.map(|r| Mutex::new(RateLimiter::new(r))),
             secret_keys: config.secret_keys.into_iter().collect(),
             wake,
         })))
+    }
+
+    /// The world and the faults (for orders), in the one lock order used
+    /// everywhere: world first.
+    pub fn world_and_faults(&self) -> (MutexGuard<'_, World>, MutexGuard<'_, Faults>, SimTime) {
+        let (world, now) = self.world();
+        (world, self.faults.lock().expect("faults lock"), now)
     }
 
     /// The world brought up to the simulated present, and that present.
@@ -199,7 +206,7 @@ impl AppState {
         world.reset(now);
         drop(world);
         *self.counters.lock().expect("counters lock") = Counters::default();
-        self.faults.lock().expect("faults lock").clear();
+        self.faults.lock().expect("faults lock").reset();
         if let Some(limiter) = &self.limiter {
             limiter.lock().expect("limiter lock").clear();
         }

@@ -15,6 +15,9 @@ pub struct Disk {
     pub path: PathBuf,
     pub size: u64,
     config_path: PathBuf,
+    /// The kubelet's client key and certificate, kept across reboots as
+    /// in `/var/lib/kubelet/pki` on a real node.
+    kubelet_pki_path: PathBuf,
 }
 
 impl Disk {
@@ -35,6 +38,7 @@ impl Disk {
             path: dir.join(format!("{safe}.img")),
             size,
             config_path: dir.join(format!("{safe}.machine-config.yaml")),
+            kubelet_pki_path: dir.join(format!("{safe}.kubelet-client.pem")),
         }
     }
 
@@ -63,6 +67,7 @@ impl Disk {
     pub fn open_write(&self) -> io::Result<File> {
         self.ensure()?;
         remove_if_exists(&self.config_path)?;
+        remove_if_exists(&self.kubelet_pki_path)?;
         OpenOptions::new().write(true).open(&self.path)
     }
 
@@ -85,14 +90,43 @@ impl Disk {
         }
     }
 
+    /// Installs a machine config; the kubelet of the previous install (if
+    /// any) loses its identity, as a fresh Talos install would.
     pub fn install_config(&self, yaml: &str) -> io::Result<()> {
         self.ensure()?;
+        remove_if_exists(&self.kubelet_pki_path)?;
         fs::write(&self.config_path, yaml)
+    }
+
+    pub fn kubelet_pki(&self) -> io::Result<Option<String>> {
+        match fs::read_to_string(&self.kubelet_pki_path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stores the kubelet's key and certificate, readable by the owner only.
+    pub fn save_kubelet_pki(&self, pem: &str) -> io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&self.kubelet_pki_path)?;
+        file.write_all(pem.as_bytes())
+    }
+
+    pub fn forget_kubelet_pki(&self) -> io::Result<()> {
+        remove_if_exists(&self.kubelet_pki_path)
     }
 
     /// Removes the disk and what is installed on it (server deleted).
     pub fn wipe(&self) -> io::Result<()> {
         remove_if_exists(&self.config_path)?;
+        remove_if_exists(&self.kubelet_pki_path)?;
         remove_if_exists(&self.path)
     }
 }
@@ -129,8 +163,11 @@ mod tests {
             disk.installed_config().unwrap().as_deref(),
             Some("version: v1alpha1")
         );
+        disk.save_kubelet_pki("CERT+KEY").unwrap();
+        assert_eq!(disk.kubelet_pki().unwrap().as_deref(), Some("CERT+KEY"));
         drop(disk.open_write().unwrap());
         assert_eq!(disk.installed_config().unwrap(), None);
+        assert_eq!(disk.kubelet_pki().unwrap(), None);
         disk.wipe().unwrap();
         assert!(!disk.path.exists());
     }

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod disk;
+pub mod faults;
 pub mod follower;
 pub mod image;
 pub mod killable;

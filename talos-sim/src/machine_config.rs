@@ -15,6 +15,27 @@ pub struct Taint {
     pub effect: String,
 }
 
+/// A secret taken from the config (the bootstrap token): compared and
+/// cloned like a string, never printed.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Sensitive(String);
+
+impl Sensitive {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Sensitive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// What the simulated node takes from its machine config.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeConfig {
@@ -22,6 +43,11 @@ pub struct NodeConfig {
     /// `machine.network.hostname`); `None` means Talos picks one.
     pub hostname: Option<String>,
     pub control_plane_endpoint: String,
+    /// `cluster.ca.crt` as written (base64 of the PEM): the kubelet trusts
+    /// the API server with it; decoded when the kubelet starts.
+    pub cluster_ca_crt: Option<String>,
+    /// `cluster.token`, the kubelet's bootstrap token (`<id>.<secret>`).
+    pub bootstrap_token: Option<Sensitive>,
     pub node_labels: BTreeMap<String, String>,
     pub node_annotations: BTreeMap<String, String>,
     /// `machine.nodeTaints`, applied by Talos itself after registration.
@@ -198,8 +224,11 @@ fn check_cluster(cluster: &Value, config: &mut NodeConfig, errors: &mut Vec<Stri
         None | Some("") => errors.push("cluster.token is required on worker machines".into()),
         Some(token) if !is_bootstrap_token(token) => errors
             .push("cluster.token is not a valid bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})".into()),
-        Some(_) => {}
+        Some(token) => config.bootstrap_token = Some(Sensitive::new(token)),
     }
+    config.cluster_ca_crt = text(cluster["ca"].get("crt"))
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
 }
 
 fn check_machine(machine: &Value, cluster: &Value, errors: &mut Vec<String>) {

@@ -51,6 +51,12 @@ fn worker_config_is_read() {
         Some("ghcr.io/siderolabs/kubelet:v1.35.2")
     );
     assert_eq!(cfg.install_disk.as_deref(), Some("/dev/nvme0n1"));
+    assert_eq!(cfg.cluster_ca_crt.as_deref(), Some("LS0tLS1CRUdJTi=="));
+    let token = cfg.bootstrap_token.as_ref().unwrap();
+    assert_eq!(token.expose(), "k8sabc.0123456789abcdef");
+    // The token is never printed, even through the config's Debug.
+    assert!(!format!("{cfg:?}").contains("0123456789abcdef"));
+    assert!(format!("{token:?}") == "<redacted>");
 }
 
 #[test]

@@ -11,7 +11,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use talos_sim::image::{self, Compression};
-use talos_sim::kubelet::KubeletCredentials;
 use talos_sim::manager::Simulator;
 use talos_sim::os::Settings;
 use talos_sim::{admin, follower};
@@ -47,10 +46,6 @@ struct RunArgs {
     /// Port of the Talos maintenance API on each server's address.
     #[arg(long, default_value_t = 50000)]
     talos_port: u16,
-    /// Kubeconfig of the simulated cluster, used by the kubelet stand-in.
-    /// Without it, configured servers never join a cluster.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
     /// Listen address of the admin API (`/_talossim/...`).
     #[arg(long, default_value = "127.0.0.1:7090")]
     admin_listen: SocketAddr,
@@ -132,11 +127,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating the state dir {}", args.state_dir.display()))?;
     let sim = Simulator::new(Settings {
-        state_dir: args.state_dir,
         ssh_port: args.ssh_port,
         talos_port: args.talos_port,
-        kubelet: args.kubeconfig.map(KubeletCredentials::AdminKubeconfig),
         install_delay: Duration::from_millis(args.install_delay_ms),
+        ..Settings::new(args.state_dir)
     });
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await

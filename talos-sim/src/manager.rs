@@ -164,6 +164,11 @@ impl Simulator {
         }
     }
 
+    /// The injected failures every server consults.
+    pub fn faults(&self) -> &crate::faults::Faults {
+        &self.settings.faults
+    }
+
     pub async fn records(&self) -> Vec<ServerRecord> {
         self.servers
             .lock()

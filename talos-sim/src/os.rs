@@ -9,18 +9,24 @@ use std::time::Duration;
 
 use russh::keys::PrivateKey;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
 use crate::image::{BootError, ImageHeader};
-use crate::kubelet::{self, Kubelet, KubeletCredentials};
+use crate::faults::{FaultKind, Faults};
+use crate::kubelet::bootstrap::{self, ClientIdentity, ClusterAccess};
+use crate::kubelet::{self, Kubelet};
 use crate::machine_config;
 use crate::model::{BootType, PowerOn};
 use crate::records::{OsState, Record};
-use crate::shell::ShellEnv;
+use crate::shell::{FaultHooks, ShellEnv};
 use crate::ssh::{RescueSsh, parse_authorized_keys};
 use crate::talos_api::MaintenanceApi;
+
+/// How long the kubelet waits for its CSR to be signed before it tries
+/// again with a new one.
+const CSR_WAIT: Duration = Duration::from_secs(60);
 
 /// Process-wide settings of the simulated machines.
 #[derive(Debug, Clone)]
@@ -28,10 +34,29 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub ssh_port: u16,
     pub talos_port: u16,
-    pub kubelet: Option<KubeletCredentials>,
+    /// Whether configured nodes run the kubelet stand-in. It joins the
+    /// cluster named in the applied machine config with that config's
+    /// bootstrap token; tests without a cluster turn it off.
+    pub kubelet: bool,
     /// Between answering ApplyConfiguration and the "reboot" that drops the
     /// maintenance API: lets the reply reach the client.
     pub install_delay: Duration,
+    /// Injected failures, shared with the admin API.
+    pub faults: Arc<Faults>,
+}
+
+impl Settings {
+    /// Defaults of the `talos-sim` binary for the given state directory.
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            ssh_port: 22,
+            talos_port: 50000,
+            kubelet: true,
+            install_delay: Duration::from_millis(500),
+            faults: Arc::default(),
+        }
+    }
 }
 
 /// One power-on of one server.
@@ -108,15 +133,45 @@ impl Boot {
         } else {
             self.on.server_name.clone()
         };
-        let ssh = RescueSsh {
+        let hooks = FaultHooks {
             server_id: self.on.server_id.clone(),
-            user: self.on.rescue_user.clone(),
-            authorized: parse_authorized_keys(&self.on.server_id, &self.on.rescue_ssh_public_keys),
-            host_key: self.host_key.clone(),
-            env: ShellEnv::new(self.disk.clone(), self.on.machine.clone(), hostname),
-            record: self.record.clone(),
+            faults: self.settings.faults.clone(),
+            link_down: Arc::new(Notify::new()),
         };
-        ssh.serve(listener, self.cancel.clone()).await;
+        let env = ShellEnv::with_faults(
+            self.disk.clone(),
+            self.on.machine.clone(),
+            hostname,
+            hooks.clone(),
+        );
+        let mut listener = listener;
+        loop {
+            let ssh = RescueSsh {
+                server_id: self.on.server_id.clone(),
+                user: self.on.rescue_user.clone(),
+                authorized: parse_authorized_keys(
+                    &self.on.server_id,
+                    &self.on.rescue_ssh_public_keys,
+                ),
+                host_key: self.host_key.clone(),
+                env: env.clone(),
+                record: self.record.clone(),
+            };
+            // The connections of this stretch of network uptime.
+            let link = self.cancel.child_token();
+            tokio::select! {
+                _ = ssh.serve(listener, link.clone()) => return,
+                _ = hooks.link_down.notified() => {}
+            }
+            // The `ssh_drop_during_dd` fault: every connection dies at once,
+            // as in a network cut, and the server stays reachable afterwards.
+            link.cancel();
+            tracing::warn!(server_id = %self.server_id(), "rescue network dropped: SSH connections cut");
+            listener = match self.bind(self.settings.ssh_port, "rescue SSH").await {
+                Some(l) => l,
+                None => return,
+            };
+        }
     }
 
     async fn normal(self) {
@@ -149,6 +204,19 @@ impl Boot {
         });
         let yaml = match installed {
             Some(yaml) => yaml,
+            None if self
+                .settings
+                .faults
+                .take(FaultKind::MaintenanceNeverUp, self.server_id()) =>
+            {
+                // Hung before apid started: nothing listens, nothing changes.
+                self.record.update(|r| {
+                    r.boot_error =
+                        Some("fault maintenance_never_up: the Talos API did not start".into())
+                });
+                self.settle();
+                return std::future::pending().await;
+            }
             None => match self.maintenance(&header).await {
                 Some(yaml) => yaml,
                 None => return,
@@ -205,9 +273,16 @@ impl Boot {
     }
 
     async fn join_cluster(&self, cfg: machine_config::NodeConfig, header: &ImageHeader) {
-        let Some(creds) = self.settings.kubelet.clone() else {
-            self.fail("kubelet not started: talos-sim runs without --kubeconfig".into());
+        if !self.settings.kubelet {
+            self.fail("kubelet not started: disabled in this simulator".into());
             return std::future::pending().await;
+        }
+        let access = match ClusterAccess::from_config(&cfg) {
+            Ok(access) => access,
+            Err(e) => {
+                self.fail(format!("kubelet cannot start: {e}"));
+                return std::future::pending().await;
+            }
         };
         let machine = &self.on.machine;
         let facts = kubelet::facts(
@@ -220,17 +295,27 @@ impl Boot {
             machine.memory_bytes,
             machine.disk_size,
         );
+        let ready = !self
+            .settings
+            .faults
+            .take(FaultKind::NeverReady, self.server_id());
+        let mut identity = self.stored_identity();
         let mut backoff = Duration::from_millis(500);
         let kubelet = loop {
-            let attempt = async {
-                let mut k = Kubelet::connect(&creds, cfg.clone(), facts.clone()).await?;
-                k.register().await?;
-                Ok::<_, kubelet::KubeletError>(k)
-            };
-            match attempt.await {
+            match self
+                .join_once(&access, &cfg, &facts, ready, &mut identity)
+                .await
+            {
                 Ok(k) => break k,
                 Err(e) => {
-                    // Retried: the API server may be late or the Node held by another machine.
+                    if e.is_unauthorized() && identity.take().is_some() {
+                        // The cluster no longer trusts this certificate:
+                        // bootstrap again, as a kubelet with an invalid
+                        // client certificate does.
+                        let _ = self.disk.forget_kubelet_pki();
+                    }
+                    // Retried: the API server may be late, the token not
+                    // created yet, or the Node held by another machine.
                     tracing::warn!(server_id = %self.server_id(), error = %e, "kubelet registration failed");
                     self.record.update(|r| {
                         r.boot_error = Some(format!("kubelet registration failed: {e}"))
@@ -244,9 +329,52 @@ impl Boot {
         self.record.update(|r| {
             r.state = OsState::Running;
             r.node_name = Some(node_name.clone());
-            r.boot_error = None;
+            r.boot_error = (!ready).then(|| {
+                "fault never_ready: the node reports NotReady".to_string()
+            });
         });
-        tracing::info!(server_id = %self.server_id(), node = %node_name, "node joined the cluster");
+        tracing::info!(server_id = %self.server_id(), node = %node_name, ready, "node joined the cluster");
         kubelet.run().await;
+    }
+
+    /// The client certificate a previous boot of this install obtained.
+    fn stored_identity(&self) -> Option<ClientIdentity> {
+        match self.disk.kubelet_pki() {
+            Ok(pem) => pem.as_deref().and_then(ClientIdentity::from_pem),
+            Err(e) => {
+                tracing::warn!(server_id = %self.server_id(), error = %e, "cannot read the kubelet's certificate");
+                None
+            }
+        }
+    }
+
+    /// One registration attempt: TLS bootstrap when there is no client
+    /// certificate yet, then create or adopt the Node as that node.
+    async fn join_once(
+        &self,
+        access: &ClusterAccess,
+        cfg: &machine_config::NodeConfig,
+        facts: &kubelet::node::NodeFacts,
+        ready: bool,
+        identity: &mut Option<ClientIdentity>,
+    ) -> Result<Kubelet, kubelet::KubeletError> {
+        let current = match identity {
+            Some(id) => id.clone(),
+            None => {
+                let token = cfg.bootstrap_token.as_ref().ok_or_else(|| {
+                    kubelet::KubeletError::Credentials("cluster.token is not set".into())
+                })?;
+                let id = bootstrap::bootstrap(access, token, &facts.name, CSR_WAIT).await?;
+                if let Err(e) = self.disk.save_kubelet_pki(&id.to_pem()) {
+                    tracing::warn!(server_id = %self.server_id(), error = %e, "cannot store the kubelet's certificate");
+                }
+                *identity = Some(id.clone());
+                id
+            }
+        };
+        let client = bootstrap::node_client(access, &current).await?;
+        let mut k = Kubelet::connect(client, cfg.clone(), facts.clone(), ready).await?;
+        k.register().await?;
+        Ok(k)
     }
 }

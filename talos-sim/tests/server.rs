@@ -26,11 +26,11 @@ const IMAGE: u64 = 8 << 20;
 fn simulator(dir: &tempfile::TempDir) -> Arc<Simulator> {
     talos_sim::install_crypto_provider();
     Simulator::new(Settings {
-        state_dir: dir.path().to_path_buf(),
         ssh_port: SSH_PORT,
         talos_port: TALOS_PORT,
-        kubelet: None,
+        kubelet: false,
         install_delay: Duration::from_millis(100),
+        ..Settings::new(dir.path())
     })
 }
 

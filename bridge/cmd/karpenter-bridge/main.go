@@ -82,6 +82,8 @@ func main() {
 
 	leadership := cloudprovider.NewLeadership(client, opts.Identity, opts.CallTimeout)
 	cp := cloudprovider.New(client, opts, info, repairPolicies, leadership)
+	// GetInstanceTypes answers from the catalog this stream keeps current.
+	go cp.WatchCatalog(ctx)
 	decorated := overlay.Decorate(cp, op.GetClient(), op.InstanceTypeStore)
 	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated)
 

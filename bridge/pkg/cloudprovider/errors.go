@@ -13,15 +13,16 @@ import (
 // Method names as they appear in errors and in the error table of
 // cloudprovider.proto.
 const (
-	methodCreate           = "Create"
-	methodDelete           = "Delete"
-	methodGet              = "Get"
-	methodList             = "List"
-	methodGetInstanceTypes = "GetInstanceTypes"
-	methodIsDrifted        = "IsDrifted"
-	methodRepairPolicies   = "RepairPolicies"
-	methodInfo             = "Info"
-	methodSetLeadership    = "SetLeadership"
+	methodCreate             = "Create"
+	methodDelete             = "Delete"
+	methodGet                = "Get"
+	methodList               = "List"
+	methodGetInstanceTypes   = "GetInstanceTypes"
+	methodWatchInstanceTypes = "WatchInstanceTypes"
+	methodIsDrifted          = "IsDrifted"
+	methodRepairPolicies     = "RepairPolicies"
+	methodInfo               = "Info"
+	methodSetLeadership      = "SetLeadership"
 )
 
 // mapError turns a failed call into the error Karpenter core expects, following
@@ -76,6 +77,21 @@ func isNotLeader(st *status.Status) bool {
 		}
 	}
 	return false
+}
+
+// insufficientCapacityRevision is the catalog revision carried by an
+// InsufficientCapacityDetail, if err has one.
+func insufficientCapacityRevision(err error) (uint64, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if detail, ok := d.(*pb.InsufficientCapacityDetail); ok {
+			return detail.GetCatalogRevision(), true
+		}
+	}
+	return 0, false
 }
 
 func createErrorDetail(st *status.Status) *pb.CreateErrorDetail {

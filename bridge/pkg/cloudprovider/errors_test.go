@@ -16,7 +16,6 @@ import (
 // through a real gRPC call.
 func TestErrorTable(t *testing.T) {
 	nodeClaim := testNodeClaim()
-	nodePool := testNodePool("default")
 	notLeader := func(t *testing.T) error {
 		return statusWithDetails(t, codes.FailedPrecondition, "not leader", &pb.NotLeaderDetail{})
 	}
@@ -29,22 +28,15 @@ func TestErrorTable(t *testing.T) {
 		return err
 	}
 	list := func(ctx context.Context, cp *CloudProvider) error { _, err := cp.List(ctx); return err }
-	its := func(ctx context.Context, cp *CloudProvider) error {
-		_, err := cp.GetInstanceTypes(ctx, nodePool)
-		return err
-	}
 	drift := func(ctx context.Context, cp *CloudProvider) error { _, err := cp.IsDrifted(ctx, nodeClaim); return err }
 
 	// fail makes every RPC of the fake answer err.
 	fail := func(err error) *fakeProvider {
 		return &fakeProvider{
-			create: func(context.Context, *pb.CreateRequest) (*pb.CreateResponse, error) { return nil, err },
-			delete: func(context.Context, *pb.DeleteRequest) (*pb.DeleteResponse, error) { return nil, err },
-			get:    func(context.Context, *pb.GetRequest) (*pb.GetResponse, error) { return nil, err },
-			list:   func(context.Context, *pb.ListRequest) (*pb.ListResponse, error) { return nil, err },
-			getInstanceTypes: func(context.Context, *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error) {
-				return nil, err
-			},
+			create:    func(context.Context, *pb.CreateRequest) (*pb.CreateResponse, error) { return nil, err },
+			delete:    func(context.Context, *pb.DeleteRequest) (*pb.DeleteResponse, error) { return nil, err },
+			get:       func(context.Context, *pb.GetRequest) (*pb.GetResponse, error) { return nil, err },
+			list:      func(context.Context, *pb.ListRequest) (*pb.ListResponse, error) { return nil, err },
 			isDrifted: func(context.Context, *pb.IsDriftedRequest) (*pb.IsDriftedResponse, error) { return nil, err },
 		}
 	}
@@ -56,6 +48,9 @@ func TestErrorTable(t *testing.T) {
 		want string
 	}{
 		{"Create RESOURCE_EXHAUSTED", func(*testing.T) error { return grpcstatus.Error(codes.ResourceExhausted, "sold out") }, create, "InsufficientCapacity"},
+		{"Create RESOURCE_EXHAUSTED + InsufficientCapacityDetail", func(t *testing.T) error {
+			return statusWithDetails(t, codes.ResourceExhausted, "sold out", &pb.InsufficientCapacityDetail{CatalogRevision: 0})
+		}, create, "InsufficientCapacity"},
 		{"Create FAILED_PRECONDITION", func(*testing.T) error { return grpcstatus.Error(codes.FailedPrecondition, "nodeclass") }, create, "NodeClassNotReady"},
 		{"Create FAILED_PRECONDITION + NotLeaderDetail", notLeader, create, "plain"},
 		{"Create UNAVAILABLE + CreateErrorDetail", func(t *testing.T) error {
@@ -70,7 +65,6 @@ func TestErrorTable(t *testing.T) {
 		{"Get DEADLINE_EXCEEDED", func(*testing.T) error { return grpcstatus.Error(codes.DeadlineExceeded, "slow") }, get, "plain"},
 		{"List NOT_FOUND", func(*testing.T) error { return grpcstatus.Error(codes.NotFound, "x") }, list, "plain"},
 		{"List UNAVAILABLE", func(*testing.T) error { return grpcstatus.Error(codes.Unavailable, "x") }, list, "plain"},
-		{"GetInstanceTypes RESOURCE_EXHAUSTED", func(*testing.T) error { return grpcstatus.Error(codes.ResourceExhausted, "x") }, its, "plain"},
 		{"IsDrifted FAILED_PRECONDITION", func(*testing.T) error { return grpcstatus.Error(codes.FailedPrecondition, "x") }, drift, "plain"},
 	}
 	for _, tc := range cases {

@@ -62,11 +62,29 @@ func testInstanceType() *pb.InstanceType {
 	}
 }
 
+// streamCatalogs is a WatchInstanceTypes that sends each message of next as it
+// arrives and then holds the stream open until the client goes away.
+func streamCatalogs(next <-chan *pb.WatchInstanceTypesResponse) func(*pb.WatchInstanceTypesRequest, pb.CloudProvider_WatchInstanceTypesServer) error {
+	return func(_ *pb.WatchInstanceTypesRequest, s pb.CloudProvider_WatchInstanceTypesServer) error {
+		for {
+			select {
+			case msg := <-next:
+				if err := s.Send(msg); err != nil {
+					return err
+				}
+			case <-s.Context().Done():
+				return s.Context().Err()
+			}
+		}
+	}
+}
+
+// serveInstanceTypes serves its as the default catalog on the watch stream.
 func serveInstanceTypes(t *testing.T, its ...*pb.InstanceType) (*CloudProvider, *fakeProvider) {
 	t.Helper()
-	fake := &fakeProvider{getInstanceTypes: func(context.Context, *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error) {
-		return &pb.GetInstanceTypesResponse{InstanceTypes: its}, nil
-	}}
+	next := make(chan *pb.WatchInstanceTypesResponse, 1)
+	next <- &pb.WatchInstanceTypesResponse{Revision: 1, DefaultCatalog: its}
+	fake := &fakeProvider{watch: streamCatalogs(next)}
 	return startProvider(t, fake, testOptions()), fake
 }
 
@@ -193,8 +211,7 @@ func TestInstanceTypeConversionErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			it := testInstanceType()
 			mutate(it)
-			cp, _ := serveInstanceTypes(t, it)
-			its, err := cp.GetInstanceTypes(context.Background(), testNodePool("default"))
+			its, err := convertInstanceTypes([]*pb.InstanceType{it})
 			if err == nil || its != nil {
 				t.Fatalf("got %d types and %v; want an error", len(its), err)
 			}
@@ -203,69 +220,89 @@ func TestInstanceTypeConversionErrors(t *testing.T) {
 }
 
 func TestDuplicateInstanceTypesRejected(t *testing.T) {
-	cp, _ := serveInstanceTypes(t, testInstanceType(), testInstanceType())
-	if _, err := cp.GetInstanceTypes(context.Background(), testNodePool("default")); err == nil || !strings.Contains(err.Error(), "twice") {
+	_, err := convertSnapshot(&pb.WatchInstanceTypesResponse{DefaultCatalog: []*pb.InstanceType{testInstanceType(), testInstanceType()}})
+	if err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Fatalf("got %v", err)
 	}
 }
 
-func TestInstanceTypesCachedPerNodeClass(t *testing.T) {
-	var mu sync.Mutex
-	var seenNodePools []string
-	fake := &fakeProvider{getInstanceTypes: func(_ context.Context, r *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error) {
-		mu.Lock()
-		seenNodePools = append(seenNodePools, string(r.GetNodePoolJson()))
-		mu.Unlock()
-		return &pb.GetInstanceTypesResponse{InstanceTypes: []*pb.InstanceType{testInstanceType()}}, nil
-	}}
-	opts := testOptions()
-	opts.InstanceTypesTTL = time.Minute
-	cp := startProvider(t, fake, opts)
-	now := time.Unix(1_000_000, 0)
-	cp.instanceTypes.now = func() time.Time { return now }
+// GetInstanceTypes answers from the streamed catalog, per NodeClass, without
+// calling the provider's unary GetInstanceTypes.
+func TestInstanceTypesServedFromTheWatchStream(t *testing.T) {
+	par := testInstanceType()
+	monthly := testInstanceType()
+	monthly.Offerings[0].Price = 0.045
+	next := make(chan *pb.WatchInstanceTypesResponse, 2)
+	next <- &pb.WatchInstanceTypesResponse{
+		Revision:         1,
+		DefaultCatalog:   []*pb.InstanceType{par},
+		Catalogs:         []*pb.NodeClassCatalog{{NodeClassName: "monthly", InstanceTypes: []*pb.InstanceType{monthly}}},
+		OffersReadAtUnix: time.Now().Unix(),
+	}
+	fake := &fakeProvider{watch: streamCatalogs(next)}
+	cp := startProvider(t, fake, testOptions())
 	ctx := context.Background()
 
-	get := func(nodeClass string) []*cloudprovider.InstanceType {
+	price := func(nodeClass string) float64 {
 		t.Helper()
 		its, err := cp.GetInstanceTypes(ctx, testNodePool(nodeClass))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return its
+		return its[0].Offerings[0].Price
 	}
-	first := get("default")
-	if again := get("default"); again[0] != first[0] || fake.instanceTypeCalls.Load() != 1 {
-		t.Fatalf("second call within the TTL reached the provider (%d calls)", fake.instanceTypeCalls.Load())
+	if got := price("monthly"); got != 0.045 {
+		t.Fatalf("NodeClass catalog price %v", got)
 	}
-	get("other")
-	if fake.instanceTypeCalls.Load() != 2 {
-		t.Fatalf("another NodeClass must have its own entry (%d calls)", fake.instanceTypeCalls.Load())
+	if got := price("unknown"); got != 0.25 {
+		t.Fatalf("default catalog price %v", got)
 	}
-	now = now.Add(2 * time.Minute)
-	get("default")
-	if fake.instanceTypeCalls.Load() != 3 {
-		t.Fatalf("an expired entry must be refetched (%d calls)", fake.instanceTypeCalls.Load())
+	for range 100 {
+		price("monthly")
 	}
-	// The provider receives the NodePool as Kubernetes JSON.
-	if !strings.Contains(seenNodePools[0], `"kind":"NodePool"`) || !strings.Contains(seenNodePools[0], `"name":"default"`) {
-		t.Fatalf("NodePool JSON %s", seenNodePools[0])
+	if n := fake.instanceTypeCalls.Load(); n != 0 {
+		t.Fatalf("unary GetInstanceTypes called %d times", n)
+	}
+
+	// A new snapshot replaces the old one.
+	sold := testInstanceType()
+	sold.Offerings[0].Available = false
+	next <- &pb.WatchInstanceTypesResponse{Revision: 2, DefaultCatalog: []*pb.InstanceType{sold}}
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := cp.catalog.waitForRevision(waitCtx, 2); err != nil {
+		t.Fatal(err)
+	}
+	its, err := cp.GetInstanceTypes(ctx, testNodePool("monthly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if its[0].Offerings[0].Available {
+		t.Fatal("revision 2 dropped the monthly catalog and sold the offering out")
 	}
 }
 
-// After an insufficient-capacity error the provider has marked an offering
-// unavailable; the next GetInstanceTypes must see that, not the cached copy.
-func TestInsufficientCapacityInvalidatesInstanceTypes(t *testing.T) {
+// A Create refused for lack of capacity returns only once the catalog holds
+// the provider's mark, so core's next scheduling round cannot pick the
+// sold-out offering from the previous snapshot.
+func TestInsufficientCapacityWaitsForTheMarkedCatalog(t *testing.T) {
+	next := make(chan *pb.WatchInstanceTypesResponse, 2)
+	next <- &pb.WatchInstanceTypesResponse{Revision: 1, DefaultCatalog: []*pb.InstanceType{testInstanceType()}}
 	fake := &fakeProvider{
-		getInstanceTypes: func(context.Context, *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error) {
-			return &pb.GetInstanceTypesResponse{InstanceTypes: []*pb.InstanceType{testInstanceType()}}, nil
-		},
+		watch: streamCatalogs(next),
 		create: func(context.Context, *pb.CreateRequest) (*pb.CreateResponse, error) {
-			return nil, grpcstatus.Error(codes.ResourceExhausted, "sold out")
+			sold := testInstanceType()
+			sold.Offerings[0].Available = false
+			// The stream delivers the mark a little after the answer.
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				next <- &pb.WatchInstanceTypesResponse{Revision: 2, DefaultCatalog: []*pb.InstanceType{sold}}
+			}()
+			return nil, statusWithDetails(t, codes.ResourceExhausted, "EM-A115X-SSD out of stock",
+				&pb.InsufficientCapacityDetail{CatalogRevision: 2})
 		},
 	}
-	opts := testOptions()
-	opts.InstanceTypesTTL = time.Hour
-	cp := startProvider(t, fake, opts)
+	cp := startProvider(t, fake, testOptions())
 	ctx := context.Background()
 	if _, err := cp.GetInstanceTypes(ctx, testNodePool("default")); err != nil {
 		t.Fatal(err)
@@ -273,10 +310,98 @@ func TestInsufficientCapacityInvalidatesInstanceTypes(t *testing.T) {
 	if _, err := cp.Create(ctx, testNodeClaim()); !cloudprovider.IsInsufficientCapacityError(err) {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := cp.GetInstanceTypes(ctx, testNodePool("default")); err != nil {
+	its, err := cp.GetInstanceTypes(ctx, testNodePool("default"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if fake.instanceTypeCalls.Load() != 2 {
-		t.Fatalf("provider saw %d GetInstanceTypes calls, want 2", fake.instanceTypeCalls.Load())
+	if its[0].Offerings[0].Available {
+		t.Fatal("GetInstanceTypes right after the refusal still offers the sold-out offering")
+	}
+}
+
+// Before the first snapshot GetInstanceTypes fails after one call timeout
+// (core skips the NodePool); while the stream is down the last snapshot is
+// served for CatalogMaxStaleness, then GetInstanceTypes fails until the
+// stream is back; a malformed snapshot never replaces a good one.
+func TestCatalogWhenTheStreamCannotDeliver(t *testing.T) {
+	var mu sync.Mutex
+	broken := true
+	next := make(chan *pb.WatchInstanceTypesResponse, 4)
+	follow := streamCatalogs(next)
+	fake := &fakeProvider{watch: func(r *pb.WatchInstanceTypesRequest, s pb.CloudProvider_WatchInstanceTypesServer) error {
+		mu.Lock()
+		b := broken
+		mu.Unlock()
+		if b {
+			return grpcstatus.Error(codes.Unavailable, "offers not read yet")
+		}
+		return follow(r, s)
+	}}
+	opts := testOptions()
+	opts.CallTimeout = 300 * time.Millisecond
+	opts.CatalogMaxStaleness = time.Minute
+	cp := startProvider(t, fake, opts)
+	ctx := context.Background()
+	start := time.Now()
+	if _, err := cp.GetInstanceTypes(ctx, testNodePool("default")); err == nil || !strings.Contains(err.Error(), "no instance-type catalog") {
+		t.Fatalf("before the first snapshot: %v", err)
+	}
+	if waited := time.Since(start); waited < 250*time.Millisecond {
+		t.Fatalf("gave up after %s, before the call timeout", waited)
+	}
+	if fake.watchCalls.Load() < 2 {
+		t.Fatalf("the watch was not retried (%d calls)", fake.watchCalls.Load())
+	}
+
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	bad := testInstanceType()
+	bad.Capacity["memory"] = "lots"
+	next <- &pb.WatchInstanceTypesResponse{Revision: 1, DefaultCatalog: []*pb.InstanceType{testInstanceType()}}
+	next <- &pb.WatchInstanceTypesResponse{Revision: 2, DefaultCatalog: []*pb.InstanceType{bad}}
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := cp.WaitForCatalog(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	shortCtx, shortCancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer shortCancel()
+	if err := cp.catalog.waitForRevision(shortCtx, 2); err == nil {
+		t.Fatal("the malformed revision 2 replaced revision 1")
+	}
+	next <- &pb.WatchInstanceTypesResponse{Revision: 3, DefaultCatalog: []*pb.InstanceType{testInstanceType()}}
+	if err := cp.catalog.waitForRevision(waitCtx, 3); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stream goes down: the snapshot is served until it is too old.
+	now := time.Now()
+	cp.catalog.now = func() time.Time { return now }
+	cp.catalog.streamDown()
+	if _, err := cp.GetInstanceTypes(ctx, testNodePool("default")); err != nil {
+		t.Fatalf("within the staleness bound: %v", err)
+	}
+	now = now.Add(2 * time.Minute)
+	if _, err := cp.GetInstanceTypes(ctx, testNodePool("default")); err == nil || !strings.Contains(err.Error(), "stream down") {
+		t.Fatalf("past the staleness bound: %v", err)
+	}
+	// A new snapshot makes it current again.
+	next <- &pb.WatchInstanceTypesResponse{Revision: 4, DefaultCatalog: []*pb.InstanceType{testInstanceType()}}
+	if err := cp.catalog.waitForRevision(waitCtx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.GetInstanceTypes(ctx, testNodePool("default")); err != nil {
+		t.Fatalf("after the stream came back: %v", err)
+	}
+}
+
+func TestMalformedSnapshotIsRejected(t *testing.T) {
+	bad := testInstanceType()
+	bad.Capacity["memory"] = "lots"
+	if _, err := convertSnapshot(&pb.WatchInstanceTypesResponse{
+		Catalogs: []*pb.NodeClassCatalog{{NodeClassName: "x", InstanceTypes: []*pb.InstanceType{bad}}},
+	}); err == nil || !strings.Contains(err.Error(), "NodeClass x") {
+		t.Fatalf("got %v", err)
 	}
 }

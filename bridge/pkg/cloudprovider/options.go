@@ -22,10 +22,11 @@ type Options struct {
 	// StartupTimeout is how long the bridge waits for the provider to answer
 	// Info at startup before it gives up and exits (PROVIDER_STARTUP_TIMEOUT).
 	StartupTimeout time.Duration
-	// InstanceTypesTTL is how long a GetInstanceTypes answer is reused
-	// (PROVIDER_INSTANCE_TYPES_TTL). Core asks for instance types on every
-	// scheduling batch and disruption poll.
-	InstanceTypesTTL time.Duration
+	// CatalogMaxStaleness is how long the instance-type catalog received on
+	// the watch stream keeps being served after the stream broke
+	// (PROVIDER_CATALOG_MAX_STALENESS); after that GetInstanceTypes fails
+	// until the stream is back.
+	CatalogMaxStaleness time.Duration
 	// Identity names this replica in SetLeadership (POD_NAME, else the host name).
 	Identity string
 }
@@ -37,12 +38,12 @@ const DefaultSocket = "/var/run/karpenter/provider.sock"
 // in production, a map in tests).
 func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	o := Options{
-		Socket:           DefaultSocket,
-		CallTimeout:      5 * time.Second,
-		ListTimeout:      30 * time.Second,
-		StartupTimeout:   5 * time.Minute,
-		InstanceTypesTTL: 5 * time.Second,
-		Identity:         getenv("POD_NAME"),
+		Socket:              DefaultSocket,
+		CallTimeout:         5 * time.Second,
+		ListTimeout:         30 * time.Second,
+		StartupTimeout:      5 * time.Minute,
+		CatalogMaxStaleness: 5 * time.Minute,
+		Identity:            getenv("POD_NAME"),
 	}
 	if v := getenv("PROVIDER_SOCKET"); v != "" {
 		o.Socket = v
@@ -54,7 +55,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		{"PROVIDER_CALL_TIMEOUT", &o.CallTimeout},
 		{"PROVIDER_LIST_TIMEOUT", &o.ListTimeout},
 		{"PROVIDER_STARTUP_TIMEOUT", &o.StartupTimeout},
-		{"PROVIDER_INSTANCE_TYPES_TTL", &o.InstanceTypesTTL},
+		{"PROVIDER_CATALOG_MAX_STALENESS", &o.CatalogMaxStaleness},
 	}
 	for _, d := range durations {
 		v := getenv(d.env)
@@ -65,8 +66,9 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		if err != nil {
 			return Options{}, fmt.Errorf("parsing %s=%q: %w", d.env, v, err)
 		}
-		// A zero TTL disables the cache; a zero timeout would fail every call.
-		if parsed < 0 || (parsed == 0 && d.dst != &o.InstanceTypesTTL) {
+		// Zero would fail every call; zero staleness would fail every
+		// GetInstanceTypes during a provider restart.
+		if parsed <= 0 {
 			return Options{}, fmt.Errorf("parsing %s=%q: must be positive", d.env, v)
 		}
 		*d.dst = parsed

@@ -15,19 +15,19 @@ func TestOptionsFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Socket != DefaultSocket || o.CallTimeout != 5*time.Second || o.ListTimeout != 30*time.Second ||
-		o.InstanceTypesTTL != 5*time.Second || o.Identity != "karpenter-0" {
+		o.CatalogMaxStaleness != 5*time.Minute || o.Identity != "karpenter-0" {
 		t.Fatalf("defaults: %+v", o)
 	}
 
 	o, err = OptionsFromEnv(env(map[string]string{
 		"PROVIDER_SOCKET": "/tmp/p.sock", "PROVIDER_CALL_TIMEOUT": "2s", "PROVIDER_LIST_TIMEOUT": "1m",
-		"PROVIDER_STARTUP_TIMEOUT": "10s", "PROVIDER_INSTANCE_TYPES_TTL": "0",
+		"PROVIDER_STARTUP_TIMEOUT": "10s", "PROVIDER_CATALOG_MAX_STALENESS": "30s",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Socket != "/tmp/p.sock" || o.CallTimeout != 2*time.Second || o.ListTimeout != time.Minute ||
-		o.StartupTimeout != 10*time.Second || o.InstanceTypesTTL != 0 || o.Identity == "" {
+		o.StartupTimeout != 10*time.Second || o.CatalogMaxStaleness != 30*time.Second || o.Identity == "" {
 		t.Fatalf("overrides: %+v", o)
 	}
 
@@ -35,6 +35,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"PROVIDER_CALL_TIMEOUT": "soon"},
 		{"PROVIDER_CALL_TIMEOUT": "0"},
 		{"PROVIDER_LIST_TIMEOUT": "-1s"},
+		{"PROVIDER_CATALOG_MAX_STALENESS": "0"},
 	} {
 		if _, err := OptionsFromEnv(env(bad)); err == nil {
 			t.Fatalf("%v: want an error", bad)

@@ -9,7 +9,6 @@ package cloudprovider
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -34,7 +33,7 @@ type CloudProvider struct {
 	opts           Options
 	name           string
 	repairPolicies []cloudprovider.RepairPolicy
-	instanceTypes  *instanceTypeCache
+	catalog        *catalog
 	// leadership gates mutating calls until the provider knows this replica
 	// leads, and is told again when the provider refuses a call because it
 	// forgot (e.g. it restarted). Nil in tests that do not care.
@@ -51,9 +50,21 @@ func New(client pb.CloudProviderClient, opts Options, info *pb.InfoResponse, rep
 		opts:           opts,
 		name:           info.GetName(),
 		repairPolicies: repairPolicies,
-		instanceTypes:  newInstanceTypeCache(opts.InstanceTypesTTL),
+		catalog:        newCatalog(opts.CatalogMaxStaleness),
 		leadership:     leadership,
 	}
+}
+
+// WatchCatalog keeps the instance-type catalog current from the provider's
+// WatchInstanceTypes stream until ctx ends (run it in its own goroutine).
+// GetInstanceTypes serves that catalog from memory.
+func (c *CloudProvider) WatchCatalog(ctx context.Context) {
+	c.catalog.watch(ctx, c.client)
+}
+
+// WaitForCatalog returns once the first catalog has arrived, or when ctx ends.
+func (c *CloudProvider) WaitForCatalog(ctx context.Context) error {
+	return c.catalog.waitForRevision(ctx, 1)
 }
 
 // call runs one RPC under its own deadline and maps its error.
@@ -80,14 +91,17 @@ func (c *CloudProvider) Create(ctx context.Context, nodeClaim *v1.NodeClaim) (*v
 	if err := c.awaitLeadership(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := call(ctx, c, methodCreate, c.opts.CallTimeout, c.client.Create, &pb.CreateRequest{NodeClaimJson: raw})
+	callCtx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+	resp, err := c.client.Create(callCtx, &pb.CreateRequest{NodeClaimJson: raw})
+	cancel()
 	if err != nil {
-		if cloudprovider.IsInsufficientCapacityError(err) {
-			// The provider has just marked an offering unavailable; do not
-			// let core pick it again from a stale catalog.
-			c.instanceTypes.invalidate()
+		if notLeaderError(err) {
+			c.leadership.providerForgot()
 		}
-		return nil, err
+		if revision, ok := insufficientCapacityRevision(err); ok {
+			c.awaitCatalogRevision(ctx, revision)
+		}
+		return nil, mapError(methodCreate, err)
 	}
 	created, err := decodeNodeClaim(resp.GetNodeClaimJson())
 	if err != nil {
@@ -111,6 +125,19 @@ func (c *CloudProvider) Delete(ctx context.Context, nodeClaim *v1.NodeClaim) err
 	}
 	_, err = call(ctx, c, methodDelete, c.opts.CallTimeout, c.client.Delete, &pb.DeleteRequest{NodeClaimJson: raw})
 	return err
+}
+
+// awaitCatalogRevision holds an insufficient-capacity answer, for at most one
+// call timeout, until the catalog holds the provider's mark of the refused
+// offering: core deletes the NodeClaim and schedules again at once, and must
+// not pick the same offering from the previous snapshot.
+func (c *CloudProvider) awaitCatalogRevision(ctx context.Context, revision uint64) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+	defer cancel()
+	if err := c.catalog.waitForRevision(ctx, revision); err != nil {
+		log.FromContext(ctx).Info("catalog did not reach the revision of an insufficient-capacity answer",
+			"revision", revision, "serving", c.catalog.revision(), "error", err.Error())
+	}
 }
 
 // awaitLeadership holds a mutating call, for at most one call timeout, until
@@ -151,32 +178,25 @@ func (c *CloudProvider) List(ctx context.Context) ([]*v1.NodeClaim, error) {
 	return out, nil
 }
 
+// GetInstanceTypes answers from the catalog kept by WatchCatalog, without a
+// call to the provider. The NodePool's NodeClass selects the catalog (zones
+// and billing are per NodeClass); a NodeClass the provider has not listed yet
+// gets the default one.
 func (c *CloudProvider) GetInstanceTypes(ctx context.Context, nodePool *v1.NodePool) ([]*cloudprovider.InstanceType, error) {
 	if nodePool == nil {
 		return nil, errors.New("GetInstanceTypes needs a NodePool")
 	}
-	raw, err := json.Marshal(withNodePoolTypeMeta(nodePool))
-	if err != nil {
-		return nil, fmt.Errorf("encoding NodePool %s: %w", nodePool.Name, err)
-	}
-	key := ""
+	nodeClass := ""
 	if ref := nodePool.Spec.Template.Spec.NodeClassRef; ref != nil {
-		key = ref.Name
+		nodeClass = ref.Name
 	}
-	return c.instanceTypes.get(ctx, key, func(ctx context.Context) ([]*cloudprovider.InstanceType, error) {
-		// Shared by every concurrent caller for this key: one caller giving
-		// up must not fail the others, so only our own deadline applies.
-		ctx = context.WithoutCancel(ctx)
-		resp, err := call(ctx, c, methodGetInstanceTypes, c.opts.ListTimeout, c.client.GetInstanceTypes, &pb.GetInstanceTypesRequest{NodePoolJson: raw})
-		if err != nil {
-			return nil, err
-		}
-		its, err := convertInstanceTypes(resp.GetInstanceTypes())
-		if err != nil {
-			return nil, fmt.Errorf("provider GetInstanceTypes answer for NodePool %s: %w", nodePool.Name, err)
-		}
-		return its, nil
-	})
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+	defer cancel()
+	its, err := c.catalog.instanceTypes(ctx, nodeClass)
+	if err != nil {
+		return nil, fmt.Errorf("instance types for NodePool %s: %w", nodePool.Name, err)
+	}
+	return its, nil
 }
 
 // driftReason is the pattern of a Kubernetes condition reason; core writes the

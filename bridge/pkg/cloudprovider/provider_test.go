@@ -214,10 +214,6 @@ func TestCallsTimeOut(t *testing.T) {
 			<-release
 			return nil, grpcstatus.Error(codes.Internal, "released")
 		},
-		getInstanceTypes: func(context.Context, *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error) {
-			<-release
-			return nil, grpcstatus.Error(codes.Internal, "released")
-		},
 	}
 	opts := testOptions()
 	opts.CallTimeout = 100 * time.Millisecond
@@ -225,9 +221,8 @@ func TestCallsTimeOut(t *testing.T) {
 	cp := startProvider(t, fake, opts)
 
 	calls := map[string]func() error{
-		"Create":           func() error { _, err := cp.Create(context.Background(), testNodeClaim()); return err },
-		"List":             func() error { _, err := cp.List(context.Background()); return err },
-		"GetInstanceTypes": func() error { _, err := cp.GetInstanceTypes(context.Background(), testNodePool("default")); return err },
+		"Create": func() error { _, err := cp.Create(context.Background(), testNodeClaim()); return err },
+		"List":   func() error { _, err := cp.List(context.Background()); return err },
 	}
 	for name, do := range calls {
 		t.Run(name, func(t *testing.T) {

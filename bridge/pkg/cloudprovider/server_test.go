@@ -33,9 +33,19 @@ type fakeProvider struct {
 	repairPolicies   func(context.Context, *pb.RepairPoliciesRequest) (*pb.RepairPoliciesResponse, error)
 	info             func(context.Context, *pb.InfoRequest) (*pb.InfoResponse, error)
 	setLeadership    func(context.Context, *pb.SetLeadershipRequest) (*pb.SetLeadershipResponse, error)
+	watch            func(*pb.WatchInstanceTypesRequest, pb.CloudProvider_WatchInstanceTypesServer) error
 
 	instanceTypeCalls atomic.Int32
 	leadershipCalls   atomic.Int32
+	watchCalls        atomic.Int32
+}
+
+func (f *fakeProvider) WatchInstanceTypes(r *pb.WatchInstanceTypesRequest, s pb.CloudProvider_WatchInstanceTypesServer) error {
+	f.watchCalls.Add(1)
+	if f.watch == nil {
+		return unimplemented("WatchInstanceTypes")
+	}
+	return f.watch(r, s)
 }
 
 func unimplemented(method string) error {
@@ -145,12 +155,12 @@ func dial(t *testing.T, socket string) pb.CloudProviderClient {
 
 func testOptions() Options {
 	return Options{
-		Socket:           "unused",
-		CallTimeout:      2 * time.Second,
-		ListTimeout:      2 * time.Second,
-		StartupTimeout:   5 * time.Second,
-		InstanceTypesTTL: 0,
-		Identity:         "bridge-0",
+		Socket:              "unused",
+		CallTimeout:         2 * time.Second,
+		ListTimeout:         2 * time.Second,
+		StartupTimeout:      5 * time.Second,
+		CatalogMaxStaleness: time.Minute,
+		Identity:            "bridge-0",
 	}
 }
 
@@ -163,12 +173,18 @@ var testInfo = &pb.InfoResponse{
 	ProviderVersion: "test",
 }
 
-// startProvider serves fake and returns a bridge CloudProvider talking to it.
+// startProvider serves fake and returns a bridge CloudProvider talking to it,
+// with its catalog watch running for the test's lifetime.
 func startProvider(t *testing.T, fake *fakeProvider, opts Options) *CloudProvider {
 	t.Helper()
 	socket := socketPath(t)
 	serve(t, socket, fake)
-	return New(dial(t, socket), opts, testInfo, nil, nil)
+	cp := New(dial(t, socket), opts, testInfo, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { cp.WatchCatalog(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cp
 }
 
 // statusWithDetails builds a gRPC status error carrying typed details.

@@ -3,16 +3,14 @@
 use std::collections::BTreeMap;
 
 use super::{
-    CAPACITY_TYPE_ON_DEMAND, InstanceType, LABEL_ARCH, LABEL_CAPACITY_TYPE,
+    Billing, CAPACITY_TYPE_ON_DEMAND, HOURS_PER_MONTH, InstanceType, LABEL_ARCH, LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_BANDWIDTH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_DISK_SIZE,
     LABEL_INSTANCE_DISK_TYPE, LABEL_INSTANCE_GPU_COUNT, LABEL_INSTANCE_GPU_NAME,
-    LABEL_INSTANCE_MEMORY, LABEL_INSTANCE_RANGE, LABEL_INSTANCE_TYPE, LABEL_OS, Offering, Overhead,
-    Resources,
+    LABEL_INSTANCE_MEMORY, LABEL_INSTANCE_RANGE, LABEL_INSTANCE_TYPE, LABEL_OS, MonthlyTwin,
+    Offering, Overhead, Resources,
 };
+use super::resources::MAX_PODS;
 use crate::scaleway::Offer;
-
-/// Kubernetes' default and Karpenter's assumption without a kubelet override.
-const MAX_PODS: u64 = 110;
 
 /// An offer left out of the catalog, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,18 +150,22 @@ fn hardware(offer: &Offer, arch: &'static str) -> Result<InstanceType, String> {
     })
 }
 
-/// Builds the catalog from the hourly offers of each zone. An offer sold in
-/// several zones becomes one type with one offering per zone; its hardware is
-/// taken from the first zone (zones sorted). Sold-out and disabled offers stay
-/// listed with `available = false`, because a type that disappears makes every
-/// node of that type drift.
+/// Builds the catalog from the offers of each zone, hourly and monthly mixed
+/// (the refresher lists both periods). Each hourly offer is paired with its
+/// monthly twin (by `monthly_offer_id`, else by name, which the API leaves
+/// null on some offers). An offer sold in several zones becomes one type with
+/// one offering per zone; its hardware is taken from the first zone (zones
+/// sorted). Sold-out and disabled offers stay listed with `available =
+/// false`, because a type that disappears makes every node of that type
+/// drift. Offerings are priced for hourly billing; see [`Offering::bill`].
 pub fn instance_types(
     offers_by_zone: &BTreeMap<String, Vec<Offer>>,
 ) -> (Vec<InstanceType>, Vec<Excluded>) {
     let mut types: BTreeMap<String, InstanceType> = BTreeMap::new();
     let mut excluded = Vec::new();
     for (zone, offers) in offers_by_zone {
-        for offer in offers {
+        let monthly: Vec<&Offer> = offers.iter().filter(|o| o.is_monthly()).collect();
+        for offer in offers.iter().filter(|o| !o.is_monthly()) {
             let exclude = |reason: String| Excluded {
                 offer: offer.name.clone(),
                 zone: zone.clone(),
@@ -190,15 +192,79 @@ pub fn instance_types(
                     }
                 },
             };
-            it.offerings.push(Offering {
+            let twin = match offer.monthly_offer_id.as_deref() {
+                Some(id) => monthly.iter().find(|m| m.id == id),
+                None => monthly.iter().find(|m| m.name == offer.name),
+            };
+            let mut offering = Offering {
                 zone: zone.clone(),
                 offer_id: offer.id.clone(),
                 price: price.as_f64(),
-                available: offer.enable && offer.stock != "empty",
-            });
+                hourly_price: price.as_f64(),
+                available: true,
+                unavailable_reason: None,
+                enabled: offer.enable,
+                stock: offer.stock.clone(),
+                monthly: twin.and_then(|m| {
+                    Some(MonthlyTwin {
+                        offer_id: m.id.clone(),
+                        price_per_month: m.price_per_month.as_ref()?.as_f64(),
+                        enabled: m.enable,
+                        stock: m.stock.clone(),
+                    })
+                }),
+                billing: Billing::Hourly,
+            };
+            offering.bill(Billing::Hourly);
+            it.offerings.push(offering);
+        }
+        for m in monthly {
+            let paired = offers
+                .iter()
+                .any(|o| !o.is_monthly() && (o.monthly_offer_id.as_deref() == Some(&m.id) || o.name == m.name));
+            if !paired {
+                excluded.push(Excluded {
+                    offer: m.name.clone(),
+                    zone: zone.clone(),
+                    reason: "sold monthly only (no hourly offer to pair it with)".into(),
+                });
+            }
         }
     }
     (types.into_values().collect(), excluded)
+}
+
+impl Offering {
+    /// Prices the offering for `billing` and decides whether it can be
+    /// ordered, from the offer's `enable` and `stock` (and its monthly twin's
+    /// under monthly billing). A `low` stock is orderable; `empty` is not.
+    /// Under monthly billing an offer without a monthly twin keeps its hourly
+    /// price (consolidation needs a real price for every offering) but is
+    /// never available.
+    pub fn bill(&mut self, billing: Billing) {
+        self.billing = billing;
+        let (price, reason) = match (billing, &self.monthly) {
+            (Billing::Hourly, _) => (self.hourly_price, stock_reason(self.enabled, &self.stock, "")),
+            (Billing::Monthly, Some(m)) => (
+                m.price_per_month / HOURS_PER_MONTH,
+                stock_reason(m.enabled, &m.stock, "monthly offer "),
+            ),
+            (Billing::Monthly, None) => (self.hourly_price, Some("no monthly offer in this zone".into())),
+        };
+        self.price = price;
+        self.available = reason.is_none();
+        self.unavailable_reason = reason;
+    }
+}
+
+fn stock_reason(enabled: bool, stock: &str, what: &str) -> Option<String> {
+    if !enabled {
+        Some(format!("{what}disabled"))
+    } else if stock == "empty" {
+        Some(format!("{what}stock empty"))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -306,11 +372,113 @@ mod tests {
         assert!(arch_of(&offer).is_err());
     }
 
+    /// An hourly offer and its monthly twin as the API lists them (field
+    /// set of `facts/scaleway-api.md`), the twin found by `monthly_offer_id`.
+    fn api_pair(monthly_offer_id: serde_json::Value) -> Vec<Offer> {
+        let json = serde_json::json!([
+            {
+                "id": "a2f5c1d0-0000-4000-8000-000000000001", "name": "EM-A115X-SSD",
+                "stock": "available", "bandwidth": 1_000_000_000u64, "max_bandwidth": 1_000_000_000u64,
+                "commercial_range": "aluminium",
+                "price_per_hour": {"currency_code": "EUR", "units": 0, "nanos": 91_000_000},
+                "price_per_month": null,
+                "disks": [{"capacity": 1_024_209_543_168u64, "type": "SSD"},
+                          {"capacity": 1_024_209_543_168u64, "type": "SSD"}],
+                "enable": true,
+                "cpus": [{"name": "Intel Xeon E3 1220", "core_count": 4, "thread_count": 4,
+                          "frequency": 3100, "benchmark": "5000"}],
+                "memories": [{"capacity": 34_359_738_368u64, "type": "DDR3", "frequency": 1600, "is_ecc": true}],
+                "quota_name": "EM_A115X_SSD", "persistent_memories": [], "raid_controllers": [],
+                "incompatible_os_ids": [], "subscription_period": "hourly", "operation_path": "",
+                "fee": {"currency_code": "EUR", "units": 0, "nanos": 0}, "options": [],
+                "private_bandwidth": 0, "shared_bandwidth": false, "tags": [], "gpus": [],
+                "monthly_offer_id": monthly_offer_id, "zone": "fr-par-2"
+            },
+            {
+                "id": "a2f5c1d0-0000-4000-8000-000000000002", "name": "EM-A115X-SSD",
+                "stock": "available", "bandwidth": 1_000_000_000u64, "commercial_range": "aluminium",
+                "price_per_hour": null,
+                "price_per_month": {"currency_code": "EUR", "units": 32, "nanos": 990_000_000},
+                "disks": [{"capacity": 1_024_209_543_168u64, "type": "SSD"}],
+                "enable": true,
+                "cpus": [{"name": "Intel Xeon E3 1220", "core_count": 4, "thread_count": 4, "frequency": 3100}],
+                "memories": [{"capacity": 34_359_738_368u64, "type": "DDR3"}],
+                "subscription_period": "monthly",
+                "fee": {"currency_code": "EUR", "units": 32, "nanos": 990_000_000},
+                "tags": [], "gpus": [], "monthly_offer_id": null, "zone": "fr-par-2"
+            }
+        ]);
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn hourly_offer_with_monthly_twin() {
+        for link in [
+            serde_json::json!("a2f5c1d0-0000-4000-8000-000000000002"),
+            // Some hourly offers carry no link: paired by name.
+            serde_json::Value::Null,
+        ] {
+            let zones = BTreeMap::from([("fr-par-2".to_string(), api_pair(link.clone()))]);
+            let (types, excluded) = instance_types(&zones);
+            assert!(excluded.is_empty(), "{excluded:?}");
+            assert_eq!(types.len(), 1, "the twin is not a type of its own");
+            let o = &types[0].offerings[0];
+            assert_eq!(o.offer_id, "a2f5c1d0-0000-4000-8000-000000000001");
+            assert_eq!(o.price, 0.091);
+            assert_eq!(o.billing, Billing::Hourly);
+            let twin = o.monthly.as_ref().expect("paired");
+            assert_eq!(twin.offer_id, "a2f5c1d0-0000-4000-8000-000000000002");
+            assert!((twin.price_per_month - 32.99).abs() < 1e-9);
+            let mut monthly = o.clone();
+            monthly.bill(Billing::Monthly);
+            assert!((monthly.price - 32.99 / 730.0).abs() < 1e-12);
+            assert!(monthly.available);
+        }
+    }
+
+    #[test]
+    fn monthly_only_offer_is_left_out() {
+        let mut offers = api_pair(serde_json::Value::Null);
+        offers.remove(0);
+        let (types, excluded) =
+            instance_types(&BTreeMap::from([("fr-par-2".to_string(), offers)]));
+        assert!(types.is_empty());
+        assert_eq!(excluded.len(), 1);
+        assert!(excluded[0].reason.contains("monthly only"));
+    }
+
+    #[test]
+    fn monthly_billing_availability() {
+        let mut offers = api_pair(serde_json::Value::Null);
+        offers[1].enable = false;
+        let (types, _) = instance_types(&BTreeMap::from([("fr-par-2".to_string(), offers)]));
+        let mut o = types[0].offerings[0].clone();
+        assert!(o.available, "the hourly offer is fine");
+        o.bill(Billing::Monthly);
+        assert!(!o.available);
+        assert_eq!(o.unavailable_reason.as_deref(), Some("monthly offer disabled"));
+
+        // The RISC-V-free sample H100 has a twin but its stock is empty.
+        let (types, _) = catalog();
+        let mut h100 = find(&types, "EM-T620E-H100").offerings[0].clone();
+        assert_eq!(h100.unavailable_reason.as_deref(), Some("stock empty"));
+        h100.bill(Billing::Monthly);
+        assert!(!h100.available);
+        assert_eq!(h100.price, 9.589, "no twin in this test set: hourly price kept");
+        assert_eq!(
+            h100.unavailable_reason.as_deref(),
+            Some("no monthly offer in this zone")
+        );
+        assert_eq!(h100.order_offer_id(Billing::Monthly), None);
+    }
+
     #[test]
     fn disabled_offer_is_unavailable() {
         let mut offers = sample_offers("fr-par-2");
         offers[0].enable = false;
         let (types, _) = instance_types(&BTreeMap::from([("fr-par-2".to_string(), offers)]));
-        assert!(!find(&types, "EM-A115X-SSD").offerings[0].available);
+        let o = &find(&types, "EM-A115X-SSD").offerings[0];
+        assert!(!o.available);
+        assert_eq!(o.unavailable_reason.as_deref(), Some("disabled"));
     }
 }

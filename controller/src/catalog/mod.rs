@@ -11,8 +11,8 @@ mod resources;
 mod store;
 
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
-pub use resources::{Overhead, Resources};
-pub use store::{CatalogStore, Snapshot, run_refresher};
+pub use resources::{KubeletReservations, Overhead, Resources};
+pub use store::{CatalogStore, ClassView, Snapshot, run_refresher};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -109,15 +109,51 @@ impl Requirement {
     }
 }
 
-/// One offer in one zone.
+/// How a NodeClass pays for its servers (mirrors the NodeClass `billing`
+/// field; the catalog does not import the CRD types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Billing {
+    #[default]
+    Hourly,
+    Monthly,
+}
+
+/// Hours a monthly price is spread over to compare it with hourly prices
+/// (365 × 24 / 12 = 730, the convention Scaleway's own price pages use).
+pub const HOURS_PER_MONTH: f64 = 730.0;
+
+/// The monthly offer paired with an hourly one in the same zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MonthlyTwin {
+    pub offer_id: String,
+    /// EUR per month.
+    pub price_per_month: f64,
+    pub enabled: bool,
+    /// `empty`, `low` or `available`.
+    pub stock: String,
+}
+
+/// One offer in one zone, as a NodeClass with a given billing sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offering {
     pub zone: String,
-    /// The offer's id in that zone (ids differ between zones).
+    /// The hourly offer's id in that zone (ids differ between zones).
     pub offer_id: String,
-    /// Hourly price, in the catalog currency (EUR).
+    /// Price per hour in EUR: the hourly price, or under monthly billing the
+    /// monthly price over [`HOURS_PER_MONTH`].
     pub price: f64,
+    /// The hourly offer's price per hour in EUR, whatever the billing.
+    pub hourly_price: f64,
     pub available: bool,
+    /// Why `available` is false (`None` when available): shown by the
+    /// `catalog` command and logged.
+    pub unavailable_reason: Option<String>,
+    /// The hourly offer's `enable` and `stock`.
+    pub enabled: bool,
+    pub stock: String,
+    pub monthly: Option<MonthlyTwin>,
+    /// The billing this offering was priced for.
+    pub billing: Billing,
 }
 
 impl Offering {
@@ -126,6 +162,15 @@ impl Offering {
             Requirement::is_in(LABEL_CAPACITY_TYPE, [CAPACITY_TYPE_ON_DEMAND.to_string()]),
             Requirement::is_in(LABEL_ZONE, [self.zone.clone()]),
         ]
+    }
+
+    /// The offer id to order under `billing`: the hourly offer, or its
+    /// monthly twin (`None` when the offer has no monthly twin in this zone).
+    pub fn order_offer_id(&self, billing: Billing) -> Option<&str> {
+        match billing {
+            Billing::Hourly => Some(&self.offer_id),
+            Billing::Monthly => self.monthly.as_ref().map(|m| m.offer_id.as_str()),
+        }
     }
 }
 

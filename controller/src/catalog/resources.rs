@@ -28,7 +28,7 @@ impl Resources {
         }
     }
 
-    fn add(&self, other: &Resources) -> Resources {
+    pub fn add(&self, other: &Resources) -> Resources {
         Resources {
             cpu_millis: self.cpu_millis + other.cpu_millis,
             memory_bytes: self.memory_bytes + other.memory_bytes,
@@ -91,6 +91,89 @@ pub fn bytes_quantity(bytes: u64) -> String {
     }
 }
 
+/// The kubelet's own reservations on our nodes, as the provider wants Talos
+/// to configure them (`machine.kubelet.extraConfig`: `maxPods`,
+/// `kubeReserved`, `systemReserved`, `evictionHard`). The catalog's overhead
+/// is built from the same numbers, so the scheduler's promise and the Node's
+/// allocatable agree by construction rather than by luck.
+///
+/// * system-reserved: Talos' worker defaults (cpu 50m, memory 384Mi,
+///   ephemeral-storage 256Mi, `pkg/machinery/constants`), written out
+///   explicitly so that a Talos upgrade changing them cannot silently break
+///   the promise.
+/// * kube-reserved (Talos sets none by default): cpu 6% of the first thread,
+///   1% of the second, 0.5% of the 3rd and 4th, 0.25% of the rest; memory
+///   255Mi + 11Mi × max pods; ephemeral-storage 1Gi. These are the formulas
+///   GKE and EKS use, sized for the kubelet and containerd.
+/// * eviction-hard: the kubelet's defaults, `memory.available` 100Mi and
+///   `nodefs.available` 10%.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubeletReservations {
+    pub max_pods: u64,
+    pub kube_reserved: Resources,
+    pub system_reserved: Resources,
+    /// `evictionHard.memory.available`, bytes.
+    pub eviction_memory_available: u64,
+    /// `evictionHard.nodefs.available`, percent of the ephemeral disk.
+    pub eviction_nodefs_available_percent: u64,
+}
+
+/// Kubernetes' default and Karpenter's assumption without a kubelet override.
+pub const MAX_PODS: u64 = 110;
+
+/// Share of the installed memory (per mille) that the Node does not report as
+/// capacity at all: the kernel, its page tables and firmware reservations
+/// come off `MemTotal` before the kubelet counts anything. Measured on EM
+/// servers between 1.1% and 1.4%; 1.5% keeps the promise on the safe side
+/// until registered Nodes report the real figure (see
+/// [`Overhead::at_most_allocatable`]).
+const KERNEL_MEMORY_PER_MILLE: u64 = 15;
+
+impl KubeletReservations {
+    pub fn for_capacity(capacity: &Resources) -> Self {
+        let threads = capacity.cpu_millis / 1000;
+        KubeletReservations {
+            max_pods: MAX_PODS,
+            kube_reserved: Resources {
+                cpu_millis: tiered_cpu_reservation_millis(threads),
+                memory_bytes: 255 * MI + 11 * MI * MAX_PODS,
+                ephemeral_storage_bytes: GI,
+                ..Default::default()
+            },
+            system_reserved: Resources {
+                cpu_millis: 50,
+                memory_bytes: 384 * MI,
+                ephemeral_storage_bytes: 256 * MI,
+                ..Default::default()
+            },
+            eviction_memory_available: 100 * MI,
+            eviction_nodefs_available_percent: 10,
+        }
+    }
+
+    /// `kubeReserved`, `systemReserved` and `evictionHard` as the quantity
+    /// maps a KubeletConfiguration takes.
+    pub fn kubelet_config_maps(&self) -> [(&'static str, BTreeMap<String, String>); 3] {
+        [
+            ("kubeReserved", self.kube_reserved.to_quantities(false)),
+            ("systemReserved", self.system_reserved.to_quantities(false)),
+            (
+                "evictionHard",
+                BTreeMap::from([
+                    (
+                        "memory.available".to_string(),
+                        bytes_quantity(self.eviction_memory_available),
+                    ),
+                    (
+                        "nodefs.available".to_string(),
+                        format!("{}%", self.eviction_nodefs_available_percent),
+                    ),
+                ]),
+            ),
+        ]
+    }
+}
+
 /// What the node keeps for itself: capacity − overhead = allocatable.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Overhead {
@@ -106,45 +189,58 @@ impl Overhead {
             .add(&self.eviction_threshold)
     }
 
-    /// A first approximation of the kubelet's reservations on a Talos worker,
-    /// deliberately on the generous side (a node that offers more than
+    /// The overhead of a node with this hardware: the kubelet reservations
+    /// (which Talos is configured with, [`KubeletReservations`]) plus, in
+    /// kube-reserved, the memory the kernel keeps before the kubelet counts
+    /// it. Deliberately on the generous side: a node that offers more than
     /// predicted only wastes a little; one that offers less leaves pods
-    /// pending and makes Karpenter launch another server):
-    ///
-    /// * system-reserved: Talos' worker defaults, cpu 50m, memory 384Mi,
-    ///   ephemeral-storage 256Mi (`pkg/machinery/constants`).
-    /// * kube-reserved (Talos sets none; this stands for the kubelet and
-    ///   runtime, plus memory the kernel and firmware take before the kubelet
-    ///   counts it): cpu 6% of the first thread, 1% of the second, 0.5% of the
-    ///   third and fourth, 0.25% of the rest; memory 255Mi + 11Mi × max pods
-    ///   + 1.5% of physical memory; ephemeral-storage 1Gi.
-    /// * eviction threshold: the kubelet's hard defaults, memory.available
-    ///   100Mi and nodefs.available 10%.
-    ///
-    /// The catalog issue replaces this with what registered nodes report.
+    /// pending and makes Karpenter launch another server.
     pub fn estimate(capacity: &Resources) -> Overhead {
-        let threads = capacity.cpu_millis / 1000;
-        let kube_cpu = tiered_cpu_reservation_millis(threads);
-        let kube_memory = 255 * MI + 11 * MI * capacity.pods + capacity.memory_bytes * 15 / 1000;
+        let r = KubeletReservations::for_capacity(capacity);
+        let kernel = round_up(capacity.memory_bytes * KERNEL_MEMORY_PER_MILLE / 1000, MI);
         Overhead {
             kube_reserved: Resources {
-                cpu_millis: kube_cpu,
-                memory_bytes: round_up(kube_memory, MI),
-                ephemeral_storage_bytes: GI,
-                ..Default::default()
+                memory_bytes: r.kube_reserved.memory_bytes + kernel,
+                ..r.kube_reserved
             },
-            system_reserved: Resources {
-                cpu_millis: 50,
-                memory_bytes: 384 * MI,
-                ephemeral_storage_bytes: 256 * MI,
-                ..Default::default()
-            },
+            system_reserved: r.system_reserved,
             eviction_threshold: Resources {
-                memory_bytes: 100 * MI,
-                ephemeral_storage_bytes: round_up(capacity.ephemeral_storage_bytes / 10, MI),
+                memory_bytes: r.eviction_memory_available,
+                ephemeral_storage_bytes: round_up(
+                    capacity.ephemeral_storage_bytes * r.eviction_nodefs_available_percent / 100,
+                    MI,
+                ),
                 ..Default::default()
             },
         }
+    }
+
+    /// This overhead, raised where a registered Node of the type reported a
+    /// lower allocatable than `capacity − overhead`, so that the scheduler
+    /// never promises more than the Node really has. Resources the Node
+    /// reports as zero (GPUs before the device plugin runs) are ignored, and
+    /// the overhead is never lowered: a Node offering more is harmless.
+    pub fn at_most_allocatable(&self, capacity: &Resources, observed: &Resources) -> Overhead {
+        let predicted = capacity.saturating_sub(&self.total());
+        let extra = |observed: u64, predicted: u64| {
+            if observed > 0 {
+                predicted.saturating_sub(observed)
+            } else {
+                0
+            }
+        };
+        let mut out = *self;
+        out.kube_reserved = out.kube_reserved.add(&Resources {
+            cpu_millis: extra(observed.cpu_millis, predicted.cpu_millis),
+            memory_bytes: extra(observed.memory_bytes, predicted.memory_bytes),
+            ephemeral_storage_bytes: extra(
+                observed.ephemeral_storage_bytes,
+                predicted.ephemeral_storage_bytes,
+            ),
+            pods: extra(observed.pods, predicted.pods),
+            nvidia_gpus: extra(observed.nvidia_gpus, predicted.nvidia_gpus),
+        });
+        out
     }
 }
 
@@ -180,6 +276,52 @@ mod tests {
         assert_eq!(bytes_quantity(1465 * MI), "1465Mi");
         assert_eq!(bytes_quantity(1_024_209_543_168), "1000204632Ki");
         assert_eq!(bytes_quantity(1_000_000_001), "1000000001");
+    }
+
+    #[test]
+    fn reservations_render_as_kubelet_config() {
+        let cap = Resources {
+            cpu_millis: 4_000,
+            memory_bytes: 32 * GI,
+            ephemeral_storage_bytes: 1_024_209_543_168,
+            pods: 110,
+            nvidia_gpus: 0,
+        };
+        let r = KubeletReservations::for_capacity(&cap);
+        let maps = BTreeMap::from(r.kubelet_config_maps());
+        assert_eq!(maps["kubeReserved"]["cpu"], "80m");
+        assert_eq!(maps["kubeReserved"]["memory"], "1465Mi");
+        assert_eq!(maps["kubeReserved"]["ephemeral-storage"], "1Gi");
+        assert_eq!(maps["systemReserved"]["memory"], "384Mi");
+        assert_eq!(maps["evictionHard"]["memory.available"], "100Mi");
+        assert_eq!(maps["evictionHard"]["nodefs.available"], "10%");
+        assert_eq!(r.max_pods, 110);
+    }
+
+    #[test]
+    fn observed_allocatable_only_lowers_the_promise() {
+        let cap = Resources {
+            cpu_millis: 4_000,
+            memory_bytes: 32 * GI,
+            ephemeral_storage_bytes: 100 * GI,
+            pods: 110,
+            nvidia_gpus: 2,
+        };
+        let o = Overhead::estimate(&cap);
+        let predicted = cap.saturating_sub(&o.total());
+        // The Node reports less memory, more CPU, and no GPU yet.
+        let observed = Resources {
+            memory_bytes: predicted.memory_bytes - 512 * MI,
+            cpu_millis: 4_000,
+            nvidia_gpus: 0,
+            ..predicted
+        };
+        let corrected = o.at_most_allocatable(&cap, &observed);
+        let alloc = cap.saturating_sub(&corrected.total());
+        assert_eq!(alloc.memory_bytes, observed.memory_bytes);
+        assert_eq!(alloc.cpu_millis, predicted.cpu_millis, "never raised");
+        assert_eq!(alloc.nvidia_gpus, 2, "zero GPUs reported is ignored");
+        assert_eq!(alloc.pods, 110);
     }
 
     #[test]

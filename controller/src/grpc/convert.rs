@@ -10,6 +10,8 @@ use crate::provider::ProviderError;
 
 const CREATE_ERROR_DETAIL_URL: &str =
     "type.googleapis.com/karpenter.cloudprovider.v1.CreateErrorDetail";
+const INSUFFICIENT_CAPACITY_DETAIL_URL: &str =
+    "type.googleapis.com/karpenter.cloudprovider.v1.InsufficientCapacityDetail";
 const NOT_LEADER_DETAIL_URL: &str =
     "type.googleapis.com/karpenter.cloudprovider.v1.NotLeaderDetail";
 
@@ -42,6 +44,17 @@ pub fn not_leader() -> Status {
         "this replica is not the leader".into(),
         NOT_LEADER_DETAIL_URL,
         pb::NotLeaderDetail {}.encode_to_vec(),
+    )
+}
+
+/// RESOURCE_EXHAUSTED with the catalog revision that marks the refused
+/// offering unavailable (the bridge waits for it before answering core).
+pub fn insufficient_capacity(err: ProviderError, catalog_revision: u64) -> Status {
+    with_detail(
+        Code::ResourceExhausted,
+        err.to_string(),
+        INSUFFICIENT_CAPACITY_DETAIL_URL,
+        pb::InsufficientCapacityDetail { catalog_revision }.encode_to_vec(),
     )
 }
 
@@ -141,5 +154,9 @@ pub fn watch_response(s: &Snapshot) -> pb::WatchInstanceTypesResponse {
             })
             .collect(),
         default_catalog: instance_types(&s.default),
+        offers_read_at_unix: s
+            .refreshed_at
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs() as i64),
     }
 }

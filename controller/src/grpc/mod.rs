@@ -16,7 +16,7 @@ use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
-use crate::catalog::PROVIDER_LABELS;
+use crate::catalog::{CatalogStore, PROVIDER_LABELS};
 use crate::nodeclass;
 use crate::provider::{PROVIDER_NAME, Provider, ProviderError};
 
@@ -43,7 +43,9 @@ impl Leadership {
 }
 
 pub struct CloudProviderService {
-    provider: Arc<Provider>,
+    /// `None` in catalog-only mode.
+    provider: Option<Arc<Provider>>,
+    catalog: Arc<CatalogStore>,
     leadership: Leadership,
 }
 
@@ -52,9 +54,30 @@ impl CloudProviderService {
     /// this replica leads.
     pub fn new(provider: Arc<Provider>, leadership: Leadership) -> Self {
         CloudProviderService {
-            provider,
+            catalog: provider.catalog().clone(),
+            provider: Some(provider),
             leadership,
         }
+    }
+
+    /// Serves the read-only half of the contract (Info, GetInstanceTypes,
+    /// WatchInstanceTypes, RepairPolicies, SetLeadership) from a catalog and
+    /// answers UNIMPLEMENTED to the calls that need the cloud and the cluster.
+    /// `karpenter-scaleway catalog --serve` uses it to let Karpenter's
+    /// scheduler (or the bridge benchmark) see a live catalog without a
+    /// cluster.
+    pub fn catalog_only(catalog: Arc<CatalogStore>) -> Self {
+        CloudProviderService {
+            provider: None,
+            catalog,
+            leadership: Leadership::default(),
+        }
+    }
+
+    fn provider(&self) -> Result<&Arc<Provider>, Status> {
+        self.provider.as_ref().ok_or_else(|| {
+            Status::unimplemented("this provider serves the instance-type catalog only")
+        })
     }
 
     fn require_leader(&self) -> Result<(), Status> {
@@ -99,13 +122,21 @@ impl CloudProvider for CloudProviderService {
         &self,
         req: Request<pb::CreateRequest>,
     ) -> Result<Response<pb::CreateResponse>, Status> {
+        let provider = self.provider()?;
         self.require_leader()?;
         let claim = decode(&req.get_ref().node_claim_json, "NodeClaim")?;
         let name = claim_name(&claim).to_string();
-        match self.provider.create(claim).await {
+        match provider.create(claim).await {
             Ok(hydrated) => Ok(Response::new(pb::CreateResponse {
                 node_claim_json: encode(&hydrated)?,
             })),
+            Err(e @ ProviderError::InsufficientCapacity(_)) => {
+                log_error("Create", &name, &e);
+                // The refused offering was marked before Create returned, so
+                // the current revision holds the mark.
+                let revision = self.catalog.snapshot().revision;
+                Err(convert::insufficient_capacity(e, revision))
+            }
             Err(e) => {
                 log_error("Create", &name, &e);
                 Err(convert::error_status(e))
@@ -117,9 +148,10 @@ impl CloudProvider for CloudProviderService {
         &self,
         req: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let provider = self.provider()?;
         self.require_leader()?;
         let claim = decode(&req.get_ref().node_claim_json, "NodeClaim")?;
-        match self.provider.delete(&claim).await {
+        match provider.delete(&claim).await {
             Ok(()) => Ok(Response::new(pb::DeleteResponse {})),
             Err(e) => {
                 log_error("Delete", claim_name(&claim), &e);
@@ -130,7 +162,7 @@ impl CloudProvider for CloudProviderService {
 
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let pid = &req.get_ref().provider_id;
-        match self.provider.get(pid).await {
+        match self.provider()?.get(pid).await {
             Ok(claim) => Ok(Response::new(pb::GetResponse {
                 node_claim_json: encode(&claim)?,
             })),
@@ -145,7 +177,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         _req: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        match self.provider.list().await {
+        match self.provider()?.list().await {
             Ok(claims) => Ok(Response::new(pb::ListResponse {
                 node_claims_json: claims.iter().map(encode).collect::<Result<_, _>>()?,
             })),
@@ -164,7 +196,7 @@ impl CloudProvider for CloudProviderService {
         let class = pool
             .pointer("/spec/template/spec/nodeClassRef/name")
             .and_then(Value::as_str);
-        let snapshot = self.provider.catalog().snapshot();
+        let snapshot = self.catalog.snapshot();
         if !snapshot.is_loaded() {
             return Err(Status::unavailable(
                 "the offer catalog has not been read yet",
@@ -184,7 +216,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         _req: Request<pb::WatchInstanceTypesRequest>,
     ) -> Result<Response<Self::WatchInstanceTypesStream>, Status> {
-        let stream = WatchStream::new(self.provider.catalog().subscribe())
+        let stream = WatchStream::new(self.catalog.subscribe())
             .filter(|s| futures::future::ready(s.is_loaded()))
             .map(|s| Ok(convert::watch_response(&s)));
         Ok(Response::new(Box::pin(stream)))
@@ -196,7 +228,7 @@ impl CloudProvider for CloudProviderService {
     ) -> Result<Response<pb::IsDriftedResponse>, Status> {
         let claim = decode(&req.get_ref().node_claim_json, "NodeClaim")?;
         let reason = self
-            .provider
+            .provider()?
             .is_drifted(&claim)
             .map_err(convert::error_status)?;
         Ok(Response::new(pb::IsDriftedResponse { reason }))

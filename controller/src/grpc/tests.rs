@@ -220,7 +220,27 @@ async fn create_errors_follow_the_table() {
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
 
-    let mut c = claim("default-a", &["EM-A115X-SSD"]);
+    // An order refused for stock: RESOURCE_EXHAUSTED with the catalog
+    // revision that holds the mark.
+    let before = h.fixture.catalog.snapshot().revision;
+    h.fixture
+        .api
+        .fail_next(Op::CreateServer, ApiError::OutOfStock("EM-A115X-SSD".into()));
+    let err = h
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    let d = details(&err);
+    assert_eq!(
+        d.details[0].type_url,
+        "type.googleapis.com/karpenter.cloudprovider.v1.InsufficientCapacityDetail"
+    );
+    let detail = pb::InsufficientCapacityDetail::decode(d.details[0].value.as_slice()).unwrap();
+    assert_eq!(detail.catalog_revision, before + 1);
+    assert_eq!(h.fixture.catalog.snapshot().revision, before + 1);
+
+    let mut c = claim("default-a", &["EM-I215E-NVME"]);
     c["spec"]["nodeClassRef"]["name"] = json!("missing");
     let err = h.create(c).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
@@ -233,7 +253,7 @@ async fn create_errors_follow_the_table() {
         .api
         .fail_next(Op::CreateServer, ApiError::Unauthorized("bad key".into()));
     let err = h
-        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .create(claim("default-a", &["EM-I215E-NVME"]))
         .await
         .unwrap_err();
     let d = details(&err);
@@ -309,6 +329,7 @@ async fn instance_types_and_watch() {
         .unwrap()
         .unwrap();
     assert!(!first.default_catalog.is_empty());
+    assert!(first.offers_read_at_unix > 1_700_000_000, "offers read time sent");
     h.fixture.catalog.mark_unavailable("EM-A115X-SSD", ZONE);
     let second = tokio::time::timeout(Duration::from_secs(5), stream.message())
         .await

@@ -46,8 +46,13 @@ fn sudo(as_root: bool) -> &'static str {
     if as_root { "" } else { "sudo " }
 }
 
-/// Streams the image onto the disk. `pipefail` makes a failed download or a
-/// corrupt archive fail the whole line instead of only `dd`'s status counting.
+/// Streams the image onto the disk and hashes what went by, in one pass.
+///
+/// `dd` without `if=`/`of=` only counts: it passes the decompressed stream
+/// through in full blocks and prints the byte count on stderr when it ends.
+/// `tee` writes the stream to the disk and on to `sha256sum`, whose hash is
+/// what was written (or should have been). `pipefail` makes a failed
+/// download or a corrupt archive fail the whole line.
 pub fn write_image(url: &str, compression: Compression, disk: &str, as_root: bool) -> String {
     let decompress = match compression {
         Compression::Xz => " | xz -d",
@@ -55,10 +60,66 @@ pub fn write_image(url: &str, compression: Compression, disk: &str, as_root: boo
         Compression::None => "",
     };
     format!(
-        "set -o pipefail; curl -fsSL {url}{decompress} | {sudo}dd of=/dev/{disk} bs=4M oflag=direct status=none",
+        "set -o pipefail; curl -fsSL {url}{decompress} | dd bs=4M iflag=fullblock | {sudo}tee /dev/{disk} | sha256sum",
         url = shell_quote(url),
         sudo = sudo(as_root),
     )
+}
+
+/// Reads back exactly the `bytes` just written, bypassing the page cache, and
+/// hashes them: what the disk really holds.
+pub fn verify_image(disk: &str, bytes: u64, as_root: bool) -> String {
+    format!(
+        "{sudo}dd if=/dev/{disk} bs=4M iflag=direct,count_bytes count={bytes} status=none | sha256sum",
+        sudo = sudo(as_root),
+    )
+}
+
+/// What the image write reported: the bytes that went through `dd` and the
+/// sha256 of the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// Parses the output of [`write_image`]: the hash from `sha256sum` on stdout,
+/// the byte count from the last GNU `dd` status line on stderr
+/// (`B bytes (… MB, … MiB) copied, T s, R MB/s`).
+pub fn parse_written(stdout: &str, stderr: &str) -> Result<Written, String> {
+    let sha256 = parse_sha256sum(stdout)?;
+    let bytes = stderr
+        .lines()
+        .rev()
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            let count = words.next()?;
+            (words.next() == Some("bytes") && count.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| count.parse::<u64>().ok())
+                .flatten()
+        })
+        .ok_or_else(|| "no byte count in the output of dd".to_string())?;
+    Ok(Written { bytes, sha256 })
+}
+
+/// Parses `sha256sum` reading stdin: `<64 hex>  -`; returns the lowercase hash.
+pub fn parse_sha256sum(stdout: &str) -> Result<String, String> {
+    let hash = stdout
+        .lines()
+        .rev()
+        .find_map(|line| line.split_whitespace().next())
+        .unwrap_or_default();
+    if hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(hash.to_ascii_lowercase())
+    } else {
+        Err("no sha256 in the output of sha256sum".to_string())
+    }
+}
+
+/// The URL without its query string or fragment, for Events and logs: a
+/// mirror's URL may carry a signature there.
+pub fn display_url(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
 }
 
 /// Flushes everything to the disk before the reboot.
@@ -160,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn write_image_pipes_download_through_the_decompressor_into_dd() {
+    fn write_image_streams_through_a_counting_dd_into_tee_and_sha256sum() {
         assert_eq!(
             write_image(
                 "https://img.example/metal-amd64.raw.xz",
@@ -168,7 +229,7 @@ mod tests {
                 "nvme0n1",
                 true
             ),
-            "set -o pipefail; curl -fsSL 'https://img.example/metal-amd64.raw.xz' | xz -d | dd of=/dev/nvme0n1 bs=4M oflag=direct status=none"
+            "set -o pipefail; curl -fsSL 'https://img.example/metal-amd64.raw.xz' | xz -d | dd bs=4M iflag=fullblock | tee /dev/nvme0n1 | sha256sum"
         );
         assert_eq!(
             write_image(
@@ -177,21 +238,65 @@ mod tests {
                 "sda",
                 false
             ),
-            "set -o pipefail; curl -fsSL 'https://img.example/a.raw.zst' | zstd -d | sudo dd of=/dev/sda bs=4M oflag=direct status=none"
+            "set -o pipefail; curl -fsSL 'https://img.example/a.raw.zst' | zstd -d | dd bs=4M iflag=fullblock | sudo tee /dev/sda | sha256sum"
         );
         assert_eq!(
             write_image("https://img.example/a.raw", Compression::None, "sda", true),
-            "set -o pipefail; curl -fsSL 'https://img.example/a.raw' | dd of=/dev/sda bs=4M oflag=direct status=none"
+            "set -o pipefail; curl -fsSL 'https://img.example/a.raw' | dd bs=4M iflag=fullblock | tee /dev/sda | sha256sum"
         );
     }
 
     #[test]
-    fn urls_are_quoted_against_the_shell() {
-        let line = write_image("https://x/it's.raw.xz", Compression::Xz, "sda", true);
-        assert!(
-            line.contains(r"curl -fsSL 'https://x/it'\''s.raw.xz' |"),
-            "{line}"
+    fn verify_reads_back_exactly_the_bytes_written() {
+        assert_eq!(
+            verify_image("nvme0n1", 1_306_525_696, false),
+            "sudo dd if=/dev/nvme0n1 bs=4M iflag=direct,count_bytes count=1306525696 status=none | sha256sum"
         );
+        assert_eq!(
+            verify_image("sda", 4096, true),
+            "dd if=/dev/sda bs=4M iflag=direct,count_bytes count=4096 status=none | sha256sum"
+        );
+    }
+
+    const HASH: &str = "3f0a1e2b9c8d7f6e5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f";
+
+    #[test]
+    fn written_bytes_and_hash_are_parsed_from_dd_and_sha256sum() {
+        let stderr = "311+1 records in\n311+1 records out\n1306525696 bytes (1.3 GB, 1.2 GiB) copied, 6.52 s, 200 MB/s\n";
+        assert_eq!(
+            parse_written(&format!("{HASH}  -\n"), stderr),
+            Ok(Written {
+                bytes: 1_306_525_696,
+                sha256: HASH.to_string()
+            })
+        );
+        // Noise before the status lines (curl, xz warnings) is skipped; the
+        // last byte count wins.
+        let noisy = format!("xz: warning\n12 bytes (12 B) copied, 0 s, 1 kB/s\n{stderr}");
+        assert_eq!(
+            parse_written(&format!("{}  -\n", HASH.to_uppercase()), &noisy)
+                .map(|w| (w.bytes, w.sha256)),
+            Ok((1_306_525_696, HASH.to_string()))
+        );
+        assert_eq!(
+            parse_written(&format!("{HASH}  -\n"), "311+1 records in\n"),
+            Err("no byte count in the output of dd".to_string())
+        );
+        assert_eq!(
+            parse_written("", stderr),
+            Err("no sha256 in the output of sha256sum".to_string())
+        );
+        assert!(parse_sha256sum("abc  -\n").is_err());
+        assert!(parse_sha256sum(&format!("{}  -\n", &HASH[..63])).is_err());
+    }
+
+    #[test]
+    fn displayed_urls_lose_their_query_string() {
+        assert_eq!(
+            display_url("https://s3.example/metal.raw.xz?X-Amz-Signature=abc"),
+            "https://s3.example/metal.raw.xz"
+        );
+        assert_eq!(display_url("https://x/a.raw.zst"), "https://x/a.raw.zst");
     }
 
     #[test]

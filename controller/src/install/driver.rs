@@ -1,32 +1,49 @@
 //! Runs one install: performs the state machine's actions through the ports,
-//! feeds back what it saw, and on a terminal failure cleans up (the server and
-//! the NodeClaim are deleted so that Karpenter retries elsewhere).
+//! feeds back what it saw, persists the progress and records Events, and on a
+//! terminal failure cleans up (the server and the NodeClaim are deleted so
+//! that Karpenter retries elsewhere).
 
 use std::time::Duration;
 
+use chrono::{DateTime, SubsecRound, Utc};
 use tokio::time::{Instant, sleep, timeout};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::machine::{self, Action, Observation, Plan, State};
-use super::{InstallEngine, InstallSpec, Phase, node_settings};
+use super::machine::{self, Action, FailureClass, Observation, Plan, State, Transition};
+use super::{InstallEngine, InstallEvent, InstallSpec, Phase, Progress, node_settings};
+use crate::metrics::install_metrics;
 use crate::rescue::{RescueError, RescueSession, SshTarget};
 use crate::scaleway::{ApiError, BootType};
 use crate::talos::{TalosError, render_machine_config};
 
 use super::NodePortError;
 
-/// How many times each cleanup call is tried before giving up (logged; the
-/// garbage collector catches what is left).
+/// How many times the server deletion after a failed install is tried (with
+/// a growing pause) before it is left to the garbage collector.
+const DELETE_ATTEMPTS: u32 = 8;
+/// The same for the NodeClaim deletion and the bootstrap-token cleanup.
 const CLEANUP_ATTEMPTS: u32 = 5;
+/// The longest pause between two cleanup attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-pub(super) async fn run(engine: InstallEngine, spec: InstallSpec) {
+pub(super) async fn run(engine: InstallEngine, spec: InstallSpec, progress: Option<Progress>) {
     let span = info_span!("install", server_id = %spec.server_id, node = %spec.node_name);
+    let now = Instant::now();
+    let anchor = (now, Utc::now());
+    let started = progress
+        .as_ref()
+        .and_then(|p| p.started)
+        .unwrap_or(anchor.1);
     Driver {
         engine: &engine,
         spec: &spec,
         session: None,
+        anchor,
+        started: started.trunc_subsecs(0),
+        saved: None,
+        entered: now,
     }
-    .run()
+    .run(progress)
     .instrument(span)
     .await;
 }
@@ -36,29 +53,87 @@ struct Driver<'a> {
     spec: &'a InstallSpec,
     /// The open rescue session, kept across the commands of the imaging phase.
     session: Option<Box<dyn RescueSession>>,
+    /// One moment on both clocks: the machine counts in `Instant`s, the
+    /// persisted progress in wall-clock time.
+    anchor: (Instant, DateTime<Utc>),
+    /// When the install began (persisted, so it survives restarts).
+    started: DateTime<Utc>,
+    /// The progress last saved on the NodeClaim.
+    saved: Option<Progress>,
+    /// When the current phase was entered, for the phase-duration metric
+    /// (the imaging deadline clock restarts per write; this does not).
+    entered: Instant,
 }
 
 impl Driver<'_> {
-    async fn run(mut self) {
+    async fn run(mut self, progress: Option<Progress>) {
         let settings = &self.engine.deps.settings;
+        let now = Instant::now();
+        let (mut state, mut action) = match &progress {
+            None => (State::start(now), Action::PollServer),
+            Some(progress) => {
+                let since = progress
+                    .phase_since
+                    .map(|t| self.instant_of(t))
+                    .unwrap_or(now);
+                machine::resume(progress, since, now)
+            }
+        };
+        self.entered = state.since;
+        match (&progress, state.phase) {
+            (Some(_), Phase::Joined) => {
+                info!(phase = %Phase::Joined, "resumed an install that had joined");
+                self.saved = progress;
+                return self.release_token().await;
+            }
+            (Some(_), Phase::Failed) => {
+                info!(phase = %Phase::Failed, "resumed an install that had failed; making sure it is cleaned up");
+                self.saved = progress;
+                return self
+                    .cleanup("the install had failed before the controller restarted")
+                    .await;
+            }
+            _ => {}
+        }
         let plan = match Plan::new(self.spec, settings) {
             Ok(plan) => plan,
-            Err(reason) => return self.fail(&reason).await,
+            Err(reason) => {
+                let (failed, _) = machine::fail(&state, now, reason.clone(), FailureClass::Image);
+                self.save(&failed).await;
+                return self.fail(&failed, &reason, FailureClass::Image).await;
+            }
         };
-        let mut state = State::start(Instant::now());
-        let mut action = Action::PollServer;
-        self.log_phase(Phase::Ordered);
+        match &progress {
+            None => {
+                self.log_phase(&state);
+                if let Some(message) = machine::phase_message(&plan, &state) {
+                    self.event(machine::phase_event(message)).await;
+                }
+            }
+            Some(p) => {
+                let from = p.phase.map_or("none", Phase::as_str);
+                info!(persisted_phase = %from, phase = %state.phase, image_attempts = state.image_attempts,
+                    rescue_returns = state.rescue_returns, "resuming install");
+                self.event(machine::phase_event(format!(
+                    "{}: install resumed after a controller restart (persisted phase {from})",
+                    state.phase
+                )))
+                .await;
+            }
+        }
+        self.save(&state).await;
         loop {
             if action.is_poll() {
                 sleep(settings.poll_interval).await;
             }
             let obs = self.perform(&plan, &state, &action).await;
-            let (next_state, next_action) = machine::next(&plan, &state, obs, Instant::now());
-            if next_state.phase != state.phase {
-                self.engine
-                    .set_phase(&self.spec.server_id, next_state.phase);
-                self.log_phase(next_state.phase);
-            }
+            let transition = machine::advance(&plan, &state, obs, Instant::now());
+            self.record(&state, &transition).await;
+            let Transition {
+                state: next_state,
+                action: next_action,
+                ..
+            } = transition;
             state = next_state;
             action = next_action;
             if !matches!(action, Action::Run { .. } | Action::ConnectSsh { .. })
@@ -67,15 +142,116 @@ impl Driver<'_> {
                 session.close().await;
             }
             match &action {
-                Action::Fail { reason } => return self.fail(reason).await,
-                Action::Finish => return,
+                Action::Fail { reason, class } => return self.fail(&state, reason, *class).await,
+                Action::Finish => return self.finish().await,
                 _ => {}
             }
         }
     }
 
-    fn log_phase(&self, phase: Phase) {
-        info!(server_id = %self.spec.server_id, node = %self.spec.node_name, phase = %phase, "install phase");
+    /// Everything a transition means outside the machine: the phase map,
+    /// metrics, logs, Events and the persisted progress.
+    async fn record(&mut self, before: &State, t: &Transition) {
+        let after = &t.state;
+        if after.phase != before.phase {
+            let now = Instant::now();
+            let outcome = match (before.phase, after.phase) {
+                (_, Phase::Failed) => "failed",
+                (Phase::Booting, Phase::Ready) | (Phase::Imaging, Phase::Rescue) => "retried",
+                _ => "completed",
+            };
+            install_metrics().observe_phase(
+                before.phase.as_str(),
+                outcome,
+                now.saturating_duration_since(self.entered).as_secs_f64(),
+            );
+            self.entered = now;
+            self.engine.set_phase(&self.spec.server_id, after.phase);
+            self.log_phase(after);
+        }
+        if before.host_key.is_none()
+            && let Some(fingerprint) = &after.host_key
+        {
+            info!(host = after.host.as_deref().unwrap_or_default(), %fingerprint,
+                "trusting the rescue host key on first use in this rescue boot");
+        }
+        for event in &t.events {
+            self.event(event.clone()).await;
+        }
+        self.save(after).await;
+    }
+
+    fn log_phase(&self, state: &State) {
+        info!(server_id = %self.spec.server_id, node = %self.spec.node_name, phase = %state.phase,
+            image_attempts = state.image_attempts, rescue_returns = state.rescue_returns, "install phase");
+    }
+
+    /// Records an Event (best effort, bounded like every port call).
+    async fn event(&self, event: InstallEvent) {
+        if event.warning {
+            warn!(reason = %event.reason, message = %event.message, "install event");
+        } else {
+            info!(reason = %event.reason, message = %event.message, "install event");
+        }
+        let deps = &self.engine.deps;
+        let call = deps.nodes.event(&self.spec.node_claim_name, event);
+        if bounded(deps.settings.call_timeout, call).await.is_err() {
+            warn!("recording the Event timed out");
+        }
+    }
+
+    /// Saves the progress when it changed since the last successful save. A
+    /// failed save is logged and tried again at the next transition; it never
+    /// fails the install.
+    async fn save(&mut self, state: &State) {
+        let progress = self.progress_of(state);
+        if self.saved.as_ref() == Some(&progress) {
+            return;
+        }
+        let deps = &self.engine.deps;
+        let call = deps
+            .nodes
+            .save_progress(&self.spec.node_claim_name, &progress);
+        match bounded(deps.settings.call_timeout, call).await {
+            Ok(Ok(())) => self.saved = Some(progress),
+            Ok(Err(err)) => {
+                warn!(error = %err, phase = %state.phase, "cannot save the install progress; will retry")
+            }
+            Err(elapsed) => {
+                warn!(error = %elapsed, phase = %state.phase, "cannot save the install progress; will retry")
+            }
+        }
+    }
+
+    fn progress_of(&self, state: &State) -> Progress {
+        Progress {
+            phase: Some(state.phase),
+            phase_since: Some(self.utc_of(state.since)),
+            disk: state.disk.clone(),
+            mac: state.mac.clone(),
+            image_attempts: state.image_attempts,
+            rescue_returns: state.rescue_returns,
+            host_key: state.host_key.clone(),
+            started: Some(self.started),
+        }
+    }
+
+    /// Wall-clock time of an instant, to the second (the annotation's precision).
+    fn utc_of(&self, instant: Instant) -> DateTime<Utc> {
+        let (base, base_utc) = self.anchor;
+        let t = if instant >= base {
+            base_utc + chrono::Duration::from_std(instant - base).unwrap_or_default()
+        } else {
+            base_utc - chrono::Duration::from_std(base - instant).unwrap_or_default()
+        };
+        t.trunc_subsecs(0)
+    }
+
+    /// The instant of a persisted wall-clock time (never in the future).
+    fn instant_of(&self, time: DateTime<Utc>) -> Instant {
+        let (base, base_utc) = self.anchor;
+        let elapsed = (base_utc - time).to_std().unwrap_or_default();
+        base.checked_sub(elapsed).unwrap_or(base)
     }
 
     async fn perform(&mut self, plan: &Plan, state: &State, action: &Action) -> Observation {
@@ -115,12 +291,19 @@ impl Driver<'_> {
                     user: user.clone(),
                 };
                 let key = self.spec.rescue_private_key.expose();
-                let connect = deps.rescue.connect(&target, key);
+                let connect = deps
+                    .rescue
+                    .connect(&target, key, state.host_key.as_deref());
                 match bounded(settings.call_timeout, connect).await {
                     Ok(Ok(session)) => {
-                        info!(%host, %user, "rescue SSH session open");
+                        let host_key = session.host_key().to_string();
+                        info!(%host, %user, %host_key, "rescue SSH session open");
                         self.session = Some(session);
-                        Observation::SshConnected
+                        Observation::SshConnected { host_key }
+                    }
+                    Ok(Err(err @ RescueError::HostKeyMismatch { .. })) => {
+                        error!(error = %err, "rescue host key changed within one rescue boot");
+                        Observation::SshFailed(err)
                     }
                     Ok(Err(err)) => {
                         debug!(error = %err, "rescue SSH not available yet");
@@ -138,7 +321,7 @@ impl Driver<'_> {
                         Observation::TalosUp
                     }
                     Ok(Err(err)) => {
-                        debug!(error = %err, "Talos maintenance API not available yet");
+                        debug!(error = %err, "Talos maintenance API not available");
                         Observation::TalosDown(err)
                     }
                     Err(elapsed) => Observation::TalosDown(TalosError::Unavailable(elapsed)),
@@ -231,41 +414,129 @@ impl Driver<'_> {
         }
     }
 
-    /// Terminal failure: the server goes back, the NodeClaim is deleted so that
-    /// Karpenter provisions elsewhere.
-    async fn fail(mut self, reason: &str) {
-        let (zone, id) = (self.spec.zone.as_str(), self.spec.server_id.as_str());
-        self.engine.set_phase(id, Phase::Failed);
-        error!(server_id = %id, node = %self.spec.node_name, phase = %Phase::Failed, %reason,
+    /// The node joined: Event, metric, and its bootstrap token goes.
+    async fn finish(self) {
+        install_metrics().count_outcome("joined");
+        let took = Utc::now().trunc_subsecs(0) - self.started;
+        let took = took.to_std().unwrap_or_default();
+        info!(took_s = took.as_secs(), "install finished: the Node is Ready");
+        self.event(InstallEvent {
+            warning: false,
+            reason: "InstallJoined".to_string(),
+            message: format!(
+                "joined: Node {} is Ready, {} after the install began",
+                self.spec.node_name,
+                human(took)
+            ),
+        })
+        .await;
+        self.release_token().await;
+    }
+
+    /// Deletes the node's bootstrap token (it has joined), with retries.
+    async fn release_token(self) {
+        let deps = &self.engine.deps;
+        let claim = self.spec.node_claim_name.as_str();
+        let mut pause = deps.settings.poll_interval;
+        for attempt in 1..=CLEANUP_ATTEMPTS {
+            match bounded(deps.settings.call_timeout, deps.nodes.joined(claim)).await {
+                Ok(Ok(())) => return,
+                Ok(Err(NodePortError::Refused(err))) => {
+                    error!(nodeclaim = %claim, error = %err, "cannot delete the node's bootstrap token");
+                    return;
+                }
+                outcome => {
+                    warn!(nodeclaim = %claim, attempt, ?outcome, "deleting the node's bootstrap token failed; retrying");
+                    sleep(pause).await;
+                    pause = (pause * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        error!(nodeclaim = %claim, "gave up deleting the node's bootstrap token; it expires with its TTL");
+    }
+
+    /// Terminal failure: Events, metric, then the server goes back and the
+    /// NodeClaim is deleted so that Karpenter provisions elsewhere.
+    async fn fail(mut self, state: &State, reason: &str, class: FailureClass) {
+        self.engine.set_phase(&self.spec.server_id, Phase::Failed);
+        error!(phase = %state.phase, class = class.as_str(), %reason,
             "install failed; deleting the server and the NodeClaim");
         if let Some(session) = self.session.take() {
             session.close().await;
         }
+        install_metrics().count_outcome(class.as_str());
+        let deps = &self.engine.deps;
+        if class == FailureClass::OutOfStock {
+            deps.capacity
+                .mark_unavailable(&self.spec.offer_name, &self.spec.zone);
+            info!(offer = %self.spec.offer_name, zone = %self.spec.zone, "offering marked unavailable");
+            self.event(InstallEvent {
+                warning: true,
+                reason: "InsufficientCapacity".to_string(),
+                message: format!(
+                    "offer {} went out of stock in {} after the order; marked unavailable so that Karpenter picks another offering",
+                    self.spec.offer_name, self.spec.zone
+                ),
+            })
+            .await;
+        }
+        self.event(InstallEvent {
+            warning: true,
+            reason: "InstallFailed".to_string(),
+            message: format!("failed: {reason}"),
+        })
+        .await;
+        self.cleanup(reason).await;
+    }
+
+    /// Deletes the server (until it is gone or the attempts run out) and,
+    /// at the same time, the NodeClaim (its finalizer deletes the server too).
+    /// Every deletion is logged with its reason.
+    async fn cleanup(self, reason: &str) {
+        tokio::join!(self.delete_server(reason), self.delete_node_claim(reason));
+    }
+
+    async fn delete_server(&self, reason: &str) {
+        let (zone, id) = (self.spec.zone.as_str(), self.spec.server_id.as_str());
         let deps = &self.engine.deps;
         let settings = &deps.settings;
-        for attempt in 1..=CLEANUP_ATTEMPTS {
+        let mut pause = settings.poll_interval;
+        for attempt in 1..=DELETE_ATTEMPTS {
+            info!(server_id = %id, attempt, %reason, "deleting server after failed install");
             match bounded(
                 settings.call_timeout,
                 deps.elastic_metal.delete_server(zone, id),
             )
             .await
             {
-                Ok(Ok(_)) | Ok(Err(ApiError::NotFound(_))) => {
+                Ok(Ok(_)) => {
                     info!(server_id = %id, %reason, "deleted server after failed install");
-                    break;
+                    return;
                 }
-                Ok(Err(err)) if !err.is_retryable() => {
-                    error!(server_id = %id, error = %err, "cannot delete server after failed install");
-                    break;
+                Ok(Err(ApiError::NotFound(_))) => {
+                    info!(server_id = %id, "server already gone");
+                    return;
                 }
                 outcome => {
-                    warn!(server_id = %id, attempt, ?outcome, "deleting server failed; retrying");
-                    sleep(settings.poll_interval).await;
+                    warn!(server_id = %id, attempt, ?outcome, "deleting server failed");
+                    if attempt < DELETE_ATTEMPTS {
+                        sleep(pause).await;
+                        pause = (pause * 2).min(MAX_BACKOFF);
+                    }
                 }
             }
         }
+        error!(server_id = %id, %reason,
+            "gave up deleting the server after a failed install; the garbage collector will catch it");
+    }
+
+    async fn delete_node_claim(&self, reason: &str) {
+        let deps = &self.engine.deps;
+        let settings = &deps.settings;
         let claim = self.spec.node_claim_name.as_str();
+        let mut pause = settings.poll_interval;
         for attempt in 1..=CLEANUP_ATTEMPTS {
+            info!(nodeclaim = %claim, attempt, %reason, "deleting NodeClaim after failed install");
             match bounded(
                 settings.call_timeout,
                 deps.nodes.delete_node_claim(claim, reason),
@@ -274,18 +545,32 @@ impl Driver<'_> {
             {
                 Ok(Ok(())) => {
                     info!(nodeclaim = %claim, %reason, "deleted NodeClaim after failed install");
-                    break;
+                    return;
                 }
                 Ok(Err(NodePortError::Refused(err))) => {
                     error!(nodeclaim = %claim, error = %err, "cannot delete NodeClaim after failed install");
-                    break;
+                    return;
                 }
                 outcome => {
-                    warn!(nodeclaim = %claim, attempt, ?outcome, "deleting NodeClaim failed; retrying");
-                    sleep(settings.poll_interval).await;
+                    warn!(nodeclaim = %claim, attempt, ?outcome, "deleting NodeClaim failed");
+                    if attempt < CLEANUP_ATTEMPTS {
+                        sleep(pause).await;
+                        pause = (pause * 2).min(MAX_BACKOFF);
+                    }
                 }
             }
         }
+        error!(nodeclaim = %claim, "gave up deleting the NodeClaim after a failed install");
+    }
+}
+
+/// `12m05s`, `48s`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
     }
 }
 

@@ -1,21 +1,25 @@
 //! The pure install state machine: given where an install stands and what was
-//! just observed, decide the next state and the one action to perform.
+//! just observed, decide the next state, the one action to perform, and the
+//! Events that tell users about it.
 //!
 //! It performs no I/O and reads no clock (the caller passes `now`), so every
 //! transition is unit-tested. The driver owns the resources (the SSH session)
-//! and turns each action into calls on the ports.
+//! and turns each action into calls on the ports. Resuming after a restart is
+//! [`resume`] (in `resume.rs`): it rebuilds a state from the persisted progress.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::commands::{self, Compression};
-use super::{Deadlines, InstallSettings, InstallSpec, Phase};
+use super::commands::{self, Compression, Written};
+use super::{Deadlines, InstallEvent, InstallSettings, InstallSpec, Phase};
 use crate::rescue::{CommandOutput, RescueError};
 use crate::scaleway::{ApiError, BootType, Server, ServerStatus};
 use crate::talos::TalosError;
 
 use super::NodePortError;
+
+pub use super::resume::resume;
 
 /// What does not change during one install.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,23 +28,60 @@ pub struct Plan {
     pub compression: Compression,
     pub install_disk: Option<String>,
     pub deadlines: Deadlines,
+    /// Image writes allowed per rescue boot.
     pub image_attempts: u32,
+    /// NodeClass checksum (lowercase hex) the streamed image must match.
+    pub image_sha256: Option<String>,
+    /// Returns to rescue allowed when the maintenance API never comes up.
+    pub rescue_returns: u32,
+    /// Consecutive failed Elastic Metal calls tolerated within a phase.
+    pub api_failures: u32,
+    /// How long the maintenance API may stay unreachable after an apply whose
+    /// outcome is unknown before the config is assumed applied.
+    pub apply_grace: Duration,
+    /// For Events.
+    pub server_id: String,
+    pub zone: String,
+    pub offer_name: String,
+    pub node_name: String,
+    pub rescue_ssh_key_id: String,
 }
 
 impl Plan {
     /// Fails when the spec cannot be installed at all (e.g. an image format we
-    /// cannot decompress).
+    /// cannot decompress, a checksum that is not a sha256).
     pub fn new(spec: &InstallSpec, settings: &InstallSettings) -> Result<Self, String> {
+        let image_sha256 = match spec.image_sha256.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(hash) if hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
+                Some(hash.to_ascii_lowercase())
+            }
+            Some(_) => {
+                return Err(format!(
+                    "the NodeClass image checksum for {} is not a sha256 (64 hex digits)",
+                    spec.arch
+                ));
+            }
+        };
         Ok(Plan {
             compression: Compression::from_url(&spec.image_url)?,
             image_url: spec.image_url.clone(),
             install_disk: spec.install_disk.clone(),
             deadlines: settings.deadlines.clone(),
             image_attempts: settings.image_attempts.max(1),
+            image_sha256,
+            rescue_returns: settings.rescue_returns,
+            api_failures: settings.api_failure_budget.max(1),
+            apply_grace: settings.apply_grace,
+            server_id: spec.server_id.clone(),
+            zone: spec.zone.clone(),
+            offer_name: spec.offer_name.clone(),
+            node_name: spec.node_name.clone(),
+            rescue_ssh_key_id: spec.rescue_ssh_key_id.clone(),
         })
     }
 
-    fn deadline(&self, phase: Phase) -> Option<Duration> {
+    pub fn deadline(&self, phase: Phase) -> Option<Duration> {
         let d = &self.deadlines;
         match phase {
             Phase::Ordered | Phase::Delivering => Some(d.delivery),
@@ -51,6 +92,10 @@ impl Plan {
             Phase::Configured => Some(d.join),
             Phase::Joined | Phase::Failed => None,
         }
+    }
+
+    fn url(&self) -> &str {
+        commands::display_url(&self.image_url)
     }
 }
 
@@ -65,15 +110,23 @@ pub enum Step {
     RetryRebootRescue,
     /// Polling until the server runs the rescue image and has its address.
     AwaitRescue,
+    /// Resumed in rescue or imaging: is the server still in rescue mode?
+    ResumeRescue,
     /// Opening an SSH session (again after a lost one).
     Connect,
     ListDisks,
     ListLinks,
     WriteImage,
     Sync,
+    /// Reading the written bytes back.
+    Verify,
     /// The normal reboot call is in flight.
     RebootNormal,
     RetryRebootNormal,
+    /// Resumed while booting: has the normal reboot been issued?
+    ResumeBooting,
+    /// Resumed in maintenance: learning the server's address.
+    ResumeMaintenance,
     /// Waiting for the Talos maintenance API to answer.
     ProbeTalos,
     ApplyConfig,
@@ -86,7 +139,8 @@ pub enum Step {
 pub struct State {
     pub phase: Phase,
     pub step: Step,
-    /// When the current phase was entered; its deadline counts from here.
+    /// When the current phase was entered; its deadline counts from here. The
+    /// imaging clock restarts at each image write.
     pub since: Instant,
     /// The server's IPv4 address once known.
     pub host: Option<String>,
@@ -94,8 +148,21 @@ pub struct State {
     pub user: Option<String>,
     pub disk: Option<String>,
     pub mac: Option<String>,
-    /// Image writes (and lost sessions during imaging) so far.
+    /// Image writes started in the current rescue boot.
     pub image_attempts: u32,
+    /// Returns to rescue after the maintenance API never came up.
+    pub rescue_returns: u32,
+    /// Rescue host key trusted on first use in the current rescue boot.
+    pub host_key: Option<String>,
+    /// What the last image write reported.
+    pub written: Option<Written>,
+    /// Consecutive writes whose stream did not match the NodeClass checksum.
+    pub checksum_mismatches: u32,
+    /// Consecutive failed Elastic Metal calls.
+    pub api_failures: u32,
+    /// Set when an ApplyConfiguration may have taken effect without us
+    /// hearing the answer (or the controller restarted in maintenance).
+    pub apply_uncertain_since: Option<Instant>,
 }
 
 impl State {
@@ -109,6 +176,12 @@ impl State {
             disk: None,
             mac: None,
             image_attempts: 0,
+            rescue_returns: 0,
+            host_key: None,
+            written: None,
+            checksum_mismatches: 0,
+            api_failures: 0,
+            apply_uncertain_since: None,
         }
     }
 
@@ -126,7 +199,10 @@ pub enum Observation {
     ApiFailed(ApiError),
     /// A reboot call was accepted.
     Rebooted,
-    SshConnected,
+    /// An SSH session is open; the server presented this host key.
+    SshConnected {
+        host_key: String,
+    },
     SshFailed(RescueError),
     /// A command ran to completion (whatever its exit status).
     Command(CommandOutput),
@@ -141,6 +217,55 @@ pub enum Observation {
     /// The Node's readiness (`None`: no Node yet).
     Node(Option<bool>),
     NodeFailed(NodePortError),
+}
+
+/// Why an install failed, in classes: the metric label, and what the driver
+/// does beyond the cleanup (out of stock marks the offering unavailable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureClass {
+    /// The server went `out_of_stock` after the order.
+    OutOfStock,
+    /// The server went `error` or `locked`.
+    ServerStatus,
+    /// The server was deleted under us.
+    ServerGone,
+    /// A phase did not complete within its deadline.
+    Deadline,
+    /// The Talos maintenance API never came up, even after going back to rescue.
+    MaintenanceNeverUp,
+    /// Every image write allowed failed (download, write or verification).
+    ImageAttempts,
+    /// The image does not match the NodeClass checksum, or cannot be used.
+    Image,
+    /// The Elastic Metal API refused a call, or failed too many times in a row.
+    Api,
+    /// The rescue system could not be used (disk, NIC, key, commands).
+    Rescue,
+    /// The rescue host key changed within one rescue boot.
+    HostKey,
+    /// The machine config could not be rendered or Talos rejected it.
+    Config,
+    /// An observation the machine did not expect (a bug).
+    Internal,
+}
+
+impl FailureClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::OutOfStock => "out_of_stock",
+            FailureClass::ServerStatus => "server_status",
+            FailureClass::ServerGone => "server_gone",
+            FailureClass::Deadline => "deadline",
+            FailureClass::MaintenanceNeverUp => "maintenance_never_up",
+            FailureClass::ImageAttempts => "image_attempts",
+            FailureClass::Image => "image",
+            FailureClass::Api => "api",
+            FailureClass::Rescue => "rescue",
+            FailureClass::HostKey => "host_key",
+            FailureClass::Config => "config",
+            FailureClass::Internal => "internal",
+        }
+    }
 }
 
 /// The one thing to do next. Polls (`PollServer`, `ConnectSsh`, `ProbeTalos`,
@@ -169,6 +294,7 @@ pub enum Action {
     /// Terminal failure: delete the server and the NodeClaim.
     Fail {
         reason: String,
+        class: FailureClass,
     },
     /// The node joined: nothing left to do.
     Finish,
@@ -188,39 +314,146 @@ impl Action {
     }
 }
 
-/// Computes the next state and action. Phase deadlines are enforced here: an
-/// observation that does not move the install to another phase after the
-/// phase's deadline fails it.
-pub fn next(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (State, Action) {
-    let (next_state, action) = transition(plan, state, obs, now);
-    if next_state.phase == state.phase
-        && !matches!(action, Action::Fail { .. } | Action::Finish)
-        && let Some(limit) = plan.deadline(state.phase)
-        && now.saturating_duration_since(state.since) > limit
-    {
-        let reason = format!(
-            "phase {} did not complete within {}s",
-            state.phase,
-            limit.as_secs()
-        );
-        return fail(state, now, reason);
-    }
-    (next_state, action)
+/// The outcome of one observation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub state: State,
+    pub action: Action,
+    /// Events to record on the NodeClaim, in order.
+    pub events: Vec<InstallEvent>,
 }
 
-fn fail(state: &State, now: Instant, reason: String) -> (State, Action) {
+/// After this many failed Elastic Metal calls in a row, users get a warning.
+const API_FAILURES_WORTH_AN_EVENT: u32 = 3;
+
+/// Computes the next state, action and Events. Phase deadlines are enforced
+/// here: an observation that leaves the install in its phase after the
+/// phase's deadline fails it, except a Talos maintenance API that never came
+/// up after the normal boot, which sends the server back to rescue once.
+pub fn advance(plan: &Plan, state: &State, obs: Observation, now: Instant) -> Transition {
+    let mut events = Vec::new();
+    let (mut next, mut action) = transition(plan, state, obs, now, &mut events);
+    let grace_running = state
+        .apply_uncertain_since
+        .is_some_and(|t| now.saturating_duration_since(t) < plan.apply_grace);
+    if next.phase == state.phase
+        && !matches!(action, Action::Fail { .. } | Action::Finish)
+        && let Some(limit) = plan.deadline(state.phase)
+        && now.saturating_duration_since(next.since) > limit
+        && !grace_running
+    {
+        (next, action) = if state.phase == Phase::Booting && state.step == Step::ProbeTalos {
+            back_to_rescue(plan, state, now, limit, &mut events)
+        } else {
+            let reason = format!(
+                "phase {} did not complete within {}s",
+                state.phase,
+                limit.as_secs()
+            );
+            fail(state, now, reason, FailureClass::Deadline)
+        };
+    }
+    if next.phase != state.phase
+        && let Some(message) = phase_message(plan, &next)
+    {
+        events.push(phase_event(message));
+    }
+    Transition {
+        state: next,
+        action,
+        events,
+    }
+}
+
+/// [`advance`] without the Events, for tests that follow states and actions.
+#[cfg(test)]
+pub fn next(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (State, Action) {
+    let t = advance(plan, state, obs, now);
+    (t.state, t.action)
+}
+
+pub(super) fn phase_event(message: String) -> InstallEvent {
+    InstallEvent {
+        warning: false,
+        reason: "InstallPhase".to_string(),
+        message,
+    }
+}
+
+pub(super) fn retry_event(message: String) -> InstallEvent {
+    InstallEvent {
+        warning: true,
+        reason: "InstallRetry".to_string(),
+        message,
+    }
+}
+
+/// The InstallPhase message for entering `state.phase`; `None` for the
+/// terminal phases (the driver reports those with their own reasons).
+pub fn phase_message(plan: &Plan, state: &State) -> Option<String> {
+    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_string());
+    Some(match state.phase {
+        Phase::Ordered => format!(
+            "ordered: server {} ({}) ordered in {}; waiting for delivery",
+            plan.server_id, plan.offer_name, plan.zone
+        ),
+        Phase::Delivering => format!(
+            "delivering: server {} ({}) is being delivered in {}",
+            plan.server_id, plan.offer_name, plan.zone
+        ),
+        Phase::Ready => format!(
+            "ready: server {} is delivered; rebooting into rescue mode with SSH key {}",
+            plan.server_id, plan.rescue_ssh_key_id
+        ),
+        Phase::Rescue => "rescue: rescue boot requested; waiting for the rescue system's SSH"
+            .to_string(),
+        Phase::Imaging => format!(
+            "imaging: SSH session open as {}@{} (host key {}); finding the install disk and the primary NIC",
+            or_unknown(&state.user),
+            or_unknown(&state.host),
+            or_unknown(&state.host_key)
+        ),
+        Phase::Booting => match &state.written {
+            Some(w) => format!(
+                "booting: image verified on /dev/{} ({} bytes, sha256 {}); rebooting into Talos",
+                or_unknown(&state.disk),
+                w.bytes,
+                w.sha256
+            ),
+            None => "booting: rebooting into Talos".to_string(),
+        },
+        Phase::Maintenance => format!(
+            "maintenance: Talos maintenance API up on {}; applying the machine config",
+            or_unknown(&state.host)
+        ),
+        Phase::Configured => format!(
+            "configured: machine config applied (install disk /dev/{}, primary NIC {}); waiting for Node {} to be Ready",
+            or_unknown(&state.disk),
+            or_unknown(&state.mac),
+            plan.node_name
+        ),
+        Phase::Joined | Phase::Failed => return None,
+    })
+}
+
+pub(super) fn fail(
+    state: &State,
+    now: Instant,
+    reason: String,
+    class: FailureClass,
+) -> (State, Action) {
     let next = State {
         phase: Phase::Failed,
         step: Step::Done,
         since: now,
         ..state.clone()
     };
-    (next, Action::Fail { reason })
+    (next, Action::Fail { reason, class })
 }
 
 /// Moves to `phase` at `step`; the deadline clock restarts only on a real phase
 /// change (Ordered -> Delivering shares the delivery clock).
-fn go(state: &State, phase: Phase, step: Step, now: Instant) -> State {
+pub(super) fn go(state: &State, phase: Phase, step: Step, now: Instant) -> State {
     let same_clock = phase == state.phase
         || matches!(
             (state.phase, phase),
@@ -242,29 +475,76 @@ fn stay(state: &State, step: Step) -> State {
 }
 
 /// A server status that no amount of waiting will turn into a usable server.
-fn broken_status(status: &ServerStatus) -> Option<&'static str> {
+fn broken_status(status: &ServerStatus) -> Option<(&'static str, FailureClass)> {
     match status {
-        ServerStatus::Error => Some("error"),
-        ServerStatus::Locked => Some("locked"),
-        ServerStatus::OutOfStock => Some("out_of_stock"),
-        ServerStatus::Deleting => Some("deleting"),
+        ServerStatus::Error => Some(("error", FailureClass::ServerStatus)),
+        ServerStatus::Locked => Some(("locked", FailureClass::ServerStatus)),
+        ServerStatus::OutOfStock => Some(("out_of_stock", FailureClass::OutOfStock)),
+        ServerStatus::Deleting => Some(("deleting", FailureClass::ServerGone)),
         _ => None,
     }
 }
 
-fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (State, Action) {
+fn transition(
+    plan: &Plan,
+    state: &State,
+    obs: Observation,
+    now: Instant,
+    events: &mut Vec<InstallEvent>,
+) -> (State, Action) {
     // Observations that mean the same thing at every step.
-    match &obs {
+    let state = &match &obs {
         Observation::ApiFailed(ApiError::NotFound(_)) => {
-            return fail(state, now, "the server no longer exists".to_string());
+            return fail(
+                state,
+                now,
+                "the server no longer exists".to_string(),
+                FailureClass::ServerGone,
+            );
         }
-        Observation::Server(server) => {
-            if let Some(status) = broken_status(&server.status) {
-                return fail(state, now, format!("the server is in status {status}"));
+        Observation::ApiFailed(err) => {
+            let failures = state.api_failures + 1;
+            if failures >= plan.api_failures {
+                return fail(
+                    state,
+                    now,
+                    format!("{failures} Elastic Metal API calls failed in a row; last: {err}"),
+                    FailureClass::Api,
+                );
+            }
+            if failures == API_FAILURES_WORTH_AN_EVENT {
+                events.push(retry_event(format!(
+                    "{}: {failures} Elastic Metal API calls failed in a row ({err}); retrying",
+                    state.phase
+                )));
+            }
+            State {
+                api_failures: failures,
+                ..state.clone()
             }
         }
-        _ => {}
-    }
+        Observation::Server(server) => {
+            if let Some((status, class)) = broken_status(&server.status) {
+                let reason = match class {
+                    FailureClass::OutOfStock => format!(
+                        "the server went out_of_stock after the order: offer {} has no stock in {}",
+                        plan.offer_name, plan.zone
+                    ),
+                    _ => format!("the server is in status {status}"),
+                };
+                return fail(state, now, reason, class);
+            }
+            State {
+                api_failures: 0,
+                ..state.clone()
+            }
+        }
+        Observation::Rebooted => State {
+            api_failures: 0,
+            ..state.clone()
+        },
+        _ => state.clone(),
+    };
 
     match (state.step, obs) {
         (Step::AwaitDelivery, Observation::Server(server)) => match server.status {
@@ -278,20 +558,34 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
             ),
             _ => (stay(state, Step::AwaitDelivery), Action::PollServer),
         },
-        (Step::AwaitDelivery | Step::AwaitRescue, Observation::ApiFailed(_)) => {
-            (state.clone(), Action::PollServer)
-        }
+        (
+            Step::AwaitDelivery
+            | Step::AwaitRescue
+            | Step::ResumeRescue
+            | Step::ResumeBooting
+            | Step::ResumeMaintenance
+            | Step::RetryRebootRescue
+            | Step::RetryRebootNormal,
+            Observation::ApiFailed(_),
+        ) => (state.clone(), Action::PollServer),
 
-        (Step::RebootRescue, Observation::Rebooted) => (
-            go(state, Phase::Rescue, Step::AwaitRescue, now),
-            Action::PollServer,
-        ),
+        (Step::RebootRescue, Observation::Rebooted) => {
+            // A new rescue boot has new host keys: trust starts over.
+            let next = State {
+                host_key: None,
+                ..go(state, Phase::Rescue, Step::AwaitRescue, now)
+            };
+            (next, Action::PollServer)
+        }
         (Step::RebootRescue, Observation::ApiFailed(err)) if err.is_retryable() => {
             (stay(state, Step::RetryRebootRescue), Action::PollServer)
         }
-        (Step::RebootRescue, Observation::ApiFailed(err)) => {
-            fail(state, now, format!("rescue reboot refused: {err}"))
-        }
+        (Step::RebootRescue, Observation::ApiFailed(err)) => fail(
+            state,
+            now,
+            format!("rescue reboot refused: {err}"),
+            FailureClass::Api,
+        ),
         (Step::RetryRebootRescue, Observation::Server(server))
             if server.status == ServerStatus::Ready =>
         {
@@ -302,64 +596,89 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
         {
             (stay(state, Step::RebootNormal), Action::RebootNormal)
         }
-        (
-            Step::RetryRebootRescue | Step::RetryRebootNormal,
-            Observation::Server(_) | Observation::ApiFailed(_),
-        ) => (state.clone(), Action::PollServer),
-
-        (Step::AwaitRescue, Observation::Server(server)) => {
-            let user = server
-                .rescue_server
-                .as_ref()
-                .map(|r| r.user.clone())
-                .filter(|u| !u.is_empty());
-            match (
-                server.status == ServerStatus::Ready,
-                server.boot_type,
-                server.ipv4(),
-                user,
-            ) {
-                (true, BootType::Rescue, Some(host), Some(user)) => {
-                    let next = State {
-                        host: Some(host.to_string()),
-                        user: Some(user.clone()),
-                        ..stay(state, Step::Connect)
-                    };
-                    (
-                        next,
-                        Action::ConnectSsh {
-                            host: host.to_string(),
-                            user,
-                        },
-                    )
-                }
-                _ => (state.clone(), Action::PollServer),
-            }
+        (Step::RetryRebootRescue | Step::RetryRebootNormal, Observation::Server(_)) => {
+            (state.clone(), Action::PollServer)
         }
 
-        (Step::Connect, Observation::SshConnected) => (
-            go(state, Phase::Imaging, Step::ListDisks, now),
-            Action::Run {
-                command: commands::LIST_DISKS.to_string(),
-            },
-        ),
+        (Step::AwaitRescue, Observation::Server(server)) => match rescue_login(&server) {
+            Some((host, user)) => connect_to(state, host, user),
+            None => (state.clone(), Action::PollServer),
+        },
+        (Step::ResumeRescue, Observation::Server(server)) => match rescue_login(&server) {
+            Some((host, user)) => connect_to(state, host, user),
+            // Not in rescue (any more): the rescue boot starts over.
+            None if server.status == ServerStatus::Ready
+                && server.boot_type != BootType::Rescue =>
+            {
+                (
+                    go(state, Phase::Ready, Step::RebootRescue, now),
+                    Action::RebootRescue,
+                )
+            }
+            None => (state.clone(), Action::PollServer),
+        },
+
+        (Step::Connect, Observation::SshConnected { host_key }) => {
+            if let Some(trusted) = state.host_key.as_ref().filter(|k| **k != host_key) {
+                return fail(
+                    state,
+                    now,
+                    host_key_changed(state, trusted, &host_key),
+                    FailureClass::HostKey,
+                );
+            }
+            let next = State {
+                host_key: Some(host_key),
+                ..go(state, Phase::Imaging, Step::ListDisks, now)
+            };
+            (
+                next,
+                Action::Run {
+                    command: commands::LIST_DISKS.to_string(),
+                },
+            )
+        }
         (Step::Connect, Observation::SshFailed(RescueError::InvalidKey(msg))) => fail(
             state,
             now,
             format!("the rescue private key is invalid: {msg}"),
+            FailureClass::Rescue,
+        ),
+        (
+            Step::Connect,
+            Observation::SshFailed(RescueError::HostKeyMismatch { trusted, presented }),
+        ) => fail(
+            state,
+            now,
+            host_key_changed(state, &trusted, &presented),
+            FailureClass::HostKey,
         ),
         (Step::Connect, Observation::SshFailed(_)) => (state.clone(), connect(state)),
 
-        // A session lost mid-imaging starts the imaging over on a new session,
-        // within the attempt budget.
+        // A session lost mid-imaging starts the imaging over on a new session
+        // (the same rescue boot, so the same host key), within the budget.
         (
-            Step::ListDisks | Step::ListLinks | Step::WriteImage | Step::Sync,
+            Step::ListDisks | Step::ListLinks | Step::WriteImage | Step::Sync | Step::Verify,
             Observation::SessionLost(err),
-        ) => retry_imaging(plan, state, now, format!("SSH session lost: {err}")),
+        ) => {
+            let reason = format!("SSH session lost during {:?}: {err}", state.step);
+            if state.image_attempts >= plan.image_attempts {
+                return attempts_exhausted(plan, state, now, &reason);
+            }
+            events.push(retry_event(format!(
+                "imaging: {reason}; reconnecting to write the image again"
+            )));
+            (stay(state, Step::Connect), connect(state))
+        }
 
         (Step::ListDisks, Observation::Command(out)) => {
             if !out.success() {
-                return fail(state, now, command_failed("lsblk", &out));
+                return fail(
+                    state,
+                    now,
+                    command_failed("lsblk", &out),
+                    FailureClass::Rescue,
+                );
             }
             match commands::pick_disk(&out.stdout, plan.install_disk.as_deref()) {
                 Ok(disk) => (
@@ -371,53 +690,128 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
                         command: commands::LIST_LINKS.to_string(),
                     },
                 ),
-                Err(reason) => fail(state, now, reason),
+                Err(reason) => fail(state, now, reason, FailureClass::Rescue),
             }
         }
         (Step::ListLinks, Observation::Command(out)) => {
             if !out.success() {
-                return fail(state, now, command_failed("ip -o link", &out));
+                return fail(
+                    state,
+                    now,
+                    command_failed("ip -o link", &out),
+                    FailureClass::Rescue,
+                );
             }
             match commands::pick_mac(&out.stdout) {
                 Ok(mac) => {
+                    if state.image_attempts >= plan.image_attempts {
+                        return attempts_exhausted(
+                            plan,
+                            state,
+                            now,
+                            "no image write left in this rescue boot",
+                        );
+                    }
                     let next = State {
                         mac: Some(mac),
-                        image_attempts: state.image_attempts + 1,
-                        ..stay(state, Step::WriteImage)
+                        ..state.clone()
                     };
-                    let command = write_command(plan, &next);
-                    (next, Action::Run { command })
+                    start_write(plan, &next, now, events)
                 }
-                Err(reason) => fail(state, now, reason),
+                Err(reason) => fail(state, now, reason, FailureClass::Rescue),
             }
         }
         (Step::WriteImage, Observation::Command(out)) => {
-            if out.success() {
-                (
-                    stay(state, Step::Sync),
-                    Action::Run {
-                        command: commands::sync(state.as_root()),
-                    },
-                )
-            } else if state.image_attempts < plan.image_attempts {
+            if !out.success() {
+                return rewrite(plan, state, now, command_failed("image write", &out), events);
+            }
+            let written = match commands::parse_written(&out.stdout, &out.stderr) {
+                Ok(written) => written,
+                Err(reason) => {
+                    return fail(
+                        state,
+                        now,
+                        format!("cannot read the result of the image write: {reason}"),
+                        FailureClass::Rescue,
+                    );
+                }
+            };
+            if written.bytes == 0 {
+                return rewrite(
+                    plan,
+                    state,
+                    now,
+                    "the image stream was empty".to_string(),
+                    events,
+                );
+            }
+            if let Some(expected) = plan.image_sha256.as_deref()
+                && written.sha256 != expected
+            {
                 let next = State {
-                    image_attempts: state.image_attempts + 1,
+                    checksum_mismatches: state.checksum_mismatches + 1,
                     ..state.clone()
                 };
-                let command = write_command(plan, &next);
-                (next, Action::Run { command })
-            } else {
-                fail(state, now, command_failed("image write", &out))
+                let reason = format!(
+                    "image {} streamed sha256 {}, but the NodeClass expects {expected}",
+                    plan.url(),
+                    written.sha256
+                );
+                return rewrite(plan, &next, now, reason, events);
             }
+            let next = State {
+                written: Some(written),
+                checksum_mismatches: 0,
+                ..stay(state, Step::Sync)
+            };
+            let command = commands::sync(state.as_root());
+            (next, Action::Run { command })
         }
         (Step::Sync, Observation::Command(out)) => {
-            if out.success() {
-                (
+            if !out.success() {
+                return fail(
+                    state,
+                    now,
+                    command_failed("sync", &out),
+                    FailureClass::Rescue,
+                );
+            }
+            let (Some(disk), Some(written)) = (&state.disk, &state.written) else {
+                return fail(
+                    state,
+                    now,
+                    "internal error: nothing written to verify".to_string(),
+                    FailureClass::Internal,
+                );
+            };
+            let command = commands::verify_image(disk, written.bytes, state.as_root());
+            (stay(state, Step::Verify), Action::Run { command })
+        }
+        (Step::Verify, Observation::Command(out)) => {
+            let read_back = if out.success() {
+                commands::parse_sha256sum(&out.stdout)
+            } else {
+                Err(command_failed("reading the image back", &out))
+            };
+            let written = state.written.clone().unwrap_or(Written {
+                bytes: 0,
+                sha256: String::new(),
+            });
+            match read_back {
+                Ok(hash) if hash == written.sha256 => (
                     go(state, Phase::Booting, Step::RebootNormal, now),
                     Action::RebootNormal,
-                )
-            } else {
-                fail(state, now, command_failed("sync", &out))
+                ),
+                Ok(hash) => {
+                    let reason = format!(
+                        "the {} bytes read back from /dev/{} have sha256 {hash}, not {} as streamed",
+                        written.bytes,
+                        state.disk.as_deref().unwrap_or("?"),
+                        written.sha256
+                    );
+                    rewrite(plan, state, now, reason, events)
+                }
+                Err(reason) => rewrite(plan, state, now, reason, events),
             }
         }
 
@@ -427,33 +821,98 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
         (Step::RebootNormal, Observation::ApiFailed(err)) if err.is_retryable() => {
             (stay(state, Step::RetryRebootNormal), Action::PollServer)
         }
-        (Step::RebootNormal, Observation::ApiFailed(err)) => {
-            fail(state, now, format!("normal reboot refused: {err}"))
+        (Step::RebootNormal, Observation::ApiFailed(err)) => fail(
+            state,
+            now,
+            format!("normal reboot refused: {err}"),
+            FailureClass::Api,
+        ),
+        (Step::ResumeBooting, Observation::Server(server)) => {
+            match (server.status == ServerStatus::Ready, server.ipv4()) {
+                (true, Some(host)) => {
+                    let next = State {
+                        host: Some(host.to_string()),
+                        ..state.clone()
+                    };
+                    if server.boot_type == BootType::Rescue {
+                        (stay(&next, Step::RebootNormal), Action::RebootNormal)
+                    } else {
+                        let action = probe(&next);
+                        (stay(&next, Step::ProbeTalos), action)
+                    }
+                }
+                _ => (state.clone(), Action::PollServer),
+            }
+        }
+        (Step::ResumeMaintenance, Observation::Server(server)) => {
+            match (server.status == ServerStatus::Ready, server.ipv4()) {
+                (true, Some(host)) => {
+                    let next = State {
+                        host: Some(host.to_string()),
+                        apply_uncertain_since: Some(now),
+                        ..stay(state, Step::ProbeTalos)
+                    };
+                    let action = probe(&next);
+                    (next, action)
+                }
+                _ => (state.clone(), Action::PollServer),
+            }
         }
 
         (Step::ProbeTalos, Observation::TalosUp) => {
-            let next = go(state, Phase::Maintenance, Step::ApplyConfig, now);
+            let next = State {
+                apply_uncertain_since: None,
+                ..go(state, Phase::Maintenance, Step::ApplyConfig, now)
+            };
             let action = apply(&next);
             (next, action)
         }
-        (Step::ProbeTalos, Observation::TalosDown(_)) => (state.clone(), probe(state)),
+        (Step::ProbeTalos, Observation::TalosDown(err)) => match state.apply_uncertain_since {
+            Some(t) if now.saturating_duration_since(t) >= plan.apply_grace => {
+                events.push(phase_event(format!(
+                    "maintenance: the Talos maintenance API has not answered for {}s after an apply whose outcome is unknown ({err}); assuming the config was applied",
+                    plan.apply_grace.as_secs()
+                )));
+                let next = State {
+                    apply_uncertain_since: None,
+                    ..go(state, Phase::Configured, Step::AwaitNode, now)
+                };
+                (next, Action::PollNode)
+            }
+            _ => (state.clone(), probe(state)),
+        },
 
-        (Step::ApplyConfig, Observation::ConfigApplied) => (
-            go(state, Phase::Configured, Step::AwaitNode, now),
-            Action::PollNode,
-        ),
+        (Step::ApplyConfig, Observation::ConfigApplied) => {
+            let next = State {
+                apply_uncertain_since: None,
+                ..go(state, Phase::Configured, Step::AwaitNode, now)
+            };
+            (next, Action::PollNode)
+        }
         (Step::ApplyConfig, Observation::ApplyFailed(TalosError::Rejected(msg))) => fail(
             state,
             now,
             format!("Talos rejected the machine config: {msg}"),
+            FailureClass::Config,
         ),
-        (Step::ApplyConfig, Observation::ApplyFailed(_)) => {
-            (stay(state, Step::ProbeTalos), probe(state))
+        (Step::ApplyConfig, Observation::ApplyFailed(err)) => {
+            events.push(retry_event(format!(
+                "maintenance: ApplyConfiguration failed ({err}); retrying"
+            )));
+            // The config may have been applied with the answer lost: if the
+            // maintenance API is gone from now on, that is what happened.
+            let next = State {
+                apply_uncertain_since: state.apply_uncertain_since.or(Some(now)),
+                ..stay(state, Step::ProbeTalos)
+            };
+            let action = probe(&next);
+            (next, action)
         }
         (Step::ApplyConfig, Observation::ConfigInvalid(msg)) => fail(
             state,
             now,
             format!("cannot render the machine config: {msg}"),
+            FailureClass::Config,
         ),
 
         (Step::AwaitNode, Observation::Node(Some(true))) => {
@@ -467,8 +926,131 @@ fn transition(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (St
             state,
             now,
             format!("internal error: unexpected observation {obs:?} at step {step:?}"),
+            FailureClass::Internal,
         ),
     }
+}
+
+/// The address and user to log into a server running its rescue image.
+fn rescue_login(server: &Server) -> Option<(String, String)> {
+    let user = server
+        .rescue_server
+        .as_ref()
+        .map(|r| r.user.clone())
+        .filter(|u| !u.is_empty())?;
+    (server.status == ServerStatus::Ready && server.boot_type == BootType::Rescue)
+        .then(|| server.ipv4().map(|host| (host.to_string(), user)))
+        .flatten()
+}
+
+fn connect_to(state: &State, host: String, user: String) -> (State, Action) {
+    let next = State {
+        host: Some(host.clone()),
+        user: Some(user.clone()),
+        ..stay(state, Step::Connect)
+    };
+    (next, Action::ConnectSsh { host, user })
+}
+
+fn host_key_changed(state: &State, trusted: &str, presented: &str) -> String {
+    format!(
+        "the rescue system at {} presented host key {presented}, but {trusted} was trusted on first use in this rescue boot; refusing to connect",
+        state.host.as_deref().unwrap_or("?")
+    )
+}
+
+/// Starts an image write (a new attempt): the imaging clock restarts, so each
+/// write gets the whole imaging deadline.
+fn start_write(
+    plan: &Plan,
+    state: &State,
+    now: Instant,
+    events: &mut Vec<InstallEvent>,
+) -> (State, Action) {
+    let next = State {
+        phase: Phase::Imaging,
+        step: Step::WriteImage,
+        since: now,
+        image_attempts: state.image_attempts + 1,
+        written: None,
+        ..state.clone()
+    };
+    let disk = next.disk.clone().unwrap_or_default();
+    events.push(phase_event(format!(
+        "imaging: writing {} to /dev/{disk} (attempt {}/{})",
+        plan.url(),
+        next.image_attempts,
+        plan.image_attempts
+    )));
+    let command = commands::write_image(&plan.image_url, plan.compression, &disk, next.as_root());
+    (next, Action::Run { command })
+}
+
+/// The last write did not land as it should: write again on the same session
+/// while the budget lasts.
+fn rewrite(
+    plan: &Plan,
+    state: &State,
+    now: Instant,
+    reason: String,
+    events: &mut Vec<InstallEvent>,
+) -> (State, Action) {
+    if state.image_attempts >= plan.image_attempts {
+        return attempts_exhausted(plan, state, now, &reason);
+    }
+    events.push(retry_event(format!(
+        "imaging: {reason}; writing the image again"
+    )));
+    start_write(plan, state, now, events)
+}
+
+fn attempts_exhausted(plan: &Plan, state: &State, now: Instant, last: &str) -> (State, Action) {
+    let n = state.image_attempts;
+    if plan.image_sha256.is_some() && n > 0 && state.checksum_mismatches == n {
+        // The same wrong image every time: the mirror or the checksum is wrong.
+        let reason = format!("{last} (on each of the {n} attempts)");
+        return fail(state, now, reason, FailureClass::Image);
+    }
+    fail(
+        state,
+        now,
+        format!("the image write failed {n} time(s) in this rescue boot; last: {last}"),
+        FailureClass::ImageAttempts,
+    )
+}
+
+/// The maintenance API never came up after the normal boot: the image on disk
+/// may be bad in a way the read-back could not see (or the boot went wrong).
+/// Write it again from a fresh rescue boot, once; then give up.
+fn back_to_rescue(
+    plan: &Plan,
+    state: &State,
+    now: Instant,
+    limit: Duration,
+    events: &mut Vec<InstallEvent>,
+) -> (State, Action) {
+    if state.rescue_returns >= plan.rescue_returns {
+        let reason = format!(
+            "the Talos maintenance API did not come up within {}s of the normal boot, after {} return(s) to rescue",
+            limit.as_secs(),
+            state.rescue_returns
+        );
+        return fail(state, now, reason, FailureClass::MaintenanceNeverUp);
+    }
+    let next = State {
+        rescue_returns: state.rescue_returns + 1,
+        image_attempts: 0,
+        checksum_mismatches: 0,
+        written: None,
+        ..go(state, Phase::Ready, Step::RebootRescue, now)
+    };
+    events.push(retry_event(format!(
+        "booting: the Talos maintenance API did not come up within {}s of the normal boot; rebooting into rescue to write the image again (return {}/{})",
+        limit.as_secs(),
+        next.rescue_returns,
+        plan.rescue_returns
+    )));
+    (next, Action::RebootRescue)
 }
 
 fn connect(state: &State) -> Action {
@@ -490,27 +1072,6 @@ fn apply(state: &State) -> Action {
         disk: state.disk.clone().unwrap_or_default(),
         mac: state.mac.clone().unwrap_or_default(),
     }
-}
-
-fn write_command(plan: &Plan, state: &State) -> String {
-    commands::write_image(
-        &plan.image_url,
-        plan.compression,
-        state.disk.as_deref().unwrap_or_default(),
-        state.as_root(),
-    )
-}
-
-fn retry_imaging(plan: &Plan, state: &State, now: Instant, reason: String) -> (State, Action) {
-    if state.image_attempts >= plan.image_attempts {
-        return fail(state, now, reason);
-    }
-    let next = State {
-        image_attempts: state.image_attempts + 1,
-        ..stay(state, Step::Connect)
-    };
-    let action = connect(&next);
-    (next, action)
 }
 
 fn command_failed(what: &str, out: &CommandOutput) -> String {

@@ -5,14 +5,18 @@
 //! reboot normally -> wait for the Talos maintenance API -> apply the rendered
 //! machine config -> wait for the Node to be Ready.
 //!
-//! `machine` is the pure state machine (what to do next, given what was seen);
-//! `driver` performs its actions through the ports, one tokio task per server.
+//! `machine` is the pure state machine (what to do next, given what was seen),
+//! `resume` rebuilds a machine state from persisted progress, and `driver`
+//! performs the actions through the ports, one tokio task per server.
 
 mod commands;
 mod driver;
 #[cfg(test)]
 mod driver_tests;
+#[cfg(test)]
+mod driver_fakes;
 pub mod machine;
+mod resume;
 #[cfg(test)]
 mod tests_support;
 
@@ -129,6 +133,8 @@ pub struct Progress {
     pub rescue_returns: u32,
     /// SHA256 fingerprint of the rescue host key trusted on first use.
     pub host_key: Option<String>,
+    /// When the install began (for the total duration reported on join).
+    pub started: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Progress {
@@ -158,6 +164,12 @@ impl Progress {
         if let Some(key) = &self.host_key {
             put("host-key", key.clone());
         }
+        if let Some(started) = self.started {
+            put(
+                "started",
+                started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            );
+        }
         out
     }
 
@@ -170,11 +182,14 @@ impl Progress {
                 .map(|v| v.trim())
                 .filter(|v| !v.is_empty())
         };
+        let time = |key: &str| {
+            get(key)
+                .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))
+        };
         Progress {
             phase: get("phase").and_then(Phase::parse),
-            phase_since: get("phase-since")
-                .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
-                .map(|t| t.with_timezone(&chrono::Utc)),
+            phase_since: time("phase-since"),
             disk: get("disk").map(str::to_string),
             mac: get("mac").map(str::to_string),
             image_attempts: get("image-attempts")
@@ -184,6 +199,7 @@ impl Progress {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
             host_key: get("host-key").map(str::to_string),
+            started: time("started"),
         }
     }
 }
@@ -295,8 +311,9 @@ pub trait NodePort: Send + Sync + 'static {
     async fn joined(&self, claim: &str) -> Result<(), NodePortError>;
 }
 
-/// How long each phase may take before the install is declared failed. A
-/// phase's clock starts when it is entered; `Ordered` and `Delivering` share one.
+/// How long each phase may take. A phase's clock starts when it is entered
+/// (and survives restarts through the persisted `phase-since`); `Ordered` and
+/// `Delivering` share one, and the imaging clock restarts at each image write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deadlines {
     /// Order placed until the server is `ready`. Delivery of some offers takes
@@ -304,9 +321,10 @@ pub struct Deadlines {
     pub delivery: Duration,
     /// Rescue reboot issued until an SSH session is open.
     pub rescue: Duration,
-    /// Disk detection, image download and write.
+    /// One image write: disk detection, download, write, sync and read-back.
     pub imaging: Duration,
-    /// Normal reboot until the Talos maintenance API answers.
+    /// Normal reboot until the Talos maintenance API answers. Passing it sends
+    /// the server back to rescue (once, see `InstallSettings::rescue_returns`).
     pub booting: Duration,
     /// Maintenance API up until the config is accepted.
     pub maintenance: Duration,
@@ -320,7 +338,9 @@ impl Default for Deadlines {
             delivery: Duration::from_secs(30 * 60),
             rescue: Duration::from_secs(15 * 60),
             imaging: Duration::from_secs(20 * 60),
-            booting: Duration::from_secs(15 * 60),
+            // An Elastic Metal reboot (firmware POST) takes 3-5 minutes and a
+            // Talos image reaches maintenance mode within a minute of it.
+            booting: Duration::from_secs(10 * 60),
             maintenance: Duration::from_secs(5 * 60),
             join: Duration::from_secs(15 * 60),
         }
@@ -335,9 +355,20 @@ pub struct InstallSettings {
     pub ssh_port: u16,
     pub talos_port: u16,
     pub deadlines: Deadlines,
-    /// Imaging attempts before failing: each image write counts, and so does
-    /// an SSH session lost during imaging.
+    /// Image writes per rescue boot before failing. Each write counts, whether
+    /// it failed, did not verify, or its SSH session was lost.
     pub image_attempts: u32,
+    /// Returns to rescue (to write the image again) when the Talos
+    /// maintenance API never came up after the normal boot.
+    pub rescue_returns: u32,
+    /// Failed Elastic Metal calls in a row (each after the client's own
+    /// retries) that fail the install.
+    pub api_failure_budget: u32,
+    /// After an ApplyConfiguration whose answer was lost (or a restart in
+    /// the maintenance phase), how long the maintenance API may stay
+    /// unreachable before the config is taken as applied (Talos leaves
+    /// maintenance mode once configured).
+    pub apply_grace: Duration,
     /// Time limit of one call to the EM API, the Talos API, the Kubernetes API
     /// or of one SSH connect. Commands in rescue are bounded by the imaging
     /// deadline instead.
@@ -352,6 +383,9 @@ impl Default for InstallSettings {
             talos_port: 50000,
             deadlines: Deadlines::default(),
             image_attempts: 3,
+            rescue_returns: 1,
+            api_failure_budget: 30,
+            apply_grace: Duration::from_secs(120),
             call_timeout: Duration::from_secs(60),
         }
     }
@@ -388,6 +422,19 @@ impl InstallEngine {
     /// alone, so Create may call this again on retries. Must be called within a
     /// tokio runtime.
     pub fn start(&self, spec: InstallSpec) {
+        self.launch(spec, None)
+    }
+
+    /// Resumes an install a previous controller (or leader) started, from the
+    /// progress persisted on its NodeClaim (see `resume.rs` for where each
+    /// phase picks up). Like [`Self::start`], a server whose install already
+    /// runs here is left alone. A joined install only has its bootstrap token
+    /// released again; a failed one is cleaned up again.
+    pub fn resume(&self, spec: InstallSpec, progress: Progress) {
+        self.launch(spec, Some(progress))
+    }
+
+    fn launch(&self, spec: InstallSpec, progress: Option<Progress>) {
         {
             let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
             match phases.get(&spec.server_id) {
@@ -395,20 +442,14 @@ impl InstallEngine {
                 Some(phase) if *phase != Phase::Failed => return,
                 _ => {}
             }
-            phases.insert(spec.server_id.clone(), Phase::Ordered);
+            let phase = progress
+                .as_ref()
+                .and_then(|p| p.phase)
+                .unwrap_or(Phase::Ordered);
+            phases.insert(spec.server_id.clone(), phase);
         }
         let engine = self.clone();
-        tokio::spawn(async move { driver::run(engine, spec).await });
-    }
-
-    /// Resumes an install a previous controller (or leader) started, from the
-    /// progress persisted on its NodeClaim. Like [`Self::start`], a server
-    /// whose install already runs here is left alone.
-    // INTERFACE PLACEHOLDER (session 2): the install-engine work replaces this
-    // body with a real resume from `progress`.
-    pub fn resume(&self, spec: InstallSpec, progress: Progress) {
-        let _ = progress;
-        self.start(spec)
+        tokio::spawn(async move { driver::run(engine, spec, progress).await });
     }
 
     /// The current phase of a server's install, if this engine has seen it.
@@ -460,5 +501,6 @@ pub fn node_settings(spec: &InstallSpec, disk: &str, mac: &str) -> NodeSettings 
         install_disk: disk.to_string(),
         primary_mac: mac.to_string(),
         patches: spec.machine_config_patches.clone(),
+        bootstrap_token: spec.bootstrap_token.expose().to_string(),
     }
 }

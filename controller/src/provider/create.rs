@@ -3,18 +3,20 @@
 //! hydrated NodeClaim at once (Create must not block: core's whole
 //! provisioning waits while any NodeClaim lacks a providerID).
 
+use std::collections::BTreeMap;
+
 use futures::future::join_all;
 use serde_json::Value;
 use tracing::{info, warn};
 
 use super::nodeclaim::{self, Hydration, NodeClaimView};
 use super::{
-    NodeClassRecord, Provider, ProviderError, TAG_NODECLAIM, TAG_NODECLASS, TAG_NODEPOOL,
-    candidates, provider_id, tag,
+    KubeError, NodeClassRecord, NodeRegistration, Provider, ProviderError, TAG_NODECLAIM,
+    TAG_NODECLASS, TAG_NODEPOOL, candidates, provider_id, tag,
 };
-use crate::catalog::{InstanceType, Snapshot};
-use crate::install::{InstallSpec, Secret};
-use crate::nodeclass::{self, SecretKeyRef};
+use crate::catalog::{Billing, InstanceType, Snapshot};
+use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
+use crate::nodeclass::{self, NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, CreateServerRequest, Server, ServerFilter, ServerStatus};
 
 fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
@@ -38,6 +40,121 @@ fn order_error(err: ApiError) -> ProviderError {
     }
 }
 
+/// The NodeClass Secrets an install reads.
+pub struct ClassSecrets {
+    pub rescue_private_key: Secret,
+    pub base_machine_config: Secret,
+}
+
+/// Where a NodeClaim's server is and what it is: what [`install_spec`] needs
+/// beyond the NodeClaim and its NodeClass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub zone: String,
+    pub server_id: String,
+    /// The offer ordered, e.g. `EM-A115X-SSD`.
+    pub offer_name: String,
+    /// `amd64` or `arm64`.
+    pub arch: String,
+    /// The instance type's node labels in `zone` ([`InstanceType::node_labels`]).
+    pub type_labels: BTreeMap<String, String>,
+}
+
+impl Placement {
+    pub fn of(it: &InstanceType, zone: &str, server_id: &str) -> Placement {
+        Placement {
+            zone: zone.to_string(),
+            server_id: server_id.to_string(),
+            offer_name: it.name.clone(),
+            arch: it.arch.clone(),
+            type_labels: it.node_labels(zone),
+        }
+    }
+}
+
+/// The install of one NodeClaim's server: one function for Create, the
+/// resume loop and `render-config`, so that all three describe the same node.
+/// `Err` is a NodeClass problem (an image URL that cannot be resolved).
+pub fn install_spec(
+    view: &NodeClaimView,
+    class: &NodeClassSpec,
+    placement: &Placement,
+    secrets: ClassSecrets,
+    bootstrap_token: Secret,
+) -> Result<InstallSpec, String> {
+    let arch = placement.arch.as_str();
+    let image_url = nodeclass::resolve_image_url(&class.image, arch)?;
+    // The NodeClaim's own labels win over the instance type's, as when
+    // Karpenter core copies them onto the Node.
+    let mut labels = placement.type_labels.clone();
+    labels.extend(view.labels.clone());
+    Ok(InstallSpec {
+        zone: placement.zone.clone(),
+        server_id: placement.server_id.clone(),
+        provider_id: provider_id(&placement.zone, &placement.server_id),
+        node_name: view.name.clone(),
+        node_claim_name: view.name.clone(),
+        labels,
+        taints: view.taints.clone(),
+        startup_taints: view.startup_taints.clone(),
+        arch: arch.to_string(),
+        image_url,
+        install_disk: class.install_disk.as_ref().and_then(|d| d.name.clone()),
+        rescue_ssh_key_id: class.rescue_ssh_key.iam_key_id.clone(),
+        rescue_private_key: secrets.rescue_private_key,
+        base_machine_config: secrets.base_machine_config,
+        machine_config_patches: class.machine_config_patches.clone(),
+        offer_name: placement.offer_name.clone(),
+        image_sha256: class.image.sha256.as_ref().and_then(|m| m.get(arch).cloned()),
+        bootstrap_token,
+    })
+}
+
+/// The Node registered before the install: the labels the kubelet would
+/// register, and taints that keep every pod off it until the kubelet reports
+/// Ready (`not-ready`) and Karpenter has synced the NodeClaim (`unregistered`).
+/// The NodeClaim's taints and startup taints are included because a kubelet
+/// adopting an existing Node does not apply its own `registerWithTaints`.
+pub(super) fn node_registration(
+    view: &NodeClaimView,
+    provider_id: &str,
+    type_labels: &BTreeMap<String, String>,
+) -> NodeRegistration {
+    let mut labels = type_labels.clone();
+    labels.extend(view.labels.clone());
+    let mut taints: Vec<Taint> = Vec::new();
+    let required = [
+        Taint {
+            key: UNREGISTERED_TAINT_KEY.to_string(),
+            value: None,
+            effect: "NoExecute".to_string(),
+        },
+        Taint {
+            key: NOT_READY_TAINT_KEY.to_string(),
+            value: None,
+            effect: "NoSchedule".to_string(),
+        },
+    ];
+    for taint in view.taints.iter().chain(&view.startup_taints).chain(&required) {
+        // The API server refuses two taints with the same key and effect.
+        if !taints
+            .iter()
+            .any(|t| t.key == taint.key && t.effect == taint.effect)
+        {
+            taints.push(taint.clone());
+        }
+    }
+    NodeRegistration {
+        name: view.name.clone(),
+        provider_id: provider_id.to_string(),
+        labels,
+        taints,
+    }
+}
+
+/// The taint the node lifecycle controller removes once the kubelet reports Ready.
+pub const NOT_READY_TAINT_KEY: &str = "node.kubernetes.io/not-ready";
+
 impl Provider {
     pub async fn create(&self, mut claim: Value) -> Result<Value, ProviderError> {
         let view = nodeclaim::parse(&claim).map_err(ProviderError::Invalid)?;
@@ -50,16 +167,7 @@ impl Provider {
                 self.settings.zones.join(",")
             )));
         }
-        let spec = &class.spec;
-        let private_key = self
-            .secret(
-                &spec.rescue_ssh_key.private_key_secret_ref,
-                "rescue SSH private key",
-            )
-            .await?;
-        let machine_config = self
-            .secret(&spec.machine_config_secret_ref, "machine config")
-            .await?;
+        let secrets = self.class_secrets(&class.spec).await?;
         let snapshot = self.catalog.snapshot();
         if !snapshot.is_loaded() {
             return Err(create_failed(
@@ -91,35 +199,41 @@ impl Provider {
             None => self.order(&view, &class, &snapshot, &zones).await?,
         };
 
+        // Registration deadline: Karpenter deletes a NodeClaim whose Node has
+        // not appeared 15 minutes after the NodeClaim was created (a constant
+        // in core, counted from creation), while an Elastic Metal install takes
+        // 10-12 minutes when all goes well and longer when delivery is slow or
+        // the image is written twice. So the Node object is registered now,
+        // tainted so that nothing runs on it, and the kubelet adopts it when
+        // Talos boots; the engine's own deadlines decide when an install has
+        // failed. Any failure here fails Create with a retryable error: the
+        // retry adopts the server by its tag, so it never orders a second one.
         let zone = server.zone.clone();
-        let image_url = nodeclass::resolve_image_url(&spec.image, &it.arch)
-            .map_err(ProviderError::NodeClassNotReady)?;
-        let node_labels = it.node_labels(&zone);
-        let mut labels = node_labels.clone();
-        labels.extend(view.labels.clone());
         let pid = provider_id(&zone, &server.id);
-        self.installer.start(InstallSpec {
-            zone: zone.clone(),
-            server_id: server.id.clone(),
-            provider_id: pid.clone(),
-            node_name: view.name.clone(),
-            node_claim_name: view.name.clone(),
-            labels,
-            taints: view.taints.clone(),
-            startup_taints: view.startup_taints.clone(),
-            arch: it.arch.clone(),
-            image_url: image_url.clone(),
-            install_disk: spec.install_disk.as_ref().and_then(|d| d.name.clone()),
-            rescue_ssh_key_id: spec.rescue_ssh_key.iam_key_id.clone(),
-            rescue_private_key: private_key,
-            base_machine_config: machine_config,
-            machine_config_patches: spec.machine_config_patches.clone(),
-            offer_name: server.offer_name.clone(),
-            image_sha256: spec.image.sha256.as_ref().and_then(|m| m.get(&it.arch).cloned()),
-            // INTERFACE PLACEHOLDER (session 2): the per-node bootstrap token
-            // replaces the base config's cluster token here.
-            bootstrap_token: Secret::default(),
-        });
+        let node_labels = it.node_labels(&zone);
+        let registration = node_registration(&view, &pid, &node_labels);
+        self.cluster
+            .nodes
+            .register(&registration)
+            .await
+            .map_err(|e| match e {
+                KubeError::Conflict(m) => create_failed("NodeNameConflict", m),
+                other => create_failed(
+                    "NodeRegistrationFailed",
+                    format!("registering Node {}: {other}", view.name),
+                ),
+            })?;
+        let token = self.cluster.tokens.ensure(&view.name).await.map_err(|e| {
+            create_failed(
+                "BootstrapTokenFailed",
+                format!("bootstrap token of NodeClaim {}: {e}", view.name),
+            )
+        })?;
+        let placement = Placement::of(&it, &zone, &server.id);
+        let spec = install_spec(&view, &class.spec, &placement, secrets, token)
+            .map_err(ProviderError::NodeClassNotReady)?;
+        let image_url = spec.image_url.clone();
+        self.installer.start(spec);
         nodeclaim::hydrate(
             &mut claim,
             &Hydration {
@@ -132,6 +246,24 @@ impl Provider {
             },
         );
         Ok(claim)
+    }
+
+    /// The NodeClass Secrets every install needs.
+    pub(super) async fn class_secrets(
+        &self,
+        spec: &NodeClassSpec,
+    ) -> Result<ClassSecrets, ProviderError> {
+        Ok(ClassSecrets {
+            rescue_private_key: self
+                .secret(
+                    &spec.rescue_ssh_key.private_key_secret_ref,
+                    "rescue SSH private key",
+                )
+                .await?,
+            base_machine_config: self
+                .secret(&spec.machine_config_secret_ref, "machine config")
+                .await?,
+        })
     }
 
     fn node_class_of(&self, view: &NodeClaimView) -> Result<NodeClassRecord, ProviderError> {
@@ -231,9 +363,15 @@ impl Provider {
         Ok(found.into_iter().next())
     }
 
-    /// Orders the cheapest compatible offering; an offering refused for lack of
-    /// stock or quota is marked unavailable and the next one is tried, up to
-    /// `max_order_attempts`.
+    /// Orders the cheapest available offering compatible with the NodeClaim,
+    /// in the NodeClass's billing (the monthly twin when it bills monthly).
+    /// Exactly one order per Create: when it is refused for lack of stock or
+    /// quota, the offering is marked unavailable for the TTL and Create
+    /// answers InsufficientCapacity, so that Karpenter deletes the NodeClaim
+    /// and schedules again on a catalog without that offering (the next offer,
+    /// zone or NodePool, by its own price and weight rules). Falling through
+    /// to other offerings here would hold Create for several API round trips
+    /// and order types the scheduler did not pick.
     async fn order(
         &self,
         view: &NodeClaimView,
@@ -241,15 +379,21 @@ impl Provider {
         snapshot: &Snapshot,
         zones: &[String],
     ) -> Result<(Server, InstanceType), ProviderError> {
+        let billing = match class.spec.billing {
+            nodeclass::Billing::Hourly => Billing::Hourly,
+            nodeclass::Billing::Monthly => Billing::Monthly,
+        };
         let types = snapshot.for_class(Some(&class.name));
-        let options = candidates(&types, &view.requirements, zones);
-        if options.is_empty() {
+        let Some((it, offering, offer_id)) = candidates(&types, &view.requirements, zones)
+            .into_iter()
+            .find_map(|(it, o)| Some((it, o, o.order_offer_id(billing)?.to_string())))
+        else {
             return Err(ProviderError::InsufficientCapacity(format!(
                 "no available offering in {} matches the requirements of NodeClaim {}",
                 zones.join(","),
                 view.name
             )));
-        }
+        };
         let mut tags = vec![
             self.cluster_tag(),
             tag(TAG_NODECLAIM, &view.name),
@@ -259,42 +403,39 @@ impl Provider {
             tags.push(tag(TAG_NODEPOOL, pool));
         }
         tags.extend(class.spec.tags.iter().cloned());
-        let mut last = String::new();
-        for (it, offering) in options
-            .into_iter()
-            .take(self.settings.max_order_attempts.max(1))
-        {
-            let req = CreateServerRequest {
-                offer_id: offering.offer_id.clone(),
-                project_id: self.settings.project_id.clone(),
-                name: view.name.clone(),
-                description: format!(
-                    "Karpenter NodeClaim {} (cluster {})",
-                    view.name, self.settings.cluster_name
-                ),
-                tags: tags.clone(),
-                install: None,
-            };
-            match self.api.create_server(&offering.zone, &req).await {
-                Ok(server) => {
-                    info!(nodeclaim = %view.name, server_id = %server.id, zone = %offering.zone,
-                        offer = %it.name, price = offering.price, "ordered server");
-                    return Ok((server, it.clone()));
-                }
-                Err(
-                    e @ (ApiError::OutOfStock(_)
-                    | ApiError::QuotaExceeded(_)
-                    | ApiError::NotFound(_)),
-                ) => {
-                    // NotFound: the offer vanished since the catalog was read.
-                    warn!(nodeclaim = %view.name, zone = %offering.zone, offer = %it.name, error = %e,
-                        "order refused; trying the next offering");
-                    self.catalog.mark_unavailable(&it.name, &offering.zone);
-                    last = e.to_string();
-                }
-                Err(e) => return Err(order_error(e)),
+        let req = CreateServerRequest {
+            offer_id,
+            project_id: self.settings.project_id.clone(),
+            name: view.name.clone(),
+            description: format!(
+                "Karpenter NodeClaim {} (cluster {})",
+                view.name, self.settings.cluster_name
+            ),
+            tags,
+            install: None,
+        };
+        match self.api.create_server(&offering.zone, &req).await {
+            Ok(server) => {
+                info!(nodeclaim = %view.name, server_id = %server.id, zone = %offering.zone,
+                    offer = %it.name, billing = ?billing, price = offering.price, "ordered server");
+                Ok((server, it.clone()))
             }
+            Err(e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_))) => {
+                // NotFound: the offer vanished since the catalog was read.
+                let reason = match e {
+                    ApiError::OutOfStock(_) => "out of stock",
+                    ApiError::QuotaExceeded(_) => "quota exceeded",
+                    _ => "offer not found",
+                };
+                warn!(nodeclaim = %view.name, zone = %offering.zone, offer = %it.name, error = %e,
+                    "order refused; the offering is unavailable until the TTL passes");
+                self.catalog.mark_unavailable_for(&it.name, &offering.zone, reason);
+                Err(ProviderError::InsufficientCapacity(format!(
+                    "{} in {}: {e}",
+                    it.name, offering.zone
+                )))
+            }
+            Err(e) => Err(order_error(e)),
         }
-        Err(ProviderError::InsufficientCapacity(last))
     }
 }

@@ -20,8 +20,21 @@ impl Provider {
     /// Triggers deletion of the NodeClaim's server. `Ok` = deletion under way
     /// (core calls again every few seconds), `NotFound` = gone. Cheap and
     /// idempotent: a server already `deleting` is not deleted again.
+    ///
+    /// The NodeClaim's bootstrap token goes with it: the node it was made for
+    /// will never use it. Its deletion is best effort (the periodic sweep
+    /// removes tokens whose NodeClaim is gone) and never holds up the server's.
     pub async fn delete(&self, claim: &Value) -> Result<(), ProviderError> {
         let view = nodeclaim::parse(claim).map_err(ProviderError::Invalid)?;
+        let result = self.delete_machine(&view).await;
+        if let Err(error) = self.cluster.tokens.delete(&view.name).await {
+            warn!(nodeclaim = %view.name, %error,
+                "could not delete the NodeClaim's bootstrap token; the sweep will");
+        }
+        result
+    }
+
+    async fn delete_machine(&self, view: &nodeclaim::NodeClaimView) -> Result<(), ProviderError> {
         let Some(pid) = view.provider_id.as_deref() else {
             // Create may have ordered a server and lost the answer (restart):
             // the NodeClaim tag still finds it.

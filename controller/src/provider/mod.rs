@@ -6,17 +6,21 @@
 mod create;
 mod lifecycle;
 pub mod nodeclaim;
+mod resume;
 mod select;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::catalog::CatalogStore;
-use crate::install::{InstallEngine, InstallSpec, Progress, Secret};
+use crate::install::{InstallEngine, InstallSpec, Progress, Secret, Taint};
 use crate::nodeclass::{NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, ElasticMetal, Server};
 
+pub use create::{ClassSecrets, NOT_READY_TAINT_KEY, Placement, install_spec};
+pub use resume::{ResumeOutcome, ResumeReport};
 pub use select::{candidates, satisfies};
 
 pub const PROVIDER_NAME: &str = "scaleway";
@@ -111,6 +115,10 @@ pub trait Installer: Send + Sync + 'static {
     fn start(&self, spec: InstallSpec);
     /// Resumes an install from the progress persisted on its NodeClaim.
     fn resume(&self, spec: InstallSpec, progress: Progress);
+    /// Whether this process has already been handed the server (running,
+    /// finished or failed here): the resume loop leaves such servers alone
+    /// instead of rebuilding their spec every pass.
+    fn knows(&self, server_id: &str) -> bool;
 }
 
 impl Installer for InstallEngine {
@@ -121,6 +129,59 @@ impl Installer for InstallEngine {
     fn resume(&self, spec: InstallSpec, progress: Progress) {
         InstallEngine::resume(self, spec, progress)
     }
+
+    fn knows(&self, server_id: &str) -> bool {
+        self.phase(server_id).is_some()
+    }
+}
+
+/// Errors of the Kubernetes-side ports (bootstrap tokens, Node registration),
+/// classified once by their adapters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeError {
+    /// The API server did not answer or asked to retry (5xx, 429, transport).
+    #[error("kubernetes API unavailable: {0}")]
+    Unavailable(String),
+    /// The API server refused the call (403, 422, ...); retrying the same call
+    /// will not help until someone fixes RBAC or the input.
+    #[error("kubernetes API refused: {0}")]
+    Refused(String),
+    /// The object exists and belongs to something else: it is never overwritten.
+    #[error("conflict: {0}")]
+    Conflict(String),
+}
+
+/// Per-node bootstrap tokens (`bootstrap.kubernetes.io/token` Secrets), one per
+/// NodeClaim, so that a leaked or stale token opens the cluster to one node for
+/// a bounded time instead of to everyone for ever.
+#[async_trait]
+pub trait BootstrapTokens: Send + Sync + 'static {
+    /// The NodeClaim's token `<id>.<secret>`: the existing one while it has not
+    /// expired (Create retries and resumes must render the same token), else a
+    /// new one replacing it.
+    async fn ensure(&self, claim: &str) -> Result<Secret, KubeError>;
+    /// Deletes the NodeClaim's tokens; none is success.
+    async fn delete(&self, claim: &str) -> Result<(), KubeError>;
+}
+
+/// The Node object Create registers right after ordering (see
+/// `create.rs`, "Registration deadline").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRegistration {
+    /// NodeClaim name = Node name = Talos hostname.
+    pub name: String,
+    pub provider_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+}
+
+/// Registers Nodes before their kubelet exists.
+#[async_trait]
+pub trait NodeRegistrar: Send + Sync + 'static {
+    /// Creates the Node. A Node of that name with the same providerID is
+    /// success (a retried Create); one with another providerID is
+    /// [`KubeError::Conflict`] and is left untouched.
+    async fn register(&self, node: &NodeRegistration) -> Result<(), KubeError>;
 }
 
 #[derive(Debug, Clone)]
@@ -140,7 +201,15 @@ pub struct Provider {
     catalog: Arc<CatalogStore>,
     node_classes: Arc<dyn NodeClasses>,
     installer: Arc<dyn Installer>,
+    cluster: ClusterPorts,
     settings: ProviderSettings,
+}
+
+/// The Kubernetes objects Create and Delete manage besides the server.
+#[derive(Clone)]
+pub struct ClusterPorts {
+    pub tokens: Arc<dyn BootstrapTokens>,
+    pub nodes: Arc<dyn NodeRegistrar>,
 }
 
 impl Provider {
@@ -149,6 +218,7 @@ impl Provider {
         catalog: Arc<CatalogStore>,
         node_classes: Arc<dyn NodeClasses>,
         installer: Arc<dyn Installer>,
+        cluster: ClusterPorts,
         settings: ProviderSettings,
     ) -> Self {
         Provider {
@@ -156,6 +226,7 @@ impl Provider {
             catalog,
             node_classes,
             installer,
+            cluster,
             settings,
         }
     }

@@ -246,20 +246,25 @@ async fn create_again_adopts_instead_of_ordering_twice() {
 }
 
 #[tokio::test]
-async fn out_of_stock_marks_the_offering_and_tries_the_next() {
+async fn out_of_stock_marks_the_offering_and_answers_insufficient_capacity() {
     let f = fixture();
     f.api.fail_next(
         Op::CreateServer,
         ApiError::OutOfStock("EM-A115X-SSD".into()),
     );
-    let out = f
+    let err = f
         .provider
         .create(claim("default-a", &["EM-A115X-SSD", "EM-I215E-NVME"]))
         .await
-        .unwrap();
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::InsufficientCapacity(_)),
+        "{err:?}"
+    );
     assert_eq!(
-        out["metadata"]["labels"]["node.kubernetes.io/instance-type"],
-        "EM-I215E-NVME"
+        f.api.count(Op::CreateServer),
+        1,
+        "one order per Create: Karpenter picks the next offering"
     );
     let snap = f.catalog.snapshot();
     let a = snap
@@ -271,26 +276,63 @@ async fn out_of_stock_marks_the_offering_and_tries_the_next() {
         !a.offerings[0].available,
         "refused offering is cached as unavailable"
     );
-    assert!(
-        snap.default.iter().any(|t| t.name == "EM-A115X-SSD"),
-        "still listed"
+
+    // The next NodeClaim with the same choice gets the next offering.
+    let out = f
+        .provider
+        .create(claim("default-b", &["EM-A115X-SSD", "EM-I215E-NVME"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        out["metadata"]["labels"]["node.kubernetes.io/instance-type"],
+        "EM-I215E-NVME"
     );
 
-    // Everything left is sold out or refused: InsufficientCapacity.
+    // Quota refusals count the same; with nothing left: InsufficientCapacity
+    // without an order.
     f.api
         .fail_next(Op::CreateServer, ApiError::QuotaExceeded("quota".into()));
     let err = f
         .provider
-        .create(claim(
-            "default-b",
-            &["EM-A115X-SSD", "EM-I215E-NVME", "EM-T620E-H100"],
-        ))
+        .create(claim("default-c", &["EM-I215E-NVME"]))
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, ProviderError::InsufficientCapacity(_)),
-        "{err:?}"
-    );
+    assert!(matches!(err, ProviderError::InsufficientCapacity(_)));
+    let orders = f.api.count(Op::CreateServer);
+    let err = f
+        .provider
+        .create(claim("default-d", &["EM-A115X-SSD", "EM-I215E-NVME", "EM-T620E-H100"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::InsufficientCapacity(_)));
+    assert_eq!(f.api.count(Op::CreateServer), orders, "no order for sold-out offerings");
+}
+
+#[tokio::test]
+async fn monthly_billing_orders_the_monthly_twin() {
+    use crate::scaleway::fake::sample_monthly_offers;
+    let f = fixture();
+    let mut offers = sample_offers(ZONE);
+    offers.extend(sample_monthly_offers(ZONE));
+    f.api.set_offers(ZONE, offers.clone());
+    f.catalog
+        .set_base(instance_types(&BTreeMap::from([(ZONE.to_string(), offers)])).0);
+    {
+        let mut classes = f.classes.classes.lock().unwrap();
+        let class = classes.get_mut("default").unwrap();
+        class.spec.billing = crate::nodeclass::Billing::Monthly;
+    }
+    f.provider
+        .create(claim("monthly-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    let server = f
+        .api
+        .servers()
+        .into_iter()
+        .find(|s| s.name == "monthly-a")
+        .unwrap();
+    assert_eq!(server.offer_id, format!("{ZONE}-a115x-monthly"));
 }
 
 #[tokio::test]

@@ -53,6 +53,11 @@ pub enum RescueError {
     /// The session or channel broke while a command ran.
     #[error("SSH session lost: {0}")]
     SessionLost(String),
+    /// The server presented a host key other than the one trusted earlier in
+    /// the same rescue boot: someone may be in the middle. The connection was
+    /// refused before authenticating.
+    #[error("rescue host key mismatch: trusted {trusted}, presented {presented}")]
+    HostKeyMismatch { trusted: String, presented: String },
 }
 
 /// Opens sessions on a rescue system.
@@ -60,16 +65,27 @@ pub enum RescueError {
 pub trait RescueShell: Send + Sync + 'static {
     /// Connects and authenticates with `private_key` (OpenSSH format). The key
     /// is secret: implementations never log it.
+    ///
+    /// Host keys are trusted on first use per rescue boot (a rescue image makes
+    /// new ones at every boot, so there is nothing to pin in advance): with
+    /// `trusted_host_key` (OpenSSH `SHA256:...` fingerprint) set, a server
+    /// presenting another key is refused with
+    /// [`RescueError::HostKeyMismatch`] before our key is offered; with `None`
+    /// any key is accepted and the session reports it
+    /// ([`RescueSession::host_key`]) so that the caller can record it.
     async fn connect(
         &self,
         target: &SshTarget,
         private_key: &str,
+        trusted_host_key: Option<&str>,
     ) -> Result<Box<dyn RescueSession>, RescueError>;
 }
 
 /// An authenticated session; each `run` opens one exec channel.
 #[async_trait]
 pub trait RescueSession: Send {
+    /// The server's host key fingerprint, OpenSSH `SHA256:...` form.
+    fn host_key(&self) -> &str;
     async fn run(&mut self, command: &str) -> Result<CommandOutput, RescueError>;
     /// Says goodbye politely; dropping the session also closes it.
     async fn close(self: Box<Self>);

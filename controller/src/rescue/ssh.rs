@@ -1,12 +1,11 @@
 //! russh adapter of [`RescueShell`]: public-key login, one exec channel per
 //! command, stdout and stderr collected.
 //!
-//! Host keys are trusted on first use and their fingerprint logged. A rescue
-//! image makes new host keys at every boot, so a changed key for an address is
-//! logged as a warning and accepted; pinning keys per rescue boot comes with
-//! their persistence.
+//! Host keys: the caller passes the fingerprint it trusted on first use in the
+//! current rescue boot (it persists it with the install's progress); a server
+//! presenting another key is refused before our key is offered. A rescue image
+//! makes new host keys at every boot, so there is no key to pin beforehand.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use russh::client::{self, AuthResult, Handle};
 use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKeyOrCertificate, decode_secret_key};
 use russh::{ChannelMsg, Disconnect};
 use tokio::time::timeout;
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::{CommandOutput, RescueError, RescueSession, RescueShell, SshTarget};
 
@@ -30,8 +29,6 @@ pub struct RusshShell {
     pub connect_timeout: Duration,
     /// One command, from exec to exit status.
     pub command_timeout: Duration,
-    /// Host key fingerprints seen, by `host:port`.
-    known: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl Default for RusshShell {
@@ -39,7 +36,6 @@ impl Default for RusshShell {
         RusshShell {
             connect_timeout: Duration::from_secs(20),
             command_timeout: Duration::from_secs(30 * 60),
-            known: Arc::default(),
         }
     }
 }
@@ -49,24 +45,15 @@ impl RusshShell {
         RusshShell {
             connect_timeout,
             command_timeout,
-            known: Arc::default(),
         }
-    }
-
-    /// The fingerprint recorded for `host:port`, if any.
-    pub fn known_fingerprint(&self, addr: &str) -> Option<String> {
-        self.known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(addr)
-            .cloned()
     }
 
     async fn open(
         &self,
         target: &SshTarget,
         private_key: &str,
-    ) -> Result<Handle<HostKeys>, RescueError> {
+        trusted: Option<&str>,
+    ) -> Result<(Handle<HostKeys>, String), RescueError> {
         // The parse error names the problem, never the key material.
         let key = decode_secret_key(private_key, None)
             .map_err(|e| RescueError::InvalidKey(e.to_string()))?;
@@ -78,13 +65,28 @@ impl RusshShell {
             keepalive_max: 3,
             ..Default::default()
         });
+        let seen = Arc::new(Mutex::new(None));
         let handler = HostKeys {
             addr: addr.clone(),
-            known: self.known.clone(),
+            trusted: trusted.map(str::to_string),
+            seen: seen.clone(),
         };
-        let mut handle = client::connect(config, (target.host.as_str(), target.port), handler)
-            .await
-            .map_err(|e| RescueError::Unreachable(format!("{addr}: {e}")))?;
+        let connected = client::connect(config, (target.host.as_str(), target.port), handler).await;
+        let presented = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let (Some(trusted), Some(presented)) = (trusted, presented.as_deref())
+            && trusted != presented
+        {
+            return Err(RescueError::HostKeyMismatch {
+                trusted: trusted.to_string(),
+                presented: presented.to_string(),
+            });
+        }
+        let mut handle = connected.map_err(|e| RescueError::Unreachable(format!("{addr}: {e}")))?;
+        let Some(host_key) = presented else {
+            return Err(RescueError::Unreachable(format!(
+                "{addr}: the server did not present a host key"
+            )));
+        };
         let hash = handle
             .best_supported_rsa_hash()
             .await
@@ -98,7 +100,7 @@ impl RusshShell {
             .await
             .map_err(|e| RescueError::Unreachable(format!("{addr}: {e}")))?;
         match auth {
-            AuthResult::Success => Ok(handle),
+            AuthResult::Success => Ok((handle, host_key)),
             AuthResult::Failure { .. } => Err(RescueError::AuthRejected(target.user.clone())),
         }
     }
@@ -110,8 +112,12 @@ impl RescueShell for RusshShell {
         &self,
         target: &SshTarget,
         private_key: &str,
+        trusted_host_key: Option<&str>,
     ) -> Result<Box<dyn RescueSession>, RescueError> {
-        let handle = timeout(self.connect_timeout, self.open(target, private_key))
+        let (handle, host_key) = timeout(
+            self.connect_timeout,
+            self.open(target, private_key, trusted_host_key),
+        )
             .await
             .map_err(|_| {
                 RescueError::Timeout(format!(
@@ -123,15 +129,18 @@ impl RescueShell for RusshShell {
             })??;
         Ok(Box::new(RusshSession {
             handle,
+            host_key,
             command_timeout: self.command_timeout,
         }))
     }
 }
 
-/// Checks server host keys: trust on first use, fingerprint logged.
+/// Checks the server's host key against the one trusted in this rescue boot,
+/// and records the key presented.
 struct HostKeys {
     addr: String,
-    known: Arc<Mutex<HashMap<String, String>>>,
+    trusted: Option<String>,
+    seen: Arc<Mutex<Option<String>>>,
 }
 
 impl client::Handler for HostKeys {
@@ -149,24 +158,21 @@ impl client::Handler for HostKeys {
                 cert.public_key().fingerprint(HashAlg::Sha256).to_string()
             }
         };
-        let previous = self
-            .known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(self.addr.clone(), fingerprint.clone());
-        match previous {
-            None => info!(addr = %self.addr, %fingerprint, "trusting rescue host key on first use"),
-            Some(old) if old != fingerprint => {
-                warn!(addr = %self.addr, %fingerprint, previous = %old, "rescue host key changed (new rescue boot?)")
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint.clone());
+        match &self.trusted {
+            Some(trusted) if *trusted != fingerprint => {
+                warn!(addr = %self.addr, presented = %fingerprint, %trusted,
+                    "rescue host key differs from the one trusted in this rescue boot; refusing");
+                Ok(false)
             }
-            Some(_) => {}
+            _ => Ok(true),
         }
-        Ok(true)
     }
 }
 
 struct RusshSession {
     handle: Handle<HostKeys>,
+    host_key: String,
     command_timeout: Duration,
 }
 
@@ -214,6 +220,10 @@ fn append(buf: &mut Vec<u8>, data: &[u8]) {
 
 #[async_trait]
 impl RescueSession for RusshSession {
+    fn host_key(&self) -> &str {
+        &self.host_key
+    }
+
     async fn run(&mut self, command: &str) -> Result<CommandOutput, RescueError> {
         let limit = self.command_timeout;
         timeout(limit, self.exec(command)).await.map_err(|_| {

@@ -128,9 +128,15 @@ async fn runs_commands_and_collects_output_and_status() {
     let shell = RusshShell::default();
 
     let mut session = shell
-        .connect(&target(port, "rescue"), &openssh(&client_key))
+        .connect(&target(port, "rescue"), &openssh(&client_key), None)
         .await
         .expect("connect");
+    let expected = key(200)
+        .public_key()
+        .fingerprint(HashAlg::Sha256)
+        .to_string();
+    assert!(expected.starts_with("SHA256:"), "{expected}");
+    assert_eq!(session.host_key(), expected);
     let out = session.run("lsblk -dno NAME,TYPE").await.expect("run");
     assert_eq!(
         out,
@@ -150,21 +156,51 @@ async fn runs_commands_and_collects_output_and_status() {
         *commands.lock().unwrap(),
         ["lsblk -dno NAME,TYPE", "zstd -d"]
     );
-    let expected = key(200)
+}
+
+#[tokio::test]
+async fn the_trusted_host_key_is_accepted_and_another_refused() {
+    let client_key = key(1);
+    let (port, commands) = serve(&client_key).await;
+    let shell = RusshShell::default();
+    let presented = key(200)
         .public_key()
         .fingerprint(HashAlg::Sha256)
         .to_string();
+
+    let mut session = shell
+        .connect(&target(port, "rescue"), &openssh(&client_key), Some(&presented))
+        .await
+        .expect("the trusted key connects");
+    assert_eq!(session.host_key(), presented);
+    session.run("lsblk -dno NAME,TYPE").await.expect("run");
+    session.close().await;
+
+    let trusted = key(201)
+        .public_key()
+        .fingerprint(HashAlg::Sha256)
+        .to_string();
+    let err = shell
+        .connect(&target(port, "rescue"), &openssh(&client_key), Some(&trusted))
+        .await
+        .err()
+        .expect("refused");
     assert_eq!(
-        shell.known_fingerprint(&format!("127.0.0.1:{port}")),
-        Some(expected)
+        err,
+        RescueError::HostKeyMismatch {
+            trusted,
+            presented
+        }
     );
+    // Refused before anything ran on the impostor.
+    assert_eq!(*commands.lock().unwrap(), ["lsblk -dno NAME,TYPE"]);
 }
 
 #[tokio::test]
 async fn a_key_the_server_does_not_know_is_rejected() {
     let (port, _) = serve(&key(1)).await;
     let err = RusshShell::default()
-        .connect(&target(port, "rescue"), &openssh(&key(2)))
+        .connect(&target(port, "rescue"), &openssh(&key(2)), None)
         .await
         .err()
         .expect("rejected");
@@ -177,7 +213,7 @@ async fn nothing_listening_is_unreachable() {
     let port = listener.local_addr().expect("addr").port();
     drop(listener);
     let err = RusshShell::default()
-        .connect(&target(port, "rescue"), &openssh(&key(1)))
+        .connect(&target(port, "rescue"), &openssh(&key(1)), None)
         .await
         .err()
         .expect("unreachable");
@@ -188,7 +224,7 @@ async fn nothing_listening_is_unreachable() {
 async fn an_invalid_key_is_reported_without_its_content() {
     let text = "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LW1hdGVyaWFs\n-----END OPENSSH PRIVATE KEY-----\n";
     let err = RusshShell::default()
-        .connect(&target(1, "rescue"), text)
+        .connect(&target(1, "rescue"), text, None)
         .await
         .err()
         .expect("invalid");
@@ -204,7 +240,7 @@ async fn a_command_that_never_ends_times_out() {
     let (port, _) = serve(&client_key).await;
     let shell = RusshShell::new(Duration::from_secs(10), Duration::from_millis(300));
     let mut session = shell
-        .connect(&target(port, "rescue"), &openssh(&client_key))
+        .connect(&target(port, "rescue"), &openssh(&client_key), None)
         .await
         .expect("connect");
     let err = session.run("sleep forever").await.expect_err("times out");

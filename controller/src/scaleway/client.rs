@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 
 use super::{
     ApiError, BootType, CreateServerRequest, ElasticMetal, Offer, Server, ServerFilter, SshKey,
+    SubscriptionPeriod,
 };
 
 /// The largest page the API serves.
@@ -335,14 +336,23 @@ fn zone_path(zone: &str, rest: &str) -> Result<String, ApiError> {
 
 #[async_trait]
 impl ElasticMetal for ScalewayClient {
-    async fn list_offers(&self, zone: &str) -> Result<Vec<Offer>, ApiError> {
+    async fn list_offers(
+        &self,
+        zone: &str,
+        period: SubscriptionPeriod,
+    ) -> Result<Vec<Offer>, ApiError> {
         let path = zone_path(zone, "/offers")?;
         let offers: Vec<Offer> = self
-            .list_all(&path, &[("subscription_period", "hourly".into())], "offers")
+            .list_all(
+                &path,
+                &[("subscription_period", period.as_str().into())],
+                "offers",
+            )
             .await?;
+        // Filtered again: an offer of the other period would be priced wrong.
         Ok(offers
             .into_iter()
-            .filter(|o| o.subscription_period.is_empty() || o.subscription_period == "hourly")
+            .filter(|o| period.matches(&o.subscription_period))
             .collect())
     }
 

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 
 use super::{
     ApiError, BootType, CreateServerRequest, ElasticMetal, Ip, Offer, RescueServer, Server,
-    ServerFilter, ServerStatus, SshKey,
+    ServerFilter, ServerStatus, SshKey, SubscriptionPeriod,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -174,9 +174,23 @@ fn server_in<'a>(st: &'a mut State, zone: &str, id: &str) -> Result<&'a mut Serv
 
 #[async_trait]
 impl ElasticMetal for FakeElasticMetal {
-    async fn list_offers(&self, zone: &str) -> Result<Vec<Offer>, ApiError> {
+    async fn list_offers(
+        &self,
+        zone: &str,
+        period: SubscriptionPeriod,
+    ) -> Result<Vec<Offer>, ApiError> {
         let st = self.begin(call(Op::ListOffers, zone, None))?;
-        Ok(st.offers.get(zone).cloned().unwrap_or_default())
+        Ok(st
+            .offers
+            .get(zone)
+            .map(|offers| {
+                offers
+                    .iter()
+                    .filter(|o| period.matches(&o.subscription_period))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     async fn create_server(
@@ -291,7 +305,7 @@ impl ElasticMetal for FakeElasticMetal {
 pub fn sample_offers(zone: &str) -> Vec<Offer> {
     let offers = serde_json::json!([
         {
-            "id": format!("{zone}-a115x"), "name": "EM-A115X-SSD", "stock": "available",
+            "id": format!("{zone}-a115x"), "monthly_offer_id": format!("{zone}-a115x-monthly"), "name": "EM-A115X-SSD", "stock": "available",
             "bandwidth": 1_000_000_000u64, "commercial_range": "aluminium",
             "price_per_hour": {"currency_code": "EUR", "units": 0, "nanos": 91_000_000},
             "price_per_month": null, "enable": true, "subscription_period": "hourly",
@@ -303,7 +317,7 @@ pub fn sample_offers(zone: &str) -> Vec<Offer> {
             "gpus": [], "tags": [], "zone": zone
         },
         {
-            "id": format!("{zone}-i215e"), "name": "EM-I215E-NVME", "stock": "low",
+            "id": format!("{zone}-i215e"), "monthly_offer_id": format!("{zone}-i215e-monthly"), "name": "EM-I215E-NVME", "stock": "low",
             "bandwidth": 1_000_000_000u64, "commercial_range": "iridium",
             "price_per_hour": {"currency_code": "EUR", "units": 0, "nanos": 904_000_000},
             "price_per_month": null, "enable": true, "subscription_period": "hourly",
@@ -315,7 +329,7 @@ pub fn sample_offers(zone: &str) -> Vec<Offer> {
             "gpus": [], "tags": [], "zone": zone
         },
         {
-            "id": format!("{zone}-t620e"), "name": "EM-T620E-H100", "stock": "empty",
+            "id": format!("{zone}-t620e"), "monthly_offer_id": format!("{zone}-t620e-monthly"), "name": "EM-T620E-H100", "stock": "empty",
             "bandwidth": 10_000_000_000u64, "commercial_range": "titanium",
             "price_per_hour": {"currency_code": "EUR", "units": 9, "nanos": 589_000_000},
             "price_per_month": null, "enable": true, "subscription_period": "hourly",
@@ -340,4 +354,36 @@ pub fn sample_offers(zone: &str) -> Vec<Offer> {
         }
     ]);
     serde_json::from_value(offers).expect("sample offers decode")
+}
+
+/// The monthly twins of [`sample_offers`] (the RISC-V offer has none), shaped
+/// as the API lists them with `subscription_period=monthly`: no hourly price,
+/// a monthly price and a fee of one month. EM-A115X-SSD's €32.99 is from the
+/// facts; the others are the published prices of those offers.
+pub fn sample_monthly_offers(zone: &str) -> Vec<Offer> {
+    let monthly = [
+        ("a115x", 32, 990_000_000),
+        ("i215e", 329, 990_000_000),
+        ("t620e", 3499, 990_000_000),
+    ];
+    sample_offers(zone)
+        .into_iter()
+        .filter_map(|hourly| {
+            let short = hourly.id.strip_prefix(&format!("{zone}-"))?.to_string();
+            let (_, units, nanos) = monthly.iter().find(|(s, _, _)| *s == short)?;
+            let price = super::Money {
+                currency_code: "EUR".into(),
+                units: *units,
+                nanos: *nanos,
+            };
+            Some(Offer {
+                id: format!("{zone}-{short}-monthly"),
+                price_per_hour: None,
+                price_per_month: Some(price),
+                subscription_period: "monthly".into(),
+                monthly_offer_id: None,
+                ..hourly
+            })
+        })
+        .collect()
 }

@@ -61,8 +61,12 @@ impl ApiError {
 /// The Elastic Metal v1 and IAM SSH-key calls the provider uses, and only those.
 #[async_trait]
 pub trait ElasticMetal: Send + Sync + 'static {
-    /// Hourly offers of a zone (all pages).
-    async fn list_offers(&self, zone: &str) -> Result<Vec<Offer>, ApiError>;
+    /// The offers of a zone sold with this billing period (all pages).
+    async fn list_offers(
+        &self,
+        zone: &str,
+        period: SubscriptionPeriod,
+    ) -> Result<Vec<Offer>, ApiError>;
     async fn create_server(
         &self,
         zone: &str,

@@ -173,6 +173,40 @@ pub struct Offer {
     pub zone: String,
 }
 
+impl Offer {
+    /// A monthly offer (the "twin" of an hourly one): `price_per_hour` is
+    /// null and the first month is paid up front as `fee`.
+    pub fn is_monthly(&self) -> bool {
+        self.subscription_period == SubscriptionPeriod::Monthly.as_str()
+    }
+}
+
+/// Billing period of an offer; `GET /offers` lists one period at a time
+/// (hourly when the parameter is absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubscriptionPeriod {
+    Hourly,
+    Monthly,
+}
+
+impl SubscriptionPeriod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubscriptionPeriod::Hourly => "hourly",
+            SubscriptionPeriod::Monthly => "monthly",
+        }
+    }
+
+    /// Whether an offer's `subscription_period` field is this period (an
+    /// absent field is hourly, the API's default).
+    pub fn matches(self, field: &str) -> bool {
+        match self {
+            SubscriptionPeriod::Hourly => field.is_empty() || field == "hourly",
+            SubscriptionPeriod::Monthly => field == "monthly",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CreateServerRequest {
     pub offer_id: String,

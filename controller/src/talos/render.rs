@@ -26,8 +26,8 @@ pub struct Taint {
     pub effect: String,
 }
 
-/// What is specific to one node.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// What is specific to one node. `Debug` leaves the bootstrap token out.
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct NodeSettings {
     /// Talos hostname, which is also the Node name.
     pub hostname: String,
@@ -42,6 +42,24 @@ pub struct NodeSettings {
     pub primary_mac: String,
     /// NodeClass patches, each one or more YAML documents, applied in order.
     pub patches: Vec<String>,
+    /// This node's own bootstrap token `<id>.<secret>` (the kubelet's
+    /// `cluster.token`). Secret: never logged.
+    pub bootstrap_token: String,
+}
+
+impl std::fmt::Debug for NodeSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSettings")
+            .field("hostname", &self.hostname)
+            .field("labels", &self.labels)
+            .field("register_taints", &self.register_taints)
+            .field("provider_id", &self.provider_id)
+            .field("install_disk", &self.install_disk)
+            .field("primary_mac", &self.primary_mac)
+            .field("patches", &self.patches.len())
+            .field("bootstrap_token", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Why a config could not be rendered. Messages never quote the config.
@@ -51,6 +69,31 @@ pub enum RenderError {
     InvalidBase(String),
     #[error("machine config patch #{index}: {reason}")]
     InvalidPatch { index: usize, reason: String },
+    /// The node has no bootstrap token: a config without one would leave the
+    /// kubelet unable to join, or join with a shared token.
+    #[error("no bootstrap token for this node")]
+    MissingBootstrapToken,
+    /// Not `[a-z0-9]{6}.[a-z0-9]{16}`; the message never quotes the token.
+    #[error("the node's bootstrap token is not of the form [a-z0-9]{{6}}.[a-z0-9]{{16}}")]
+    InvalidBootstrapToken,
+}
+
+/// Checks the `<id>.<secret>` form the API server's bootstrap authenticator
+/// accepts (`[a-z0-9]{6}.[a-z0-9]{16}`).
+fn check_bootstrap_token(token: &str) -> Result<(), RenderError> {
+    if token.is_empty() {
+        return Err(RenderError::MissingBootstrapToken);
+    }
+    let valid = |part: &str, len: usize| {
+        part.len() == len
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    match token.split_once('.') {
+        Some((id, secret)) if valid(id, 6) && valid(secret, 16) => Ok(()),
+        _ => Err(RenderError::InvalidBootstrapToken),
+    }
 }
 
 /// One YAML document of a machine config.
@@ -98,6 +141,7 @@ fn parse_documents(text: &str) -> Result<Vec<Document>, String> {
 
 /// Renders the machine config of one node.
 pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, RenderError> {
+    check_bootstrap_token(&node.bootstrap_token)?;
     let docs = parse_documents(base).map_err(RenderError::InvalidBase)?;
     let mut machine_config = None;
     let mut typed = Vec::new();
@@ -140,6 +184,11 @@ pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, 
             }
         }
     }
+    // Set last, after the patches: each node joins with its own token, never
+    // with the base config's shared one or one a patch carries.
+    mapping_at(&mut machine_config, &["cluster"])
+        .map_err(RenderError::InvalidBase)?
+        .insert("token".into(), node.bootstrap_token.as_str().into());
 
     let mut out = String::new();
     for map in std::iter::once(machine_config).chain(typed) {

@@ -28,6 +28,7 @@ fn node() -> NodeSettings {
         install_disk: "nvme0n1".into(),
         primary_mac: "A0:36:9F:00:00:02".into(),
         patches: vec![],
+        bootstrap_token: "k8s0a1.0123456789abcdef".into(),
     }
 }
 
@@ -91,8 +92,11 @@ fn per_node_settings_land_in_their_v1_13_places() {
     );
     assert_eq!(
         at(main, &["cluster", "token"]),
-        &yaml("wc0ou0.fnrzkvy1lcpiuk4o")
+        &yaml("k8s0a1.0123456789abcdef")
     );
+    assert!(!out.contains("wc0ou0"), "the base's shared token is replaced");
+    // The rest of the cluster section survives.
+    assert_eq!(at(main, &["cluster", "clusterName"]), &yaml("demo"));
 
     // The base's `HostnameConfig {auto: stable}` is replaced, not duplicated.
     assert_eq!(
@@ -251,4 +255,51 @@ fn invalid_inputs_are_reported_without_their_content() {
         }
         other => panic!("expected InvalidPatch #1, got {other:?}"),
     }
+}
+
+#[test]
+fn the_bootstrap_token_wins_over_patches() {
+    let mut n = node();
+    n.patches = vec!["cluster:\n  token: aaaaaa.bbbbbbbbbbbbbbbb\n".into()];
+    let out = render_machine_config(BASE, &n).expect("renders");
+    assert_eq!(
+        at(&docs(&out)[0], &["cluster", "token"]),
+        &yaml("k8s0a1.0123456789abcdef")
+    );
+    // A base without a cluster section gets one.
+    let out = render_machine_config("version: v1alpha1\nmachine: {type: worker}\n", &node())
+        .expect("renders");
+    assert_eq!(
+        at(&docs(&out)[0], &["cluster", "token"]),
+        &yaml("k8s0a1.0123456789abcdef")
+    );
+}
+
+#[test]
+fn a_missing_or_malformed_bootstrap_token_is_an_error_without_its_value() {
+    let mut n = node();
+    n.bootstrap_token = String::new();
+    assert_eq!(
+        render_machine_config(BASE, &n),
+        Err(RenderError::MissingBootstrapToken)
+    );
+    for bad in [
+        "k8s0a1",
+        "k8s0a1.0123456789ABCDEF",
+        "k8s0a.0123456789abcdef",
+        "k8s0a1.0123456789abcdef0",
+        "k8s0a1-0123456789abcdef",
+    ] {
+        n.bootstrap_token = bad.into();
+        let err = render_machine_config(BASE, &n).unwrap_err();
+        assert_eq!(err, RenderError::InvalidBootstrapToken, "{bad}");
+        assert!(!err.to_string().contains(bad), "{err}");
+    }
+}
+
+#[test]
+fn debug_output_redacts_the_bootstrap_token() {
+    let debug = format!("{:?}", node());
+    assert!(!debug.contains("0123456789abcdef"), "{debug}");
+    assert!(debug.contains("<redacted>"), "{debug}");
 }

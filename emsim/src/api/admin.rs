@@ -15,7 +15,7 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use super::endpoints;
 use super::extract::{ApiJson, Params, check_zone};
-use crate::catalog::Stock;
+use crate::catalog::{Stock, ZONES};
 use crate::clock::{format_time, secs};
 use crate::counters::Counters;
 use crate::error::ApiError;
@@ -123,14 +123,15 @@ pub async fn set_quota(
 
 pub async fn add_fault(
     State(state): State<AppState>,
-    ApiJson(spec): ApiJson<FaultSpec>,
+    ApiJson(body): ApiJson<Value>,
 ) -> Result<(StatusCode, Json<Fault>), ApiError> {
+    let spec = FaultSpec::from_json(body)?;
     let fault = state
         .faults
         .lock()
         .expect("faults lock")
-        .add(spec, &endpoints())?;
-    tracing::info!(endpoint = %fault.spec.endpoint, status = fault.spec.status, count = ?fault.spec.count, "fault armed");
+        .add(spec, &endpoints(), ZONES)?;
+    tracing::info!(fault = ?fault.spec, "fault armed");
     Ok((StatusCode::CREATED, Json(fault)))
 }
 

@@ -8,8 +8,10 @@ use serde_json::Value;
 use super::extract::{ApiJson, Params, check_zone};
 use crate::catalog::is_uuid;
 use crate::error::ApiError;
-use crate::model::{ListOffers, ListServers, Offer, Server};
-use crate::sim::{BootType, NewServer, Request, ServerRecord};
+use crate::model::{
+    ListOffers, ListOptions, ListOs, ListServerEvents, ListServers, Offer, OptionInfo, Os, Server,
+};
+use crate::sim::{BootType, InstallRequest, NewServer, Request, ServerPatch, ServerRecord};
 use crate::state::AppState;
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
@@ -81,11 +83,11 @@ pub struct CreateServerBody {
     install: Option<Value>,
     #[serde(default)]
     option_ids: Option<Vec<String>>,
-    /// Accepted and ignored: nothing here depends on them yet.
-    #[serde(default, rename = "protected")]
-    _protected: Option<bool>,
-    #[serde(default, rename = "user_data")]
-    _user_data: Option<String>,
+    #[serde(default)]
+    protected: Option<bool>,
+    /// Base64 (the SDK's `[]byte`), kept as sent.
+    #[serde(default)]
+    user_data: Option<String>,
     #[serde(default, rename = "organization_id")]
     _organization_id: Option<String>,
 }
@@ -133,7 +135,7 @@ pub async fn create_server(
         return Err(ApiError::invalid(
             "option_ids",
             "constraint",
-            "emsim does not simulate options",
+            "emsim does not take options at order time: add them with POST /servers/{server_id}/options/{option_id}",
         ));
     }
     let req = NewServer {
@@ -142,9 +144,11 @@ pub async fn create_server(
         name: body.name,
         description: body.description,
         tags: body.tags.unwrap_or_default(),
+        protected: body.protected.unwrap_or(false),
+        user_data: body.user_data.filter(|u| !u.is_empty()),
     };
-    let (mut world, now) = state.world();
-    world.create_server(now, &zone, req).map(Json)
+    let (mut world, mut faults, now) = state.world_and_faults();
+    world.create_server(now, &zone, req, &mut faults).map(Json)
 }
 
 pub async fn get_server(
@@ -169,6 +173,9 @@ fn matches(server: &ServerRecord, params: &Params, tags: &[String], statuses: &[
         && params
             .get("organization_id")
             .is_none_or(|o| server.organization_id == o)
+        && params
+            .get("option_id")
+            .is_none_or(|o| server.options.iter().any(|opt| opt.id == o))
 }
 
 pub async fn list_servers(
@@ -260,4 +267,238 @@ pub async fn stop_server(
     check_zone(&zone)?;
     let (mut world, now) = state.world();
     world.stop(now, &zone, &id).map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateServerBody {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+    #[serde(default)]
+    protected: Option<bool>,
+    #[serde(default)]
+    user_data: Option<String>,
+}
+
+pub async fn update_server(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<UpdateServerBody>,
+) -> ApiResult<Server> {
+    check_zone(&zone)?;
+    if body.name.as_deref() == Some("") {
+        return Err(ApiError::invalid("name", "constraint", "must not be empty"));
+    }
+    let patch = ServerPatch {
+        name: body.name,
+        description: body.description,
+        tags: body.tags,
+        protected: body.protected,
+        user_data: body.user_data,
+    };
+    let (mut world, now) = state.world();
+    world.update(now, &zone, &id, patch).map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct InstallBody {
+    #[serde(default)]
+    os_id: String,
+    #[serde(default)]
+    hostname: String,
+    #[serde(default)]
+    ssh_key_ids: Option<Vec<String>>,
+    #[serde(default)]
+    user: Option<String>,
+    /// Accepted and not kept: nothing in the simulation reads them.
+    #[serde(default, rename = "password")]
+    _password: Option<String>,
+    #[serde(default, rename = "service_user")]
+    _service_user: Option<String>,
+    #[serde(default, rename = "service_password")]
+    _service_password: Option<String>,
+    #[serde(default, rename = "partitioning_schema")]
+    _partitioning_schema: Option<Value>,
+    #[serde(default, rename = "user_data")]
+    _user_data: Option<Value>,
+}
+
+pub async fn install_server(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<InstallBody>,
+) -> ApiResult<Server> {
+    check_zone(&zone)?;
+    if body.os_id.is_empty() {
+        return Err(ApiError::invalid("os_id", "required", "the OS to install"));
+    }
+    if body.hostname.is_empty() {
+        return Err(ApiError::invalid(
+            "hostname",
+            "required",
+            "the server's hostname",
+        ));
+    }
+    let req = InstallRequest {
+        os_id: body.os_id,
+        hostname: body.hostname,
+        ssh_key_ids: body.ssh_key_ids.unwrap_or_default(),
+        user: body.user.filter(|u| !u.is_empty()),
+    };
+    let (mut world, now) = state.world();
+    world.install(now, &zone, &id, req).map(Json)
+}
+
+pub async fn list_server_events(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+    params: Params,
+) -> ApiResult<ListServerEvents> {
+    check_zone(&zone)?;
+    let page = params.page(50)?;
+    let order = params.order_by(&["created_at_asc", "created_at_desc"])?;
+    let (world, _) = state.world();
+    let mut events = world.server(&zone, &id)?.events_wire();
+    if order == "created_at_desc" {
+        events.reverse();
+    }
+    let (events, total_count) = page.slice(events);
+    Ok(Json(ListServerEvents {
+        total_count,
+        events,
+    }))
+}
+
+pub async fn migrate_monthly(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult<Server> {
+    check_zone(&zone)?;
+    let (mut world, now) = state.world();
+    world.migrate_monthly(now, &zone, &id).map(Json)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddOptionBody {
+    #[serde(default)]
+    expires_at: Option<String>,
+}
+
+pub async fn add_option(
+    State(state): State<AppState>,
+    Path((zone, id, option_id)): Path<(String, String, String)>,
+    ApiJson(body): ApiJson<AddOptionBody>,
+) -> ApiResult<Server> {
+    check_zone(&zone)?;
+    if let Some(at) = body.expires_at.as_deref()
+        && chrono::DateTime::parse_from_rfc3339(at).is_err()
+    {
+        return Err(ApiError::invalid(
+            "expires_at",
+            "format",
+            "an RFC 3339 time",
+        ));
+    }
+    let (mut world, now) = state.world();
+    world
+        .add_option(now, &zone, &id, &option_id, body.expires_at)
+        .map(Json)
+}
+
+pub async fn delete_option(
+    State(state): State<AppState>,
+    Path((zone, id, option_id)): Path<(String, String, String)>,
+) -> ApiResult<Server> {
+    check_zone(&zone)?;
+    let (mut world, now) = state.world();
+    world.delete_option(now, &zone, &id, &option_id).map(Json)
+}
+
+pub async fn list_options(
+    State(state): State<AppState>,
+    Path(zone): Path<String>,
+    params: Params,
+) -> ApiResult<ListOptions> {
+    check_zone(&zone)?;
+    let page = params.page(50)?;
+    let name = params.get("name");
+    let (world, _) = state.world();
+    // `offer_id` is accepted: every seeded option is available with every offer.
+    if let Some(offer_id) = params.get("offer_id")
+        && world.offer(&zone, offer_id).is_none()
+    {
+        return Err(ApiError::NotFound {
+            resource: "baremetal_offer".into(),
+            resource_id: offer_id.into(),
+        });
+    }
+    let options: Vec<OptionInfo> = world
+        .options(&zone)
+        .into_iter()
+        .filter(|o| name.is_none_or(|n| o.name.to_lowercase().contains(&n.to_lowercase())))
+        .collect();
+    let (options, total_count) = page.slice(options);
+    Ok(Json(ListOptions {
+        total_count,
+        options,
+    }))
+}
+
+pub async fn get_option(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult<OptionInfo> {
+    check_zone(&zone)?;
+    let (world, _) = state.world();
+    world
+        .options(&zone)
+        .into_iter()
+        .find(|o| o.id == id)
+        .map(Json)
+        .ok_or(ApiError::NotFound {
+            resource: "baremetal_option".into(),
+            resource_id: id,
+        })
+}
+
+pub async fn list_os(
+    State(state): State<AppState>,
+    Path(zone): Path<String>,
+    params: Params,
+) -> ApiResult<ListOs> {
+    check_zone(&zone)?;
+    let page = params.page(50)?;
+    let (world, _) = state.world();
+    if let Some(offer_id) = params.get("offer_id")
+        && world.offer(&zone, offer_id).is_none()
+    {
+        return Err(ApiError::NotFound {
+            resource: "baremetal_offer".into(),
+            resource_id: offer_id.into(),
+        });
+    }
+    let (os, total_count) = page.slice(world.os_list(&zone));
+    Ok(Json(ListOs { total_count, os }))
+}
+
+pub async fn get_os(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult<Os> {
+    check_zone(&zone)?;
+    let (world, _) = state.world();
+    world
+        .os_list(&zone)
+        .into_iter()
+        .find(|o| o.id == id)
+        .map(Json)
+        .ok_or(ApiError::NotFound {
+            resource: "baremetal_os".into(),
+            resource_id: id,
+        })
 }

@@ -10,12 +10,17 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 
 use crate::error::ApiError;
+use crate::faults::{HOLD_LIMIT, HttpOutcome};
 use crate::state::AppState;
+
+/// Counter status of a call held by a `timeout` fault: it got no answer.
+pub const HELD_STATUS: u16 = 0;
 
 const ZONE: &str = "/baremetal/v1/zones/{zone}";
 
@@ -45,9 +50,55 @@ fn api_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
             get(baremetal::get_server),
         ),
         (
+            "PATCH",
+            format!("{ZONE}/servers/{{server_id}}"),
+            patch(baremetal::update_server),
+        ),
+        (
             "DELETE",
             format!("{ZONE}/servers/{{server_id}}"),
             delete(baremetal::delete_server),
+        ),
+        (
+            "POST",
+            format!("{ZONE}/servers/{{server_id}}/install"),
+            post(baremetal::install_server),
+        ),
+        (
+            "GET",
+            format!("{ZONE}/servers/{{server_id}}/events"),
+            get(baremetal::list_server_events),
+        ),
+        (
+            "POST",
+            format!("{ZONE}/servers/{{server_id}}/migrate-offer-monthly"),
+            post(baremetal::migrate_monthly),
+        ),
+        (
+            "POST",
+            format!("{ZONE}/servers/{{server_id}}/options/{{option_id}}"),
+            post(baremetal::add_option),
+        ),
+        (
+            "DELETE",
+            format!("{ZONE}/servers/{{server_id}}/options/{{option_id}}"),
+            delete(baremetal::delete_option),
+        ),
+        (
+            "GET",
+            format!("{ZONE}/options"),
+            get(baremetal::list_options),
+        ),
+        (
+            "GET",
+            format!("{ZONE}/options/{{option_id}}"),
+            get(baremetal::get_option),
+        ),
+        ("GET", format!("{ZONE}/os"), get(baremetal::list_os)),
+        (
+            "GET",
+            format!("{ZONE}/os/{{os_id}}"),
+            get(baremetal::get_os),
         ),
         (
             "POST",
@@ -130,11 +181,35 @@ async fn gate(
 ) -> Response {
     let started = Instant::now();
     let endpoint = format!("{} {}", req.method(), matched.as_str());
-    let admitted = state
+    // The lock is released before any injected delay.
+    let fault = state
         .faults
         .lock()
         .expect("faults lock")
-        .take(&endpoint)
+        .take_http(&endpoint);
+    let mut answer = None;
+    if let Some(action) = fault {
+        if !action.delay.is_zero() {
+            tokio::time::sleep(action.delay).await;
+        }
+        match action.outcome {
+            HttpOutcome::Answer(error) => answer = Some(error),
+            HttpOutcome::PassThrough => {}
+            HttpOutcome::Hold => {
+                // Counted at once: the client usually gives up first, which
+                // drops this future and nothing after the sleep runs.
+                state
+                    .counters
+                    .lock()
+                    .expect("counters lock")
+                    .record(&endpoint, HELD_STATUS);
+                tracing::info!(%endpoint, "injected timeout: holding the request");
+                tokio::time::sleep(HOLD_LIMIT).await;
+                return StatusCode::GATEWAY_TIMEOUT.into_response();
+            }
+        }
+    }
+    let admitted = answer
         .map_or(Ok(()), Err)
         .and_then(|()| state.authenticate(req.headers()))
         .and_then(|()| state.rate_limit(&endpoint));

@@ -14,6 +14,8 @@ use uuid::Uuid;
 
 use crate::model::{Cpu, Disk, Gpu, Memory, Money, Offer};
 
+pub mod extras;
+
 /// The zones the real API knows (`facts/scaleway-api.md`).
 pub const ZONES: &[&str] = &[
     "fr-par-1", "fr-par-2", "nl-ams-1", "nl-ams-2", "pl-waw-2", "pl-waw-3",

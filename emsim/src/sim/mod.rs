@@ -15,12 +15,16 @@ use serde::Serialize;
 use tokio::sync::{Notify, broadcast};
 
 pub use ips::{IpPool, IpRange};
-pub use server::{Action, BootRecord, BootType, Pending, Request, ServerRecord, Status};
+pub use server::{
+    Action, ActionRecord, BootRecord, BootType, INSTALL_COMPLETES_AFTER, INSTALL_STARTS_AFTER,
+    InstallRecord, InstallStatus, Pending, Request, ServerRecord, Status,
+};
 
-use crate::catalog::{Catalog, CatalogOffer, Delivery, Stock};
+use crate::catalog::{Catalog, CatalogOffer, Delivery, Stock, extras};
 use crate::clock::{SimTime, format_time, secs};
 use crate::error::ApiError;
 use crate::events::{Event, EventKind};
+use crate::faults::{Faults, Order};
 use crate::model::{self, RescueServer};
 
 /// Simulated durations of the power transitions, in seconds. From the
@@ -63,6 +67,27 @@ pub struct NewServer {
     pub name: String,
     pub description: String,
     pub tags: Vec<String>,
+    pub protected: bool,
+    pub user_data: Option<String>,
+}
+
+/// `PATCH /servers/{id}`: absent fields stay as they are.
+#[derive(Debug, Clone, Default)]
+pub struct ServerPatch {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub tags: Option<Vec<String>>,
+    pub protected: Option<bool>,
+    pub user_data: Option<String>,
+}
+
+/// `POST /servers/{id}/install`, validated by the handler.
+#[derive(Debug, Clone)]
+pub struct InstallRequest {
+    pub os_id: String,
+    pub hostname: String,
+    pub ssh_key_ids: Vec<String>,
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -232,11 +257,14 @@ impl World {
 
     // ----- servers -----
 
+    /// Orders a server. Order faults matching the accepted order fire here and
+    /// shape its delivery.
     pub fn create_server(
         &mut self,
         now: SimTime,
         zone: &str,
         req: NewServer,
+        faults: &mut Faults,
     ) -> Result<model::Server, ApiError> {
         let Some(catalog_offer) = self.catalog.find(zone, &req.offer_id).cloned() else {
             return Err(ApiError::NotFound {
@@ -277,10 +305,26 @@ impl World {
         let offset = self.ips.offset(address);
         let id = self.uuid();
         let ip_ids = [self.uuid(), self.uuid()];
-        let delivery = match catalog_offer.delivery {
+        // Drawn even when a fault overrides it, so that arming a fault does not
+        // shift the ids and times of the orders after it.
+        let drawn = match catalog_offer.delivery {
             Delivery::Fixed(s) => s,
             Delivery::Between(lo, hi) => self.rng.random_range(lo..=hi),
         };
+        let effects = faults.take_order(Order {
+            offer_id: &offer.id,
+            offer_name: &offer.name,
+            zone,
+        });
+        let delivery = effects.delivery_seconds.unwrap_or(drawn);
+        let pending = (!effects.stuck).then(|| Pending {
+            at: now + secs(delivery),
+            action: if effects.out_of_stock {
+                Action::OutOfStock
+            } else {
+                Action::Deliver
+            },
+        });
         let server = ServerRecord {
             id: id.clone(),
             zone: zone.to_string(),
@@ -310,15 +354,20 @@ impl World {
             ip_ids,
             delivered: false,
             rescue_server: None,
-            pending: Some(Pending {
-                at: now + secs(delivery),
-                action: Action::Deliver,
-            }),
+            pending,
             powered_on: None,
             boot_history: Vec::new(),
             deleted_at: None,
+            protected: req.protected,
+            user_data: req.user_data,
+            install: None,
+            options: Vec::new(),
+            actions: vec![ActionRecord {
+                action: "create",
+                at: now,
+            }],
         };
-        tracing::info!(server_id = %id, %zone, offer = %offer.name, %address, delivery_s = delivery, "server ordered");
+        tracing::info!(server_id = %id, %zone, offer = %offer.name, %address, delivery_s = delivery, stuck = effects.stuck, out_of_stock_after_order = effects.out_of_stock, "server ordered");
         let wire = server.to_wire();
         self.servers.insert(id, server);
         self.wake.notify_one();
@@ -390,6 +439,13 @@ impl World {
             boot_type,
             ssh_key_ids,
         });
+        server.actions.push(ActionRecord {
+            action: match request {
+                Request::Start => "start",
+                _ => "reboot",
+            },
+            at: now,
+        });
         server.pending = Some(Pending {
             at: now + secs(duration),
             action: Action::Boot {
@@ -413,6 +469,10 @@ impl World {
         let server = self.servers.get_mut(id).expect("checked above");
         server.status = Status::Stopping;
         server.updated_at = now;
+        server.actions.push(ActionRecord {
+            action: "stop",
+            at: now,
+        });
         server.pending = Some(Pending {
             at: now + secs(stop),
             action: Action::Stop,
@@ -433,7 +493,14 @@ impl World {
         zone: &str,
         id: &str,
     ) -> Result<model::Server, ApiError> {
-        self.server(zone, id)?.check(Request::Delete)?;
+        let record = self.server(zone, id)?;
+        record.check(Request::Delete)?;
+        if record.protected {
+            return Err(ApiError::message(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Server is protected",
+            ));
+        }
         let delete = self.config.timings.delete;
         let server = self.servers.get_mut(id).expect("checked above");
         server.status = Status::Deleting;
@@ -452,6 +519,223 @@ impl World {
         Ok(server.to_wire())
     }
 
+    /// `PATCH /servers/{id}`. Refused only while the server is being deleted.
+    pub fn update(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+        patch: ServerPatch,
+    ) -> Result<model::Server, ApiError> {
+        let record = self.server(zone, id)?;
+        if record.status == Status::Deleting {
+            return Err(record.check(Request::Delete).expect_err("deleting refuses"));
+        }
+        let server = self.servers.get_mut(id).expect("checked above");
+        if let Some(name) = patch.name {
+            server.name = name;
+        }
+        if let Some(description) = patch.description {
+            server.description = description;
+        }
+        if let Some(tags) = patch.tags {
+            server.tags = tags;
+        }
+        if let Some(protected) = patch.protected {
+            server.protected = protected;
+        }
+        if let Some(user_data) = patch.user_data {
+            server.user_data = Some(user_data);
+        }
+        server.updated_at = now;
+        tracing::info!(server_id = %id, "server updated");
+        Ok(server.to_wire())
+    }
+
+    pub fn os_list(&self, zone: &str) -> Vec<model::Os> {
+        extras::os_list(zone)
+    }
+
+    pub fn options(&self, zone: &str) -> Vec<model::OptionInfo> {
+        extras::options(zone)
+    }
+
+    /// `POST /servers/{id}/install`: only on a delivered, running server, with
+    /// an OS of the zone and at least one known SSH key. The install runs on
+    /// the API side only (see the README): no power events are emitted.
+    pub fn install(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+        req: InstallRequest,
+    ) -> Result<model::Server, ApiError> {
+        let record = self.server(zone, id)?;
+        record.check(Request::Reboot)?;
+        if record.status == Status::Stopped {
+            return Err(ApiError::message(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Server must be started to be installed",
+            ));
+        }
+        if record
+            .install
+            .as_ref()
+            .is_some_and(|i| i.status != InstallStatus::Completed)
+        {
+            return Err(ApiError::TransientState {
+                resource: "baremetal_server".into(),
+                resource_id: id.into(),
+                current_state: "installing".into(),
+            });
+        }
+        let Some(os) = extras::os_list(zone)
+            .into_iter()
+            .find(|o| o.id == req.os_id)
+        else {
+            return Err(ApiError::NotFound {
+                resource: "baremetal_os".into(),
+                resource_id: req.os_id,
+            });
+        };
+        if req.ssh_key_ids.is_empty() {
+            return Err(ApiError::invalid(
+                "ssh_key_ids",
+                "required",
+                "at least one SSH key is needed to install an OS",
+            ));
+        }
+        self.resolve_keys(&req.ssh_key_ids)?;
+        let user = req
+            .user
+            .or(os.user.default_value)
+            .unwrap_or_else(|| "root".into());
+        let server = self.servers.get_mut(id).expect("checked above");
+        server.install = Some(InstallRecord {
+            os_id: os.id,
+            hostname: req.hostname,
+            ssh_key_ids: req.ssh_key_ids,
+            user,
+            started_at: now,
+            status: InstallStatus::ToInstall,
+        });
+        server.actions.push(ActionRecord {
+            action: "install",
+            at: now,
+        });
+        server.updated_at = now;
+        tracing::info!(server_id = %id, "install requested");
+        Ok(server.to_wire())
+    }
+
+    /// `POST /servers/{id}/migrate-offer-monthly`: moves a delivered server on an
+    /// hourly offer to the offer's monthly twin.
+    pub fn migrate_monthly(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+    ) -> Result<model::Server, ApiError> {
+        let record = self.server(zone, id)?;
+        match record.status {
+            Status::Delivering | Status::OutOfStock => return Err(ApiError::not_delivered()),
+            Status::Deleting => return Err(record.check(Request::Delete).expect_err("deleting")),
+            _ => {}
+        }
+        let offer = self
+            .offer(zone, &record.offer_id)
+            .expect("a server's offer stays in the catalog");
+        if offer.subscription_period == "monthly" {
+            return Err(ApiError::message(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Server is already billed monthly",
+            ));
+        }
+        let Some(monthly) = offer.monthly_offer_id else {
+            return Err(ApiError::message(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Offer has no monthly subscription",
+            ));
+        };
+        let server = self.servers.get_mut(id).expect("checked above");
+        server.offer_id = monthly;
+        server.actions.push(ActionRecord {
+            action: "migrate_offer_monthly",
+            at: now,
+        });
+        server.updated_at = now;
+        tracing::info!(server_id = %id, "server migrated to monthly billing");
+        Ok(server.to_wire())
+    }
+
+    /// `POST /servers/{id}/options/{option_id}`: enables a manageable option.
+    pub fn add_option(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+        option_id: &str,
+        expires_at: Option<String>,
+    ) -> Result<model::Server, ApiError> {
+        let record = self.server(zone, id)?;
+        if matches!(record.status, Status::Delivering | Status::OutOfStock) {
+            return Err(ApiError::not_delivered());
+        }
+        let Some(option) = extras::options(zone)
+            .into_iter()
+            .find(|o| o.id == option_id)
+        else {
+            return Err(ApiError::NotFound {
+                resource: "baremetal_option".into(),
+                resource_id: option_id.into(),
+            });
+        };
+        if !option.manageable {
+            return Err(ApiError::message(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Option is not manageable",
+            ));
+        }
+        if record.options.iter().any(|o| o.id == option_id) {
+            return Err(ApiError::message(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Option is already enabled",
+            ));
+        }
+        let server = self.servers.get_mut(id).expect("checked above");
+        server.options.push(model::ServerOption {
+            id: option.id,
+            name: option.name,
+            status: "option_status_enable".into(),
+            manageable: option.manageable,
+            expires_at,
+            kind: option.kind,
+        });
+        server.updated_at = now;
+        Ok(server.to_wire())
+    }
+
+    /// `DELETE /servers/{id}/options/{option_id}`.
+    pub fn delete_option(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+        option_id: &str,
+    ) -> Result<model::Server, ApiError> {
+        let record = self.server(zone, id)?;
+        if !record.options.iter().any(|o| o.id == option_id) {
+            return Err(ApiError::NotFound {
+                resource: "baremetal_option".into(),
+                resource_id: option_id.into(),
+            });
+        }
+        let server = self.servers.get_mut(id).expect("checked above");
+        server.options.retain(|o| o.id != option_id);
+        server.updated_at = now;
+        Ok(server.to_wire())
+    }
+
     /// Applies every transition due at or before `now`, earliest first.
     pub fn advance(&mut self, now: SimTime) {
         while let Some((id, at)) = self
@@ -462,6 +746,18 @@ impl World {
             .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
         {
             self.fire(&id, at);
+        }
+        for server in self.servers.values_mut() {
+            if let Some(install) = server.install.as_mut() {
+                let elapsed = (now - install.started_at).as_seconds_f64();
+                install.status = if elapsed >= INSTALL_COMPLETES_AFTER {
+                    InstallStatus::Completed
+                } else if elapsed >= INSTALL_STARTS_AFTER {
+                    InstallStatus::Installing
+                } else {
+                    InstallStatus::ToInstall
+                };
+            }
         }
     }
 
@@ -493,6 +789,10 @@ impl World {
                 let event = self.emit(EventKind::PowerOn, at, &server, Some(boot_type), Some(keys));
                 self.servers.get_mut(id).expect("exists").powered_on = Some(event);
                 tracing::info!(server_id = %id, boot_type = boot_type.as_str(), "server ready");
+            }
+            Action::OutOfStock => {
+                server.status = Status::OutOfStock;
+                tracing::info!(server_id = %id, "delivery failed: out of stock (injected)");
             }
             Action::Stop => {
                 server.status = Status::Stopped;

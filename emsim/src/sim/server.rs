@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::clock::{SimTime, format_time};
 use crate::error::ApiError;
 use crate::events::Event;
-use crate::model::{Ip, RescueServer, Server};
+use crate::model::{self, Ip, RescueServer, Server, ServerOption};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -21,6 +21,8 @@ pub enum Status {
     Stopped,
     Starting,
     Deleting,
+    /// The order could not be fulfilled after all (a fault): only delete works.
+    OutOfStock,
 }
 
 impl Status {
@@ -32,6 +34,7 @@ impl Status {
             Status::Stopped => "stopped",
             Status::Starting => "starting",
             Status::Deleting => "deleting",
+            Status::OutOfStock => "out_of_stock",
         }
     }
 }
@@ -70,6 +73,8 @@ impl BootType {
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
     Deliver,
+    /// Delivery fails: the server turns `out_of_stock` (an injected fault).
+    OutOfStock,
     /// Reach `ready` booted as asked, with the rescue keys fixed at request time.
     Boot {
         boot_type: BootType,
@@ -104,6 +109,46 @@ pub enum Request {
     Delete,
 }
 
+/// Simulated seconds from `POST /install` to `installing` and to `completed`
+/// (recordings: installing at ~30 s, completed at ~6 min).
+pub const INSTALL_STARTS_AFTER: f64 = 30.0;
+pub const INSTALL_COMPLETES_AFTER: f64 = 360.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstallStatus {
+    ToInstall,
+    Installing,
+    Completed,
+}
+
+impl InstallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstallStatus::ToInstall => "to_install",
+            InstallStatus::Installing => "installing",
+            InstallStatus::Completed => "completed",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct InstallRecord {
+    pub os_id: String,
+    pub hostname: String,
+    pub ssh_key_ids: Vec<String>,
+    pub user: String,
+    pub started_at: SimTime,
+    pub status: InstallStatus,
+}
+
+/// One entry of `GET /servers/{id}/events`.
+#[derive(Debug, Clone)]
+pub struct ActionRecord {
+    pub action: &'static str,
+    pub at: SimTime,
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerRecord {
     pub id: String,
@@ -131,6 +176,11 @@ pub struct ServerRecord {
     pub powered_on: Option<Arc<Event>>,
     pub boot_history: Vec<BootRecord>,
     pub deleted_at: Option<SimTime>,
+    pub protected: bool,
+    pub user_data: Option<String>,
+    pub install: Option<InstallRecord>,
+    pub options: Vec<ServerOption>,
+    pub actions: Vec<ActionRecord>,
 }
 
 impl ServerRecord {
@@ -143,7 +193,7 @@ impl ServerRecord {
         match (self.status, req) {
             (Deleting, _) => Err(self.transient()),
             (_, Delete) => Ok(()),
-            (Delivering, _) => Err(ApiError::not_delivered()),
+            (Delivering | OutOfStock, _) => Err(ApiError::not_delivered()),
             (Stopping | Starting, _) => Err(self.transient()),
             (Ready, Reboot | Stop) | (Stopped, Reboot | Start) => Ok(()),
             (Ready, Start) => Err(ApiError::message(
@@ -169,16 +219,48 @@ impl ServerRecord {
         format!("{}.{}.baremetal.scw.cloud", self.id, self.zone)
     }
 
+    /// The domain and reverse DNS are set once an installation started
+    /// (recordings: `domain: ""` and reverses `""`/`unknown` before).
+    fn has_domain(&self) -> bool {
+        self.install
+            .as_ref()
+            .is_some_and(|i| i.status != InstallStatus::ToInstall)
+    }
+
+    /// `GET /servers/{id}/events`, oldest first; ids derived from the server
+    /// id and position so they are stable without using the RNG.
+    pub fn events_wire(&self) -> Vec<model::ServerEvent> {
+        self.actions
+            .iter()
+            .enumerate()
+            .map(|(n, a)| model::ServerEvent {
+                id: uuid::Builder::from_md5_bytes(
+                    md5::compute(format!("emsim-event:{}:{n}", self.id)).0,
+                )
+                .into_uuid()
+                .to_string(),
+                action: a.action.into(),
+                created_at: format_time(a.at),
+                updated_at: format_time(a.at),
+            })
+            .collect()
+    }
+
     /// The server as `GET /servers/{id}` returns it.
     pub fn to_wire(&self) -> Server {
         let ips = if self.delivered {
             // The real API lists the IPv6 first: clients must pick by version.
+            let (reverse, reverse_status) = if self.has_domain() {
+                (self.domain(), "active")
+            } else {
+                (String::new(), "unknown")
+            };
             let ip = |id: &str, address: String, version: &str| Ip {
                 id: id.to_string(),
                 address,
-                reverse: self.domain(),
+                reverse: reverse.clone(),
                 version: version.into(),
-                reverse_status: "active".into(),
+                reverse_status: reverse_status.into(),
                 reverse_status_message: String::new(),
             };
             vec![
@@ -203,10 +285,19 @@ impl ServerRecord {
             status: self.status.as_str().into(),
             offer_id: self.offer_id.clone(),
             offer_name: self.offer_name.clone(),
-            install: None,
+            install: self.install.as_ref().map(|i| model::Install {
+                os_id: i.os_id.clone(),
+                hostname: i.hostname.clone(),
+                ssh_key_ids: i.ssh_key_ids.clone(),
+                status: i.status.as_str().into(),
+                user: i.user.clone(),
+                service_user: String::new(),
+                service_url: String::new(),
+                partitioning_schema: None,
+            }),
             tags: self.tags.clone(),
             ips,
-            domain: if self.delivered {
+            domain: if self.has_domain() {
                 self.domain()
             } else {
                 String::new()
@@ -215,10 +306,10 @@ impl ServerRecord {
             ping_status: ping_status.into(),
             project_id: self.project_id.clone(),
             zone: self.zone.clone(),
-            options: vec![],
+            options: self.options.clone(),
             rescue_server: self.rescue_server.clone(),
-            protected: false,
-            user_data: None,
+            protected: self.protected,
+            user_data: self.user_data.clone(),
         }
     }
 }
@@ -258,6 +349,11 @@ mod tests {
             powered_on: None,
             boot_history: vec![],
             deleted_at: None,
+            protected: false,
+            user_data: None,
+            install: None,
+            options: vec![],
+            actions: vec![],
         }
     }
 
@@ -308,10 +404,24 @@ mod tests {
         assert_eq!(ready.ips[0].version, "IPv6");
         assert_eq!(ready.ips[1].version, "IPv4");
         assert_eq!(ready.ips[1].address, "127.77.0.10");
+        assert_eq!(ready.domain, "", "no domain before an install");
+        assert_eq!(ready.ips[1].reverse_status, "unknown");
+        let mut installed = record(Status::Ready);
+        installed.install = Some(InstallRecord {
+            os_id: "os".into(),
+            hostname: "h".into(),
+            ssh_key_ids: vec![],
+            user: "ubuntu".into(),
+            started_at: Utc::now(),
+            status: InstallStatus::Installing,
+        });
+        let installed = installed.to_wire();
         assert_eq!(
-            ready.domain,
+            installed.domain,
             "3d3662cd-1da0-4b00-8828-61d44fa9ee49.fr-par-2.baremetal.scw.cloud"
         );
+        assert_eq!(installed.ips[0].reverse, installed.domain);
+        assert_eq!(installed.install.unwrap().status, "installing");
     }
 
     #[test]

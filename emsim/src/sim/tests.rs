@@ -46,6 +46,15 @@ fn offer_id(w: &World, name: &str) -> String {
 }
 
 fn order(w: &mut World, name: &str, now: SimTime) -> Result<model::Server, ApiError> {
+    order_with(w, name, now, &mut Faults::new(0))
+}
+
+fn order_with(
+    w: &mut World,
+    name: &str,
+    now: SimTime,
+    faults: &mut Faults,
+) -> Result<model::Server, ApiError> {
     let offer_id = offer_id(w, name);
     w.create_server(
         now,
@@ -56,7 +65,10 @@ fn order(w: &mut World, name: &str, now: SimTime) -> Result<model::Server, ApiEr
             name: "node".into(),
             description: String::new(),
             tags: vec!["karpenter.sh/nodeclaim=a".into()],
+            protected: false,
+            user_data: None,
         },
+        faults,
     )
 }
 
@@ -281,4 +293,87 @@ fn stop_and_start_cycle() {
     w.advance(t0() + secs(42.0));
     assert_eq!(w.server("fr-par-1", &s.id).unwrap().status, Status::Ready);
     assert_eq!(w.subscribe().0.len(), 1);
+}
+
+fn armed(body: serde_json::Value) -> Faults {
+    let mut faults = Faults::new(0);
+    faults
+        .add(
+            crate::faults::FaultSpec::from_json(body).unwrap(),
+            &[],
+            crate::catalog::ZONES,
+        )
+        .unwrap();
+    faults
+}
+
+#[test]
+fn out_of_stock_after_order_accepts_then_fails_delivery() {
+    let mut w = world();
+    let (_, mut rx) = w.subscribe();
+    let mut faults = armed(
+        serde_json::json!({"kind": "out_of_stock_after_order", "offer": "EM-FAST", "count": 1}),
+    );
+    let s = order_with(&mut w, "EM-FAST", t0(), &mut faults).unwrap();
+    assert_eq!(s.status, "delivering");
+    assert!(faults.list().is_empty(), "count 1 spent by the order");
+    w.advance(t0() + secs(10.0));
+    let record = w.server("fr-par-1", &s.id).unwrap();
+    assert_eq!(record.status, Status::OutOfStock);
+    let wire = record.to_wire();
+    assert_eq!(wire.status, "out_of_stock");
+    assert!(wire.ips.is_empty());
+    assert!(rx.try_recv().is_err(), "never powered on");
+    assert_eq!(
+        w.boot(
+            t0() + secs(11.0),
+            "fr-par-1",
+            &s.id,
+            Request::Reboot,
+            BootType::Rescue,
+            vec![]
+        ),
+        Err(ApiError::not_delivered())
+    );
+    assert_eq!(
+        w.delete(t0() + secs(11.0), "fr-par-1", &s.id)
+            .unwrap()
+            .status,
+        "deleting"
+    );
+    // The next order is not affected.
+    let next = order(&mut w, "EM-FAST", t0() + secs(12.0)).unwrap();
+    w.advance(t0() + secs(30.0));
+    assert_eq!(
+        w.server("fr-par-1", &next.id).unwrap().status,
+        Status::Ready
+    );
+}
+
+#[test]
+fn stuck_delivery_and_delivery_seconds() {
+    let mut w = world();
+    let mut faults =
+        armed(serde_json::json!({"kind": "stuck_delivery", "zone": "fr-par-1", "count": 1}));
+    let stuck = order_with(&mut w, "EM-FAST", t0(), &mut faults).unwrap();
+    w.advance(t0() + secs(86_400.0));
+    assert_eq!(
+        w.server("fr-par-1", &stuck.id).unwrap().status,
+        Status::Delivering
+    );
+    assert_eq!(w.next_deadline(), None);
+
+    let mut faults = armed(serde_json::json!({"kind": "delivery_seconds", "seconds": 100.0}));
+    let slow = order_with(&mut w, "EM-FAST", t0(), &mut faults).unwrap();
+    w.advance(t0() + secs(99.0));
+    assert_eq!(
+        w.server("fr-par-1", &slow.id).unwrap().status,
+        Status::Delivering
+    );
+    w.advance(t0() + secs(100.0));
+    assert_eq!(
+        w.server("fr-par-1", &slow.id).unwrap().status,
+        Status::Ready
+    );
+    assert_eq!(faults.list()[0].fired, 1);
 }

@@ -2,10 +2,10 @@
 //! keeps it Ready with status heartbeats and a Lease, marks the pods bound to
 //! it Running and completes their deletion.
 
+pub mod bootstrap;
 pub mod node;
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,17 +23,16 @@ use node::NodeFacts;
 const HEARTBEAT: Duration = Duration::from_secs(10);
 const FIELD_MANAGER: &str = "talos-sim-kubelet";
 
-/// Where the kubelet's Kubernetes credentials come from.
-#[derive(Debug, Clone)]
-pub enum KubeletCredentials {
-    /// An admin kubeconfig of the simulated cluster (walking skeleton).
-    AdminKubeconfig(PathBuf),
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
     #[error("kubelet credentials: {0}")]
     Credentials(String),
+    #[error("TLS bootstrap: {0}")]
+    Bootstrap(String),
+    /// The API server refused the credentials (401): a wrong, expired or
+    /// deleted bootstrap token, or a certificate it no longer trusts.
+    #[error("TLS bootstrap: the API server rejected the bootstrap token (401 Unauthorized)")]
+    TokenRejected,
     #[error("{0}")]
     Conflict(String),
     #[error("Kubernetes API: {0}")]
@@ -44,25 +43,18 @@ impl KubeletError {
     fn is_not_found(&self) -> bool {
         matches!(self, KubeletError::Api(kube::Error::Api(s)) if s.code == 404)
     }
-}
 
-/// The kubelet's API client. Real Talos bootstraps the kubelet with
-/// `cluster.token` and a CSR; this is the one place to change when the
-/// simulator does the same.
-pub async fn client(
-    creds: &KubeletCredentials,
-    _node: &NodeConfig,
-) -> Result<Client, KubeletError> {
-    crate::install_crypto_provider();
-    match creds {
-        KubeletCredentials::AdminKubeconfig(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                KubeletError::Credentials(format!("reading {}: {e}", path.display()))
-            })?;
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| KubeletError::Credentials(e.to_string()))?;
-            Client::try_from(config).map_err(|e| KubeletError::Credentials(e.to_string()))
+    /// Whether the API server answered 401 to these credentials.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, KubeletError::TokenRejected)
+            || matches!(self, KubeletError::Api(kube::Error::Api(s)) if s.code == 401)
+    }
+
+    /// Errors of calls made with the bootstrap token.
+    fn from_bootstrap(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) if s.code == 401 => KubeletError::TokenRejected,
+            e => KubeletError::Api(e),
         }
     }
 }
@@ -73,17 +65,20 @@ pub struct Kubelet {
     facts: NodeFacts,
     node_uid: Option<String>,
     started: Timestamp,
+    /// `false` under the `never_ready` fault: the node reports NotReady.
+    ready: bool,
 }
 
 impl Kubelet {
-    /// Connects with the node's credentials; an empty kubelet version in
-    /// `facts` is taken from the API server, as the kubelet would match it.
+    /// Starts with a client authenticated as the node (its certificate);
+    /// an empty kubelet version in `facts` is taken from the API server, as
+    /// the kubelet would match it.
     pub async fn connect(
-        creds: &KubeletCredentials,
+        client: Client,
         cfg: NodeConfig,
         mut facts: NodeFacts,
+        ready: bool,
     ) -> Result<Self, KubeletError> {
-        let client = client(creds, &cfg).await?;
         if facts.kubelet_version.is_empty() {
             facts.kubelet_version = client.apiserver_version().await?.git_version;
         }
@@ -93,6 +88,7 @@ impl Kubelet {
             facts,
             node_uid: None,
             started: Timestamp::now(),
+            ready,
         })
     }
 
@@ -126,6 +122,11 @@ impl Kubelet {
                 adopted
             }
         };
+        let missing = node::taints_not_applied(&registered, &self.cfg);
+        if !missing.is_empty() {
+            // What Talos' node controller meets on a real worker.
+            tracing::warn!(node = %name, taints = ?missing, "machine.nodeTaints not applied: a node is not allowed to modify its own taints (NodeRestriction); use registerWithTaints");
+        }
         self.node_uid = registered.metadata.uid.clone();
         self.report_status().await?;
         self.renew_lease().await?;
@@ -133,7 +134,13 @@ impl Kubelet {
     }
 
     async fn report_status(&self) -> Result<(), KubeletError> {
-        let status = node::status(&self.cfg, &self.facts, Timestamp::now(), self.started);
+        let status = node::status(
+            &self.cfg,
+            &self.facts,
+            self.ready,
+            Timestamp::now(),
+            self.started,
+        );
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
             .patch_status(
@@ -220,6 +227,9 @@ impl Kubelet {
                 ..Default::default()
             };
             pods.delete(&name, &params).await.map(|_| ())
+        } else if !self.ready {
+            // Without a pod network nothing starts.
+            Ok(())
         } else if let Some(status) = node::pod_status(pod, self.facts.address, Timestamp::now()) {
             pods.patch_status(
                 &name,

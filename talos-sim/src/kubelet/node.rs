@@ -90,26 +90,14 @@ fn kube_taint(t: &Taint) -> KubeTaint {
     }
 }
 
-/// Adds `extra` taints not already present (same key and effect).
-fn merge_taints(mut taints: Vec<KubeTaint>, extra: &[Taint]) -> Vec<KubeTaint> {
-    for t in extra {
-        if !taints
-            .iter()
-            .any(|e| e.key == t.key && e.effect == t.effect)
-        {
-            taints.push(kube_taint(t));
-        }
-    }
-    taints
-}
-
-/// The Node the kubelet creates: register-with-taints plus the taints Talos
-/// applies from `machine.nodeTaints`.
+/// The Node the kubelet creates, with its `registerWithTaints`.
+///
+/// `machine.nodeTaints` are not part of it: Talos applies them after
+/// registration with the kubelet's credentials, which the NodeRestriction
+/// admission plugin refuses on a worker ("node ... is not allowed to modify
+/// taints"); see `taints_not_applied`.
 pub fn new_node(cfg: &NodeConfig, facts: &NodeFacts) -> Node {
-    let taints = merge_taints(
-        cfg.register_with_taints.iter().map(kube_taint).collect(),
-        &cfg.node_taints,
-    );
+    let taints: Vec<KubeTaint> = cfg.register_with_taints.iter().map(kube_taint).collect();
     Node {
         metadata: ObjectMeta {
             name: Some(facts.name.clone()),
@@ -126,8 +114,25 @@ pub fn new_node(cfg: &NodeConfig, facts: &NodeFacts) -> Node {
     }
 }
 
+/// The `machine.nodeTaints` a registered Node lacks: what Talos would try
+/// and fail to add on a worker, since a node may not change its own taints.
+pub fn taints_not_applied(node: &Node, cfg: &NodeConfig) -> Vec<String> {
+    let have = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    cfg.node_taints
+        .iter()
+        .filter(|t| !have.iter().any(|h| h.key == t.key && h.effect == t.effect))
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect()
+}
+
 /// The merge patch with which the kubelet adopts a Node registered ahead of
-/// it (by the provider), or why it cannot.
+/// it (by the provider), or why it cannot. Taints are left alone: the
+/// registration taints belong to whoever set them, and NodeRestriction
+/// forbids a node to change its own.
 pub fn adopt_patch(
     existing: &Node,
     cfg: &NodeConfig,
@@ -143,17 +148,13 @@ pub fn adopt_patch(
             facts.name
         ));
     }
-    // Existing taints stay (the registration taints belong to whoever set
-    // them); Talos adds its nodeTaints.
-    let taints = merge_taints(spec.taints.unwrap_or_default(), &cfg.node_taints);
     let mut patch = json!({
         "metadata": { "labels": labels(cfg, facts), "annotations": annotations(cfg) },
-        "spec": { "taints": taints },
     });
     if current.is_none()
         && let Some(id) = &cfg.provider_id
     {
-        patch["spec"]["providerID"] = json!(id);
+        patch["spec"] = json!({ "providerID": id });
     }
     Ok(patch)
 }
@@ -302,9 +303,20 @@ fn condition(
     }
 }
 
-/// The status the kubelet reports: Ready, no pressure, its resources and
-/// identity. `since` is when the kubelet started (transition time).
-pub fn status(cfg: &NodeConfig, facts: &NodeFacts, now: Timestamp, since: Timestamp) -> NodeStatus {
+/// Why a node is not Ready, in the kubelet's words for a node whose CNI
+/// never came up (the `never_ready` fault).
+pub const NOT_READY_MESSAGE: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
+
+/// The status the kubelet reports: Ready (or not), no pressure, its
+/// resources and identity. `since` is when the kubelet started
+/// (transition time).
+pub fn status(
+    cfg: &NodeConfig,
+    facts: &NodeFacts,
+    ready: bool,
+    now: Timestamp,
+    since: Timestamp,
+) -> NodeStatus {
     let (capacity, allocatable) = resources(cfg, facts);
     let machine_id = hex(&Sha256::digest(
         format!("machine-id/{}", facts.server_id).as_bytes(),
@@ -348,14 +360,25 @@ pub fn status(cfg: &NodeConfig, facts: &NodeFacts, now: Timestamp, since: Timest
                 now,
                 since,
             ),
-            condition(
-                "Ready",
-                "True",
-                "KubeletReady",
-                "kubelet is posting ready status",
-                now,
-                since,
-            ),
+            if ready {
+                condition(
+                    "Ready",
+                    "True",
+                    "KubeletReady",
+                    "kubelet is posting ready status",
+                    now,
+                    since,
+                )
+            } else {
+                condition(
+                    "Ready",
+                    "False",
+                    "KubeletNotReady",
+                    NOT_READY_MESSAGE,
+                    now,
+                    since,
+                )
+            },
         ]),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),

@@ -28,7 +28,7 @@ fn now() -> Timestamp {
 }
 
 #[test]
-fn new_node_carries_identity_labels_and_taints() {
+fn new_node_carries_identity_labels_and_registration_taints() {
     let node = new_node(&config(), &facts());
     assert_eq!(node.metadata.name.as_deref(), Some("default-abcde"));
     let labels = node.metadata.labels.unwrap();
@@ -46,16 +46,18 @@ fn new_node_carries_identity_labels_and_taints() {
         .collect();
     assert_eq!(
         taints,
-        vec![
-            ("karpenter.sh/unregistered".into(), None, "NoExecute".into()),
-            ("dedicated".into(), Some("gpu".into()), "NoSchedule".into()),
-            ("example.com/flag".into(), None, "PreferNoSchedule".into()),
-        ]
+        vec![("karpenter.sh/unregistered".into(), None, "NoExecute".into())]
+    );
+    // nodeTaints come after registration, from the node itself, which
+    // NodeRestriction refuses: they are reported as not applied.
+    assert_eq!(
+        taints_not_applied(&node, &config()),
+        vec!["dedicated:NoSchedule", "example.com/flag:PreferNoSchedule"]
     );
 }
 
 #[test]
-fn adopting_keeps_existing_taints_and_sets_missing_provider_id() {
+fn adopting_leaves_taints_alone_and_sets_missing_provider_id() {
     let existing = Node {
         metadata: ObjectMeta {
             name: Some("default-abcde".into()),
@@ -75,20 +77,8 @@ fn adopting_keeps_existing_taints_and_sets_missing_provider_id() {
     };
     let patch = adopt_patch(&existing, &config(), &facts()).unwrap();
     assert_eq!(patch["spec"]["providerID"], PROVIDER_ID);
-    let keys: Vec<&str> = patch["spec"]["taints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["key"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        keys,
-        vec![
-            "node.kubernetes.io/not-ready",
-            "dedicated",
-            "example.com/flag"
-        ]
-    );
+    // A node may not modify its own taints (NodeRestriction).
+    assert!(patch["spec"].get("taints").is_none(), "{patch}");
     assert_eq!(
         patch["metadata"]["labels"]["kubernetes.io/hostname"],
         "default-abcde"
@@ -114,8 +104,8 @@ fn adopting_a_node_of_another_machine_is_refused() {
     same.spec.as_mut().unwrap().provider_id = Some(PROVIDER_ID.into());
     let patch = adopt_patch(&same, &config(), &facts()).unwrap();
     assert!(
-        patch["spec"].get("providerID").is_none(),
-        "providerID is immutable once set"
+        patch.get("spec").is_none(),
+        "providerID is immutable once set, taints are not the node's: {patch}"
     );
 }
 
@@ -152,7 +142,18 @@ fn capacity_comes_from_the_offer_and_allocatable_subtracts_reservations() {
 
 #[test]
 fn status_is_ready_with_addresses_and_node_info() {
-    let status = status(&config(), &facts(), now(), now());
+    let not_ready = status(&config(), &facts(), false, now(), now());
+    let cond = not_ready
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_deref()),
+        ("False", Some("KubeletNotReady"))
+    );
+    let status = status(&config(), &facts(), true, now(), now());
     let ready = status
         .conditions
         .unwrap()

@@ -51,6 +51,9 @@ pub struct BrokenPipe;
 /// Exit status of a process killed by SIGPIPE.
 pub const SIGPIPE_STATUS: i32 = 128 + 13;
 
+/// Exit status of a process killed by SIGHUP (its session went away).
+pub const SIGHUP_STATUS: i32 = 128 + 1;
+
 /// A command's standard output or error. `Output::null()` is `/dev/null`.
 #[derive(Clone, Default)]
 pub struct Output(Option<mpsc::Sender<Bytes>>);

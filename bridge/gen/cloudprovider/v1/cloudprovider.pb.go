@@ -11,7 +11,10 @@
 //
 // | RPC                | code                 | bridge returns to Karpenter core                    |
 // |--------------------|----------------------|-----------------------------------------------------|
-// | Create             | RESOURCE_EXHAUSTED   | cloudprovider.InsufficientCapacityError             |
+// | Create             | RESOURCE_EXHAUSTED   | cloudprovider.InsufficientCapacityError; with an    |
+// |                    | [+ InsufficientCapa- | InsufficientCapacityDetail the bridge first waits   |
+// |                    |  cityDetail]         | (bounded) for that catalog revision on the watch    |
+// |                    |                      | stream                                              |
 // | Create             | FAILED_PRECONDITION  | cloudprovider.NodeClassNotReadyError                |
 // | Create             | any, with a          | cloudprovider.CreateError{ConditionReason,          |
 // |                    | CreateErrorDetail    |   ConditionMessage} from the detail                 |
@@ -113,7 +116,7 @@ func (x Requirement_Operator) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Requirement_Operator.Descriptor instead.
 func (Requirement_Operator) EnumDescriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{18, 0}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type CreateRequest struct {
@@ -261,6 +264,55 @@ func (x *CreateErrorDetail) GetConditionMessage() string {
 	return ""
 }
 
+// Carried in the RESOURCE_EXHAUSTED status of a Create refused for lack of
+// capacity. The provider has marked the refused offering unavailable in the
+// catalog revision given here; the bridge holds the error until its catalog
+// (fed by WatchInstanceTypes) has reached that revision, so that core's next
+// scheduling round cannot pick the same offering again from a stale catalog.
+type InsufficientCapacityDetail struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	CatalogRevision uint64                 `protobuf:"varint,1,opt,name=catalog_revision,json=catalogRevision,proto3" json:"catalog_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *InsufficientCapacityDetail) Reset() {
+	*x = InsufficientCapacityDetail{}
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InsufficientCapacityDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InsufficientCapacityDetail) ProtoMessage() {}
+
+func (x *InsufficientCapacityDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InsufficientCapacityDetail.ProtoReflect.Descriptor instead.
+func (*InsufficientCapacityDetail) Descriptor() ([]byte, []int) {
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *InsufficientCapacityDetail) GetCatalogRevision() uint64 {
+	if x != nil {
+		return x.CatalogRevision
+	}
+	return 0
+}
+
 // Carried in a FAILED_PRECONDITION status sent by a replica that is not leader.
 type NotLeaderDetail struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +322,7 @@ type NotLeaderDetail struct {
 
 func (x *NotLeaderDetail) Reset() {
 	*x = NotLeaderDetail{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[3]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +334,7 @@ func (x *NotLeaderDetail) String() string {
 func (*NotLeaderDetail) ProtoMessage() {}
 
 func (x *NotLeaderDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[3]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +347,7 @@ func (x *NotLeaderDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeaderDetail.ProtoReflect.Descriptor instead.
 func (*NotLeaderDetail) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{3}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{4}
 }
 
 type DeleteRequest struct {
@@ -307,7 +359,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[4]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +371,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[4]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +384,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{4}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeleteRequest) GetNodeClaimJson() []byte {
@@ -350,7 +402,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[5]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +414,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[5]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +427,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{5}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{6}
 }
 
 type GetRequest struct {
@@ -387,7 +439,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[6]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +451,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[6]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +464,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{6}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRequest) GetProviderId() string {
@@ -431,7 +483,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[7]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +495,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[7]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +508,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{7}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetResponse) GetNodeClaimJson() []byte {
@@ -474,7 +526,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[8]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +538,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[8]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +551,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{8}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{9}
 }
 
 type ListResponse struct {
@@ -511,7 +563,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[9]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +575,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[9]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +588,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{9}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListResponse) GetNodeClaimsJson() [][]byte {
@@ -556,7 +608,7 @@ type GetInstanceTypesRequest struct {
 
 func (x *GetInstanceTypesRequest) Reset() {
 	*x = GetInstanceTypesRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[10]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +620,7 @@ func (x *GetInstanceTypesRequest) String() string {
 func (*GetInstanceTypesRequest) ProtoMessage() {}
 
 func (x *GetInstanceTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[10]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +633,7 @@ func (x *GetInstanceTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstanceTypesRequest.ProtoReflect.Descriptor instead.
 func (*GetInstanceTypesRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{10}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetInstanceTypesRequest) GetNodePoolJson() []byte {
@@ -600,7 +652,7 @@ type GetInstanceTypesResponse struct {
 
 func (x *GetInstanceTypesResponse) Reset() {
 	*x = GetInstanceTypesResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[11]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +664,7 @@ func (x *GetInstanceTypesResponse) String() string {
 func (*GetInstanceTypesResponse) ProtoMessage() {}
 
 func (x *GetInstanceTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[11]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +677,7 @@ func (x *GetInstanceTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstanceTypesResponse.ProtoReflect.Descriptor instead.
 func (*GetInstanceTypesResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{11}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetInstanceTypesResponse) GetInstanceTypes() []*InstanceType {
@@ -643,7 +695,7 @@ type WatchInstanceTypesRequest struct {
 
 func (x *WatchInstanceTypesRequest) Reset() {
 	*x = WatchInstanceTypesRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[12]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +707,7 @@ func (x *WatchInstanceTypesRequest) String() string {
 func (*WatchInstanceTypesRequest) ProtoMessage() {}
 
 func (x *WatchInstanceTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[12]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +720,7 @@ func (x *WatchInstanceTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstanceTypesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstanceTypesRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{12}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{13}
 }
 
 type WatchInstanceTypesResponse struct {
@@ -679,13 +731,17 @@ type WatchInstanceTypesResponse struct {
 	Catalogs []*NodeClassCatalog `protobuf:"bytes,2,rep,name=catalogs,proto3" json:"catalogs,omitempty"`
 	// Catalog for NodePools whose NodeClass is not listed (e.g. not yet reconciled).
 	DefaultCatalog []*InstanceType `protobuf:"bytes,3,rep,name=default_catalog,json=defaultCatalog,proto3" json:"default_catalog,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When the oldest offers in this snapshot were read from the cloud API
+	// (Unix seconds; 0 = unknown). Grows when the API fails and the provider
+	// keeps serving its last good catalog.
+	OffersReadAtUnix int64 `protobuf:"varint,4,opt,name=offers_read_at_unix,json=offersReadAtUnix,proto3" json:"offers_read_at_unix,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchInstanceTypesResponse) Reset() {
 	*x = WatchInstanceTypesResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[13]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +753,7 @@ func (x *WatchInstanceTypesResponse) String() string {
 func (*WatchInstanceTypesResponse) ProtoMessage() {}
 
 func (x *WatchInstanceTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[13]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +766,7 @@ func (x *WatchInstanceTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstanceTypesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstanceTypesResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{13}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchInstanceTypesResponse) GetRevision() uint64 {
@@ -734,6 +790,13 @@ func (x *WatchInstanceTypesResponse) GetDefaultCatalog() []*InstanceType {
 	return nil
 }
 
+func (x *WatchInstanceTypesResponse) GetOffersReadAtUnix() int64 {
+	if x != nil {
+		return x.OffersReadAtUnix
+	}
+	return 0
+}
+
 type NodeClassCatalog struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeClassName string                 `protobuf:"bytes,1,opt,name=node_class_name,json=nodeClassName,proto3" json:"node_class_name,omitempty"`
@@ -744,7 +807,7 @@ type NodeClassCatalog struct {
 
 func (x *NodeClassCatalog) Reset() {
 	*x = NodeClassCatalog{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[14]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +819,7 @@ func (x *NodeClassCatalog) String() string {
 func (*NodeClassCatalog) ProtoMessage() {}
 
 func (x *NodeClassCatalog) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[14]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +832,7 @@ func (x *NodeClassCatalog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeClassCatalog.ProtoReflect.Descriptor instead.
 func (*NodeClassCatalog) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{14}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeClassCatalog) GetNodeClassName() string {
@@ -800,7 +863,7 @@ type InstanceType struct {
 
 func (x *InstanceType) Reset() {
 	*x = InstanceType{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[15]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +875,7 @@ func (x *InstanceType) String() string {
 func (*InstanceType) ProtoMessage() {}
 
 func (x *InstanceType) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[15]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +888,7 @@ func (x *InstanceType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceType.ProtoReflect.Descriptor instead.
 func (*InstanceType) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{15}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InstanceType) GetName() string {
@@ -874,7 +937,7 @@ type Overhead struct {
 
 func (x *Overhead) Reset() {
 	*x = Overhead{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[16]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +949,7 @@ func (x *Overhead) String() string {
 func (*Overhead) ProtoMessage() {}
 
 func (x *Overhead) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[16]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +962,7 @@ func (x *Overhead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Overhead.ProtoReflect.Descriptor instead.
 func (*Overhead) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{16}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Overhead) GetKubeReserved() map[string]string {
@@ -937,7 +1000,7 @@ type Offering struct {
 
 func (x *Offering) Reset() {
 	*x = Offering{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[17]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1012,7 @@ func (x *Offering) String() string {
 func (*Offering) ProtoMessage() {}
 
 func (x *Offering) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[17]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1025,7 @@ func (x *Offering) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offering.ProtoReflect.Descriptor instead.
 func (*Offering) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{17}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Offering) GetRequirements() []*Requirement {
@@ -1006,7 +1069,7 @@ type Requirement struct {
 
 func (x *Requirement) Reset() {
 	*x = Requirement{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[18]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1081,7 @@ func (x *Requirement) String() string {
 func (*Requirement) ProtoMessage() {}
 
 func (x *Requirement) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[18]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1094,7 @@ func (x *Requirement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Requirement.ProtoReflect.Descriptor instead.
 func (*Requirement) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{18}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Requirement) GetKey() string {
@@ -1071,7 +1134,7 @@ type IsDriftedRequest struct {
 
 func (x *IsDriftedRequest) Reset() {
 	*x = IsDriftedRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[19]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1146,7 @@ func (x *IsDriftedRequest) String() string {
 func (*IsDriftedRequest) ProtoMessage() {}
 
 func (x *IsDriftedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[19]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1159,7 @@ func (x *IsDriftedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsDriftedRequest.ProtoReflect.Descriptor instead.
 func (*IsDriftedRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{19}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IsDriftedRequest) GetNodeClaimJson() []byte {
@@ -1115,7 +1178,7 @@ type IsDriftedResponse struct {
 
 func (x *IsDriftedResponse) Reset() {
 	*x = IsDriftedResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[20]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1190,7 @@ func (x *IsDriftedResponse) String() string {
 func (*IsDriftedResponse) ProtoMessage() {}
 
 func (x *IsDriftedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[20]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1203,7 @@ func (x *IsDriftedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsDriftedResponse.ProtoReflect.Descriptor instead.
 func (*IsDriftedResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{20}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IsDriftedResponse) GetReason() string {
@@ -1158,7 +1221,7 @@ type RepairPoliciesRequest struct {
 
 func (x *RepairPoliciesRequest) Reset() {
 	*x = RepairPoliciesRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[21]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1233,7 @@ func (x *RepairPoliciesRequest) String() string {
 func (*RepairPoliciesRequest) ProtoMessage() {}
 
 func (x *RepairPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[21]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1246,7 @@ func (x *RepairPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*RepairPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{21}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{22}
 }
 
 type RepairPoliciesResponse struct {
@@ -1195,7 +1258,7 @@ type RepairPoliciesResponse struct {
 
 func (x *RepairPoliciesResponse) Reset() {
 	*x = RepairPoliciesResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[22]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1270,7 @@ func (x *RepairPoliciesResponse) String() string {
 func (*RepairPoliciesResponse) ProtoMessage() {}
 
 func (x *RepairPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[22]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1283,7 @@ func (x *RepairPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*RepairPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{22}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RepairPoliciesResponse) GetPolicies() []*RepairPolicy {
@@ -1241,7 +1304,7 @@ type RepairPolicy struct {
 
 func (x *RepairPolicy) Reset() {
 	*x = RepairPolicy{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[23]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1316,7 @@ func (x *RepairPolicy) String() string {
 func (*RepairPolicy) ProtoMessage() {}
 
 func (x *RepairPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[23]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1329,7 @@ func (x *RepairPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairPolicy.ProtoReflect.Descriptor instead.
 func (*RepairPolicy) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{23}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RepairPolicy) GetConditionType() string {
@@ -1298,7 +1361,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[24]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1373,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[24]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1386,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{24}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{25}
 }
 
 type InfoResponse struct {
@@ -1341,7 +1404,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1416,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1429,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{25}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -1408,7 +1471,7 @@ type NodeClassKind struct {
 
 func (x *NodeClassKind) Reset() {
 	*x = NodeClassKind{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1483,7 @@ func (x *NodeClassKind) String() string {
 func (*NodeClassKind) ProtoMessage() {}
 
 func (x *NodeClassKind) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1496,7 @@ func (x *NodeClassKind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeClassKind.ProtoReflect.Descriptor instead.
 func (*NodeClassKind) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{26}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeClassKind) GetGroup() string {
@@ -1468,7 +1531,7 @@ type SetLeadershipRequest struct {
 
 func (x *SetLeadershipRequest) Reset() {
 	*x = SetLeadershipRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1543,7 @@ func (x *SetLeadershipRequest) String() string {
 func (*SetLeadershipRequest) ProtoMessage() {}
 
 func (x *SetLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1556,7 @@ func (x *SetLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*SetLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{27}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetLeadershipRequest) GetLeader() bool {
@@ -1518,7 +1581,7 @@ type SetLeadershipResponse struct {
 
 func (x *SetLeadershipResponse) Reset() {
 	*x = SetLeadershipResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1593,7 @@ func (x *SetLeadershipResponse) String() string {
 func (*SetLeadershipResponse) ProtoMessage() {}
 
 func (x *SetLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1606,7 @@ func (x *SetLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*SetLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{28}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{29}
 }
 
 var File_karpenter_cloudprovider_v1_cloudprovider_proto protoreflect.FileDescriptor
@@ -1557,7 +1620,9 @@ const file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc = "" +
 	"\x0fnode_claim_json\x18\x01 \x01(\fR\rnodeClaimJson\"k\n" +
 	"\x11CreateErrorDetail\x12)\n" +
 	"\x10condition_reason\x18\x01 \x01(\tR\x0fconditionReason\x12+\n" +
-	"\x11condition_message\x18\x02 \x01(\tR\x10conditionMessage\"\x11\n" +
+	"\x11condition_message\x18\x02 \x01(\tR\x10conditionMessage\"G\n" +
+	"\x1aInsufficientCapacityDetail\x12)\n" +
+	"\x10catalog_revision\x18\x01 \x01(\x04R\x0fcatalogRevision\"\x11\n" +
 	"\x0fNotLeaderDetail\"7\n" +
 	"\rDeleteRequest\x12&\n" +
 	"\x0fnode_claim_json\x18\x01 \x01(\fR\rnodeClaimJson\"\x10\n" +
@@ -1575,11 +1640,12 @@ const file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc = "" +
 	"\x0enode_pool_json\x18\x01 \x01(\fR\fnodePoolJson\"k\n" +
 	"\x18GetInstanceTypesResponse\x12O\n" +
 	"\x0einstance_types\x18\x01 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\rinstanceTypes\"\x1b\n" +
-	"\x19WatchInstanceTypesRequest\"\xd5\x01\n" +
+	"\x19WatchInstanceTypesRequest\"\x84\x02\n" +
 	"\x1aWatchInstanceTypesResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12H\n" +
 	"\bcatalogs\x18\x02 \x03(\v2,.karpenter.cloudprovider.v1.NodeClassCatalogR\bcatalogs\x12Q\n" +
-	"\x0fdefault_catalog\x18\x03 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\x0edefaultCatalog\"\x8b\x01\n" +
+	"\x0fdefault_catalog\x18\x03 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\x0edefaultCatalog\x12-\n" +
+	"\x13offers_read_at_unix\x18\x04 \x01(\x03R\x10offersReadAtUnix\"\x8b\x01\n" +
 	"\x10NodeClassCatalog\x12&\n" +
 	"\x0fnode_class_name\x18\x01 \x01(\tR\rnodeClassName\x12O\n" +
 	"\x0einstance_types\x18\x02 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\rinstanceTypes\"\x86\x03\n" +
@@ -1677,79 +1743,80 @@ func file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP() []byte {
 }
 
 var file_karpenter_cloudprovider_v1_cloudprovider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_karpenter_cloudprovider_v1_cloudprovider_proto_goTypes = []any{
 	(Requirement_Operator)(0),          // 0: karpenter.cloudprovider.v1.Requirement.Operator
 	(*CreateRequest)(nil),              // 1: karpenter.cloudprovider.v1.CreateRequest
 	(*CreateResponse)(nil),             // 2: karpenter.cloudprovider.v1.CreateResponse
 	(*CreateErrorDetail)(nil),          // 3: karpenter.cloudprovider.v1.CreateErrorDetail
-	(*NotLeaderDetail)(nil),            // 4: karpenter.cloudprovider.v1.NotLeaderDetail
-	(*DeleteRequest)(nil),              // 5: karpenter.cloudprovider.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 6: karpenter.cloudprovider.v1.DeleteResponse
-	(*GetRequest)(nil),                 // 7: karpenter.cloudprovider.v1.GetRequest
-	(*GetResponse)(nil),                // 8: karpenter.cloudprovider.v1.GetResponse
-	(*ListRequest)(nil),                // 9: karpenter.cloudprovider.v1.ListRequest
-	(*ListResponse)(nil),               // 10: karpenter.cloudprovider.v1.ListResponse
-	(*GetInstanceTypesRequest)(nil),    // 11: karpenter.cloudprovider.v1.GetInstanceTypesRequest
-	(*GetInstanceTypesResponse)(nil),   // 12: karpenter.cloudprovider.v1.GetInstanceTypesResponse
-	(*WatchInstanceTypesRequest)(nil),  // 13: karpenter.cloudprovider.v1.WatchInstanceTypesRequest
-	(*WatchInstanceTypesResponse)(nil), // 14: karpenter.cloudprovider.v1.WatchInstanceTypesResponse
-	(*NodeClassCatalog)(nil),           // 15: karpenter.cloudprovider.v1.NodeClassCatalog
-	(*InstanceType)(nil),               // 16: karpenter.cloudprovider.v1.InstanceType
-	(*Overhead)(nil),                   // 17: karpenter.cloudprovider.v1.Overhead
-	(*Offering)(nil),                   // 18: karpenter.cloudprovider.v1.Offering
-	(*Requirement)(nil),                // 19: karpenter.cloudprovider.v1.Requirement
-	(*IsDriftedRequest)(nil),           // 20: karpenter.cloudprovider.v1.IsDriftedRequest
-	(*IsDriftedResponse)(nil),          // 21: karpenter.cloudprovider.v1.IsDriftedResponse
-	(*RepairPoliciesRequest)(nil),      // 22: karpenter.cloudprovider.v1.RepairPoliciesRequest
-	(*RepairPoliciesResponse)(nil),     // 23: karpenter.cloudprovider.v1.RepairPoliciesResponse
-	(*RepairPolicy)(nil),               // 24: karpenter.cloudprovider.v1.RepairPolicy
-	(*InfoRequest)(nil),                // 25: karpenter.cloudprovider.v1.InfoRequest
-	(*InfoResponse)(nil),               // 26: karpenter.cloudprovider.v1.InfoResponse
-	(*NodeClassKind)(nil),              // 27: karpenter.cloudprovider.v1.NodeClassKind
-	(*SetLeadershipRequest)(nil),       // 28: karpenter.cloudprovider.v1.SetLeadershipRequest
-	(*SetLeadershipResponse)(nil),      // 29: karpenter.cloudprovider.v1.SetLeadershipResponse
-	nil,                                // 30: karpenter.cloudprovider.v1.InstanceType.CapacityEntry
-	nil,                                // 31: karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
-	nil,                                // 32: karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
-	nil,                                // 33: karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
+	(*InsufficientCapacityDetail)(nil), // 4: karpenter.cloudprovider.v1.InsufficientCapacityDetail
+	(*NotLeaderDetail)(nil),            // 5: karpenter.cloudprovider.v1.NotLeaderDetail
+	(*DeleteRequest)(nil),              // 6: karpenter.cloudprovider.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 7: karpenter.cloudprovider.v1.DeleteResponse
+	(*GetRequest)(nil),                 // 8: karpenter.cloudprovider.v1.GetRequest
+	(*GetResponse)(nil),                // 9: karpenter.cloudprovider.v1.GetResponse
+	(*ListRequest)(nil),                // 10: karpenter.cloudprovider.v1.ListRequest
+	(*ListResponse)(nil),               // 11: karpenter.cloudprovider.v1.ListResponse
+	(*GetInstanceTypesRequest)(nil),    // 12: karpenter.cloudprovider.v1.GetInstanceTypesRequest
+	(*GetInstanceTypesResponse)(nil),   // 13: karpenter.cloudprovider.v1.GetInstanceTypesResponse
+	(*WatchInstanceTypesRequest)(nil),  // 14: karpenter.cloudprovider.v1.WatchInstanceTypesRequest
+	(*WatchInstanceTypesResponse)(nil), // 15: karpenter.cloudprovider.v1.WatchInstanceTypesResponse
+	(*NodeClassCatalog)(nil),           // 16: karpenter.cloudprovider.v1.NodeClassCatalog
+	(*InstanceType)(nil),               // 17: karpenter.cloudprovider.v1.InstanceType
+	(*Overhead)(nil),                   // 18: karpenter.cloudprovider.v1.Overhead
+	(*Offering)(nil),                   // 19: karpenter.cloudprovider.v1.Offering
+	(*Requirement)(nil),                // 20: karpenter.cloudprovider.v1.Requirement
+	(*IsDriftedRequest)(nil),           // 21: karpenter.cloudprovider.v1.IsDriftedRequest
+	(*IsDriftedResponse)(nil),          // 22: karpenter.cloudprovider.v1.IsDriftedResponse
+	(*RepairPoliciesRequest)(nil),      // 23: karpenter.cloudprovider.v1.RepairPoliciesRequest
+	(*RepairPoliciesResponse)(nil),     // 24: karpenter.cloudprovider.v1.RepairPoliciesResponse
+	(*RepairPolicy)(nil),               // 25: karpenter.cloudprovider.v1.RepairPolicy
+	(*InfoRequest)(nil),                // 26: karpenter.cloudprovider.v1.InfoRequest
+	(*InfoResponse)(nil),               // 27: karpenter.cloudprovider.v1.InfoResponse
+	(*NodeClassKind)(nil),              // 28: karpenter.cloudprovider.v1.NodeClassKind
+	(*SetLeadershipRequest)(nil),       // 29: karpenter.cloudprovider.v1.SetLeadershipRequest
+	(*SetLeadershipResponse)(nil),      // 30: karpenter.cloudprovider.v1.SetLeadershipResponse
+	nil,                                // 31: karpenter.cloudprovider.v1.InstanceType.CapacityEntry
+	nil,                                // 32: karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
+	nil,                                // 33: karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
+	nil,                                // 34: karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
 }
 var file_karpenter_cloudprovider_v1_cloudprovider_proto_depIdxs = []int32{
-	16, // 0: karpenter.cloudprovider.v1.GetInstanceTypesResponse.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
-	15, // 1: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.catalogs:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
-	16, // 2: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.default_catalog:type_name -> karpenter.cloudprovider.v1.InstanceType
-	16, // 3: karpenter.cloudprovider.v1.NodeClassCatalog.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
-	19, // 4: karpenter.cloudprovider.v1.InstanceType.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
-	18, // 5: karpenter.cloudprovider.v1.InstanceType.offerings:type_name -> karpenter.cloudprovider.v1.Offering
-	30, // 6: karpenter.cloudprovider.v1.InstanceType.capacity:type_name -> karpenter.cloudprovider.v1.InstanceType.CapacityEntry
-	17, // 7: karpenter.cloudprovider.v1.InstanceType.overhead:type_name -> karpenter.cloudprovider.v1.Overhead
-	31, // 8: karpenter.cloudprovider.v1.Overhead.kube_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
-	32, // 9: karpenter.cloudprovider.v1.Overhead.system_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
-	33, // 10: karpenter.cloudprovider.v1.Overhead.eviction_threshold:type_name -> karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
-	19, // 11: karpenter.cloudprovider.v1.Offering.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
+	17, // 0: karpenter.cloudprovider.v1.GetInstanceTypesResponse.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
+	16, // 1: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.catalogs:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
+	17, // 2: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.default_catalog:type_name -> karpenter.cloudprovider.v1.InstanceType
+	17, // 3: karpenter.cloudprovider.v1.NodeClassCatalog.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
+	20, // 4: karpenter.cloudprovider.v1.InstanceType.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
+	19, // 5: karpenter.cloudprovider.v1.InstanceType.offerings:type_name -> karpenter.cloudprovider.v1.Offering
+	31, // 6: karpenter.cloudprovider.v1.InstanceType.capacity:type_name -> karpenter.cloudprovider.v1.InstanceType.CapacityEntry
+	18, // 7: karpenter.cloudprovider.v1.InstanceType.overhead:type_name -> karpenter.cloudprovider.v1.Overhead
+	32, // 8: karpenter.cloudprovider.v1.Overhead.kube_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
+	33, // 9: karpenter.cloudprovider.v1.Overhead.system_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
+	34, // 10: karpenter.cloudprovider.v1.Overhead.eviction_threshold:type_name -> karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
+	20, // 11: karpenter.cloudprovider.v1.Offering.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
 	0,  // 12: karpenter.cloudprovider.v1.Requirement.operator:type_name -> karpenter.cloudprovider.v1.Requirement.Operator
-	24, // 13: karpenter.cloudprovider.v1.RepairPoliciesResponse.policies:type_name -> karpenter.cloudprovider.v1.RepairPolicy
-	27, // 14: karpenter.cloudprovider.v1.InfoResponse.node_classes:type_name -> karpenter.cloudprovider.v1.NodeClassKind
+	25, // 13: karpenter.cloudprovider.v1.RepairPoliciesResponse.policies:type_name -> karpenter.cloudprovider.v1.RepairPolicy
+	28, // 14: karpenter.cloudprovider.v1.InfoResponse.node_classes:type_name -> karpenter.cloudprovider.v1.NodeClassKind
 	1,  // 15: karpenter.cloudprovider.v1.CloudProvider.Create:input_type -> karpenter.cloudprovider.v1.CreateRequest
-	5,  // 16: karpenter.cloudprovider.v1.CloudProvider.Delete:input_type -> karpenter.cloudprovider.v1.DeleteRequest
-	7,  // 17: karpenter.cloudprovider.v1.CloudProvider.Get:input_type -> karpenter.cloudprovider.v1.GetRequest
-	9,  // 18: karpenter.cloudprovider.v1.CloudProvider.List:input_type -> karpenter.cloudprovider.v1.ListRequest
-	11, // 19: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:input_type -> karpenter.cloudprovider.v1.GetInstanceTypesRequest
-	13, // 20: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:input_type -> karpenter.cloudprovider.v1.WatchInstanceTypesRequest
-	20, // 21: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:input_type -> karpenter.cloudprovider.v1.IsDriftedRequest
-	22, // 22: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:input_type -> karpenter.cloudprovider.v1.RepairPoliciesRequest
-	25, // 23: karpenter.cloudprovider.v1.CloudProvider.Info:input_type -> karpenter.cloudprovider.v1.InfoRequest
-	28, // 24: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:input_type -> karpenter.cloudprovider.v1.SetLeadershipRequest
+	6,  // 16: karpenter.cloudprovider.v1.CloudProvider.Delete:input_type -> karpenter.cloudprovider.v1.DeleteRequest
+	8,  // 17: karpenter.cloudprovider.v1.CloudProvider.Get:input_type -> karpenter.cloudprovider.v1.GetRequest
+	10, // 18: karpenter.cloudprovider.v1.CloudProvider.List:input_type -> karpenter.cloudprovider.v1.ListRequest
+	12, // 19: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:input_type -> karpenter.cloudprovider.v1.GetInstanceTypesRequest
+	14, // 20: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:input_type -> karpenter.cloudprovider.v1.WatchInstanceTypesRequest
+	21, // 21: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:input_type -> karpenter.cloudprovider.v1.IsDriftedRequest
+	23, // 22: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:input_type -> karpenter.cloudprovider.v1.RepairPoliciesRequest
+	26, // 23: karpenter.cloudprovider.v1.CloudProvider.Info:input_type -> karpenter.cloudprovider.v1.InfoRequest
+	29, // 24: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:input_type -> karpenter.cloudprovider.v1.SetLeadershipRequest
 	2,  // 25: karpenter.cloudprovider.v1.CloudProvider.Create:output_type -> karpenter.cloudprovider.v1.CreateResponse
-	6,  // 26: karpenter.cloudprovider.v1.CloudProvider.Delete:output_type -> karpenter.cloudprovider.v1.DeleteResponse
-	8,  // 27: karpenter.cloudprovider.v1.CloudProvider.Get:output_type -> karpenter.cloudprovider.v1.GetResponse
-	10, // 28: karpenter.cloudprovider.v1.CloudProvider.List:output_type -> karpenter.cloudprovider.v1.ListResponse
-	12, // 29: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:output_type -> karpenter.cloudprovider.v1.GetInstanceTypesResponse
-	14, // 30: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:output_type -> karpenter.cloudprovider.v1.WatchInstanceTypesResponse
-	21, // 31: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:output_type -> karpenter.cloudprovider.v1.IsDriftedResponse
-	23, // 32: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:output_type -> karpenter.cloudprovider.v1.RepairPoliciesResponse
-	26, // 33: karpenter.cloudprovider.v1.CloudProvider.Info:output_type -> karpenter.cloudprovider.v1.InfoResponse
-	29, // 34: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:output_type -> karpenter.cloudprovider.v1.SetLeadershipResponse
+	7,  // 26: karpenter.cloudprovider.v1.CloudProvider.Delete:output_type -> karpenter.cloudprovider.v1.DeleteResponse
+	9,  // 27: karpenter.cloudprovider.v1.CloudProvider.Get:output_type -> karpenter.cloudprovider.v1.GetResponse
+	11, // 28: karpenter.cloudprovider.v1.CloudProvider.List:output_type -> karpenter.cloudprovider.v1.ListResponse
+	13, // 29: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:output_type -> karpenter.cloudprovider.v1.GetInstanceTypesResponse
+	15, // 30: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:output_type -> karpenter.cloudprovider.v1.WatchInstanceTypesResponse
+	22, // 31: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:output_type -> karpenter.cloudprovider.v1.IsDriftedResponse
+	24, // 32: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:output_type -> karpenter.cloudprovider.v1.RepairPoliciesResponse
+	27, // 33: karpenter.cloudprovider.v1.CloudProvider.Info:output_type -> karpenter.cloudprovider.v1.InfoResponse
+	30, // 34: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:output_type -> karpenter.cloudprovider.v1.SetLeadershipResponse
 	25, // [25:35] is the sub-list for method output_type
 	15, // [15:25] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
@@ -1762,14 +1829,14 @@ func file_karpenter_cloudprovider_v1_cloudprovider_proto_init() {
 	if File_karpenter_cloudprovider_v1_cloudprovider_proto != nil {
 		return
 	}
-	file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[18].OneofWrappers = []any{}
+	file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc), len(file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -11,7 +11,10 @@
 //
 // | RPC                | code                 | bridge returns to Karpenter core                    |
 // |--------------------|----------------------|-----------------------------------------------------|
-// | Create             | RESOURCE_EXHAUSTED   | cloudprovider.InsufficientCapacityError             |
+// | Create             | RESOURCE_EXHAUSTED   | cloudprovider.InsufficientCapacityError; with an    |
+// |                    | [+ InsufficientCapa- | InsufficientCapacityDetail the bridge first waits   |
+// |                    |  cityDetail]         | (bounded) for that catalog revision on the watch    |
+// |                    |                      | stream                                              |
 // | Create             | FAILED_PRECONDITION  | cloudprovider.NodeClassNotReadyError                |
 // | Create             | any, with a          | cloudprovider.CreateError{ConditionReason,          |
 // |                    | CreateErrorDetail    |   ConditionMessage} from the detail                 |
@@ -81,7 +84,9 @@ type CloudProviderClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// All instance types for a NodePool, including those with no available offering.
 	GetInstanceTypes(ctx context.Context, in *GetInstanceTypesRequest, opts ...grpc.CallOption) (*GetInstanceTypesResponse, error)
-	// Full catalog snapshots, one message per change; the first one is sent at once.
+	// Full catalog snapshots, one message per change; the first one is sent as
+	// soon as the provider has read the offers once (at once if it has). The
+	// bridge serves GetInstanceTypes from the last snapshot received.
 	WatchInstanceTypes(ctx context.Context, in *WatchInstanceTypesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchInstanceTypesResponse], error)
 	// "" = not drifted; otherwise a reason matching
 	// ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (a Kubernetes condition reason).
@@ -226,7 +231,9 @@ type CloudProviderServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// All instance types for a NodePool, including those with no available offering.
 	GetInstanceTypes(context.Context, *GetInstanceTypesRequest) (*GetInstanceTypesResponse, error)
-	// Full catalog snapshots, one message per change; the first one is sent at once.
+	// Full catalog snapshots, one message per change; the first one is sent as
+	// soon as the provider has read the offers once (at once if it has). The
+	// bridge serves GetInstanceTypes from the last snapshot received.
 	WatchInstanceTypes(*WatchInstanceTypesRequest, grpc.ServerStreamingServer[WatchInstanceTypesResponse]) error
 	// "" = not drifted; otherwise a reason matching
 	// ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (a Kubernetes condition reason).

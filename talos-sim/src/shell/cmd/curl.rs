@@ -6,8 +6,12 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
+use bytes::Bytes;
+
 use super::Flags;
+use crate::faults::FaultKind;
 use crate::shell::io::Stdio;
+use crate::shell::{FaultHooks, ShellEnv};
 
 const USER_AGENT: &str = "curl/8.5.0";
 
@@ -50,7 +54,7 @@ impl Failure {
     }
 }
 
-pub async fn run(args: &[String], io: &Stdio) -> i32 {
+pub async fn run(env: &ShellEnv, args: &[String], io: &Stdio) -> i32 {
     let args = match parse_args(args) {
         Ok(a) => a,
         Err((code, msg)) => {
@@ -61,9 +65,13 @@ pub async fn run(args: &[String], io: &Stdio) -> i32 {
     let report = !args.silent || args.show_error;
     let mut delay = Duration::from_secs(args.retry_delay.unwrap_or(1));
     let mut left = args.retries;
+    let mut corrupt = env
+        .hooks
+        .armed(FaultKind::CorruptDownload)
+        .then_some(Corruptor { at: None });
     loop {
         let mut written = 0u64;
-        match transfer(&args, io, &mut written).await {
+        match transfer(&args, io, &mut written, &env.hooks, &mut corrupt).await {
             Ok(()) => return 0,
             Err(f) => {
                 let retryable = f.transient || (args.retry_connrefused && f.code == 7);
@@ -163,7 +171,40 @@ fn parse_args(argv: &[String]) -> Result<Args, (i32, String)> {
     }
 }
 
-async fn transfer(args: &Args, io: &Stdio, written: &mut u64) -> Result<(), Failure> {
+/// The `corrupt_download` fault: one byte of the body flipped half way
+/// through (or 64 KiB in when the length is unknown), which xz and zstd
+/// detect and a raw image carries to the disk.
+struct Corruptor {
+    at: Option<u64>,
+}
+
+impl Corruptor {
+    /// Flips the byte at `self.at` if it falls in `chunk`, which starts at
+    /// body offset `start`; the fault is consumed then.
+    fn apply(&mut self, hooks: &FaultHooks, start: u64, chunk: Bytes) -> Bytes {
+        let Some(at) = self.at else {
+            return chunk;
+        };
+        if !(start..start + chunk.len() as u64).contains(&at) {
+            return chunk;
+        }
+        self.at = None;
+        if !hooks.take(FaultKind::CorruptDownload) {
+            return chunk;
+        }
+        let mut bytes = chunk.to_vec();
+        bytes[(at - start) as usize] ^= 0xff;
+        Bytes::from(bytes)
+    }
+}
+
+async fn transfer(
+    args: &Args,
+    io: &Stdio,
+    written: &mut u64,
+    hooks: &FaultHooks,
+    corrupt: &mut Option<Corruptor>,
+) -> Result<(), Failure> {
     let url = reqwest::Url::parse(&args.url)
         .map_err(|_| Failure::new(3, "URL rejected: Malformed input to a URL function"))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -213,6 +254,9 @@ async fn transfer(args: &Args, io: &Stdio, written: &mut u64) -> Result<(), Fail
         });
     }
     let expected = response.content_length();
+    if let Some(c) = corrupt {
+        c.at = Some(expected.map_or(64 << 10, |len| len / 2));
+    }
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| match expected {
@@ -225,7 +269,12 @@ async fn transfer(args: &Args, io: &Stdio, written: &mut u64) -> Result<(), Fail
             ),
             _ => classify(&e, &host, port, started, *written),
         })?;
+        let start = *written;
         *written += chunk.len() as u64;
+        let chunk = match corrupt {
+            Some(c) => c.apply(hooks, start, chunk),
+            None => chunk,
+        };
         if !args.discard && io.stdout.write(chunk).await.is_err() {
             return Err(Failure::new(23, "Failure writing output to destination"));
         }

@@ -2,15 +2,16 @@
 //! coreutils' record accounting and transfer statistics.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
 use super::text::parse_count;
 use crate::disk::Disk;
-use crate::shell::io::{Input, Output, SIGPIPE_STATUS, Stdio};
-use crate::shell::{Device, ShellEnv};
+use crate::shell::diskwrite::{DiskWriter, WriteError};
+use crate::shell::io::{Input, Output, SIGHUP_STATUS, SIGPIPE_STATUS, Stdio};
+use crate::shell::{Device, FaultHooks, ShellEnv};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Status {
@@ -30,6 +31,8 @@ struct Args {
     skip: u64,
     seek: u64,
     fullblock: bool,
+    /// `iflag=count_bytes`: `count=` is in bytes, not blocks.
+    count_bytes: bool,
     fsync: bool,
     status: Status,
 }
@@ -43,6 +46,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         skip: 0,
         seek: 0,
         fullblock: false,
+        count_bytes: false,
         fsync: false,
         status: Status::Default,
     };
@@ -72,6 +76,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 for flag in value.split(',') {
                     match flag {
                         "fullblock" => a.fullblock = true,
+                        "count_bytes" => a.count_bytes = true,
                         "direct" | "nocache" | "noatime" => {}
                         other => return Err(format!("invalid input flag: '{other}'")),
                     }
@@ -136,8 +141,10 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
         }
     };
     let disk = env.disk.clone();
+    let hooks = env.hooks.clone();
     let stderr = io.stderr.clone();
-    let job = tokio::task::spawn_blocking(move || copy(&args, input, output, &disk, io));
+    let job =
+        tokio::task::spawn_blocking(move || copy(&args, input, output, &disk, hooks, io));
     match job.await {
         Ok(status) => status,
         Err(e) => {
@@ -193,43 +200,29 @@ impl Source {
 
 enum Sink {
     Stdout(Output),
-    Disk {
-        file: File,
-        offset: u64,
-        capacity: u64,
-    },
+    Disk(DiskWriter),
     Null,
 }
 
-enum WriteError {
+enum SinkError {
     BrokenPipe,
-    Io(io::Error),
+    LinkDown,
+    /// Failed after `written` bytes of the block.
+    Io(u64, io::Error),
 }
 
 impl Sink {
-    /// Writes a block; returns how much was written before a failure.
-    fn write(&mut self, block: Bytes) -> Result<(), (u64, WriteError)> {
+    fn write(&mut self, block: Bytes) -> Result<(), SinkError> {
         match self {
-            Sink::Stdout(out) => out
-                .blocking_write(block)
-                .map_err(|_| (0, WriteError::BrokenPipe)),
+            Sink::Stdout(out) => out.blocking_write(block).map_err(|_| SinkError::BrokenPipe),
             Sink::Null => Ok(()),
-            Sink::Disk {
-                file,
-                offset,
-                capacity,
-            } => {
-                let room = capacity.saturating_sub(*offset);
-                let fits = (block.len() as u64).min(room) as usize;
-                file.write_all(&block[..fits])
-                    .map_err(|e| (0, WriteError::Io(e)))?;
-                *offset += fits as u64;
-                if fits < block.len() {
-                    let enospc = io::Error::from_raw_os_error(28);
-                    return Err((fits as u64, WriteError::Io(enospc)));
+            Sink::Disk(writer) => writer.write(&block).map_err(|e| match e {
+                WriteError::NoSpace { written } => {
+                    SinkError::Io(written, io::Error::from_raw_os_error(28))
                 }
-                Ok(())
-            }
+                WriteError::LinkDown => SinkError::LinkDown,
+                WriteError::Io(e) => SinkError::Io(0, e),
+            }),
         }
     }
 }
@@ -243,7 +236,14 @@ struct Counters {
     bytes: u64,
 }
 
-fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk, io: Stdio) -> i32 {
+fn copy(
+    args: &Args,
+    input: Option<Device>,
+    output: Option<Device>,
+    disk: &Disk,
+    hooks: FaultHooks,
+    io: Stdio,
+) -> i32 {
     let Stdio {
         stdin,
         stdout,
@@ -298,37 +298,33 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
         None => Sink::Stdout(stdout),
         Some(Device::Null) => Sink::Null,
         Some(Device::Zero) => Sink::Null,
-        Some(Device::Disk) => {
-            let offset = args.seek * args.bs;
-            match disk.open_write().and_then(|mut f| {
-                f.seek(SeekFrom::Start(offset))?;
-                Ok(f)
-            }) {
-                Ok(file) => Sink::Disk {
-                    file,
-                    offset,
-                    capacity: disk.size,
-                },
-                Err(e) => return fail(format!("failed to open '{out_name}': {e}"), &counters),
-            }
-        }
+        Some(Device::Disk) => match DiskWriter::open(disk, args.seek * args.bs, hooks) {
+            Ok(writer) => Sink::Disk(writer),
+            Err(e) => return fail(format!("failed to open '{out_name}': {e}"), &counters),
+        },
     };
 
     let mut last_progress = started;
     let mut printed_progress = false;
+    let mut read_bytes = 0u64;
     loop {
-        if args
-            .count
-            .is_some_and(|c| counters.full_in + counters.partial_in >= c)
-        {
-            break;
-        }
-        let block = match source.read_block(bs, args.fullblock) {
+        let want = match args.count {
+            Some(c) if args.count_bytes => {
+                if read_bytes >= c {
+                    break;
+                }
+                (c - read_bytes).min(args.bs) as usize
+            }
+            Some(c) if counters.full_in + counters.partial_in >= c => break,
+            _ => bs,
+        };
+        let block = match source.read_block(want, args.fullblock) {
             Ok(b) if b.is_empty() => break,
             Ok(b) => b,
             Err(e) => return fail(format!("error reading: {e}"), &counters),
         };
         let len = block.len() as u64;
+        read_bytes += len;
         if len == args.bs {
             counters.full_in += 1;
         } else {
@@ -343,8 +339,10 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
                     counters.partial_out += 1;
                 }
             }
-            Err((_, WriteError::BrokenPipe)) => return SIGPIPE_STATUS,
-            Err((done, WriteError::Io(e))) => {
+            Err(SinkError::BrokenPipe) => return SIGPIPE_STATUS,
+            // The session is gone and dd with it (SIGHUP).
+            Err(SinkError::LinkDown) => return SIGHUP_STATUS,
+            Err(SinkError::Io(done, e)) => {
                 counters.bytes += done;
                 if done > 0 {
                     counters.partial_out += 1;
@@ -366,8 +364,8 @@ fn copy(args: &Args, input: Option<Device>, output: Option<Device>, disk: &Disk,
         }
     }
     if args.fsync
-        && let Sink::Disk { file, .. } = &sink
-        && let Err(e) = file.sync_all()
+        && let Sink::Disk(writer) = &sink
+        && let Err(e) = writer.sync()
     {
         return fail(format!("fsync failed for '{out_name}': {e}"), &counters);
     }

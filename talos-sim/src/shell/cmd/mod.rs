@@ -6,6 +6,7 @@ pub mod curl;
 pub mod dd;
 pub mod ip;
 pub mod lsblk;
+pub mod tee;
 pub mod text;
 
 use super::io::{Output, SIGPIPE_STATUS};
@@ -26,6 +27,7 @@ pub const KNOWN: &[&str] = &[
     "unzstd",
     "zstdcat",
     "dd",
+    "tee",
     "sha256sum",
     "head",
     "cat",

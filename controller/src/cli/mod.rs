@@ -1,0 +1,5 @@
+//! Operator commands of the `karpenter-scaleway` binary (besides `serve`).
+//! Each command is a module with its clap `Args` and a `run` function; `main`
+//! only dispatches.
+
+pub mod render_config;

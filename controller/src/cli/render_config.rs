@@ -1,0 +1,462 @@
+//! `karpenter-scaleway render-config`: prints the machine config a node would
+//! get, from a NodeClass (and its machine-config Secret) and a NodeClaim read
+//! from the cluster or from a file, before any server is bought.
+//!
+//! It uses the engine's own rendering (`install::node_settings` then
+//! `talos::render_machine_config`) on the spec Create would build
+//! (`provider::install_spec`); only what is unknown before a server exists is
+//! a placeholder: the server id (unless the NodeClaim was launched), the MAC
+//! address of the primary NIC and the node's bootstrap token, which Create
+//! mints per node. Secrets are printed as `<redacted>` unless asked for.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use clap::{ArgGroup, Args};
+use serde_json::Value;
+use serde_yaml_ng::Value as Yaml;
+
+use crate::catalog::{
+    CAPACITY_TYPE_ON_DEMAND, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_DISK_TYPE,
+    LABEL_INSTANCE_TYPE, LABEL_OS, LABEL_REGION, LABEL_ZONE, region_of,
+};
+use crate::config::parse_zone;
+use crate::install::{self, Secret};
+use crate::nodeclass::{NodeClassSpec, ScalewayElasticMetalNodeClass, read_secret_key};
+use crate::provider::nodeclaim::{self, NodeClaimView};
+use crate::provider::{ClassSecrets, Placement, install_spec, parse_provider_id};
+use crate::talos::render_machine_config;
+
+/// A locally administered, unicast MAC: obviously not a real NIC's.
+pub const PLACEHOLDER_MAC: &str = "02:00:00:00:00:01";
+/// Stands for the server id of a NodeClaim that has not been launched.
+pub const PLACEHOLDER_SERVER_ID: &str = "00000000-0000-0000-0000-000000000000";
+/// Stands for the per-node bootstrap token Create mints (well formed, so
+/// that the config validates; it authenticates nothing).
+pub const PLACEHOLDER_TOKEN: &str = "xxxxxx.xxxxxxxxxxxxxxxx";
+pub const REDACTED: &str = "<redacted>";
+
+#[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("claim").required(true).args(["nodeclaim", "nodeclaim_file"])))]
+pub struct RenderConfigArgs {
+    /// The ScalewayElasticMetalNodeClass whose image, disk selector, base
+    /// machine config and patches apply.
+    #[arg(long)]
+    pub nodeclass: String,
+    /// A NodeClaim in the cluster.
+    #[arg(long)]
+    pub nodeclaim: Option<String>,
+    /// A NodeClaim in a YAML or JSON file (e.g. one you are about to create).
+    #[arg(long, value_name = "FILE")]
+    pub nodeclaim_file: Option<PathBuf>,
+    /// Offer name, e.g. EM-A115X-SSD. Default: the NodeClaim's instance-type
+    /// label, else its instance-type requirement when it allows one value.
+    #[arg(long)]
+    pub offer: Option<String>,
+    /// Zone. Default: the NodeClaim's providerID or zone label, else the
+    /// NodeClass's zone when it names exactly one.
+    #[arg(long, value_parser = parse_zone)]
+    pub zone: Option<String>,
+    /// Install disk as the rescue system names it. Default: the NodeClass
+    /// disk selector, else from the offer's disk type (NVMe: nvme0n1, eMMC:
+    /// mmcblk0, others: sda).
+    #[arg(long, value_parser = parse_disk)]
+    pub disk: Option<String>,
+    /// MAC address of the primary NIC (found in rescue on a real install).
+    #[arg(long, default_value = PLACEHOLDER_MAC, value_parser = parse_mac)]
+    pub mac: String,
+    /// Print secrets (machine and cluster keys and tokens) instead of `<redacted>`.
+    #[arg(long)]
+    pub show_secrets: bool,
+}
+
+fn parse_disk(text: &str) -> Result<String, String> {
+    let name = text.strip_prefix("/dev/").unwrap_or(text);
+    if !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "invalid disk {text:?} (expected a kernel name such as nvme0n1 or sda)"
+        ))
+    }
+}
+
+fn parse_mac(text: &str) -> Result<String, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        Ok(text.to_ascii_lowercase())
+    } else {
+        Err(format!(
+            "invalid MAC address {text:?} (expected e.g. {PLACEHOLDER_MAC})"
+        ))
+    }
+}
+
+/// Why nothing could be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderConfigError {
+    #[error("NodeClaim: {0}")]
+    Claim(String),
+    /// Something only the user can tell (which offer, which zone).
+    #[error("{0}")]
+    Ambiguous(String),
+    #[error("NodeClass: {0}")]
+    NodeClass(String),
+    #[error(transparent)]
+    Render(#[from] crate::talos::RenderError),
+}
+
+/// Everything `render` needs, already read.
+pub struct RenderRequest<'a> {
+    pub claim: &'a Value,
+    pub class: &'a NodeClassSpec,
+    pub base_config: Secret,
+    pub offer: Option<&'a str>,
+    pub zone: Option<&'a str>,
+    pub disk: Option<&'a str>,
+    pub mac: &'a str,
+    pub show_secrets: bool,
+}
+
+/// The single value an `In` requirement on `key` allows, if exactly one.
+fn single_requirement(view: &NodeClaimView, key: &str) -> Option<String> {
+    view.requirements
+        .iter()
+        .find(|r| r.key == key && r.operator == crate::catalog::Operator::In)
+        .filter(|r| r.values.len() == 1)
+        .map(|r| r.values[0].clone())
+}
+
+fn resolve_offer(req: &RenderRequest<'_>, view: &NodeClaimView) -> Result<String, RenderConfigError> {
+    if let Some(offer) = req.offer {
+        return Ok(offer.to_string());
+    }
+    view.labels
+        .get(LABEL_INSTANCE_TYPE)
+        .cloned()
+        .or_else(|| single_requirement(view, LABEL_INSTANCE_TYPE))
+        .ok_or_else(|| {
+            RenderConfigError::Ambiguous(format!(
+                "NodeClaim {} does not name one offer; pass --offer",
+                view.name
+            ))
+        })
+}
+
+fn resolve_zone(
+    req: &RenderRequest<'_>,
+    view: &NodeClaimView,
+    launched: Option<(&str, &str)>,
+) -> Result<String, RenderConfigError> {
+    if let Some(zone) = req.zone {
+        return Ok(zone.to_string());
+    }
+    if let Some((zone, _)) = launched {
+        return Ok(zone.to_string());
+    }
+    if let Some(zone) = view
+        .labels
+        .get(LABEL_ZONE)
+        .cloned()
+        .or_else(|| single_requirement(view, LABEL_ZONE))
+    {
+        return Ok(zone);
+    }
+    match req.class.zones.as_slice() {
+        [only] => Ok(only.clone()),
+        _ => Err(RenderConfigError::Ambiguous(format!(
+            "cannot tell which zone NodeClaim {} would be placed in; pass --zone",
+            view.name
+        ))),
+    }
+}
+
+/// The disk the rescue system would show for this offer.
+fn resolve_disk(req: &RenderRequest<'_>, view: &NodeClaimView, offer: &str) -> String {
+    if let Some(disk) = req.disk {
+        return disk.to_string();
+    }
+    if let Some(name) = req.class.install_disk.as_ref().and_then(|d| d.name.clone()) {
+        return name;
+    }
+    let disk_type = view
+        .labels
+        .get(LABEL_INSTANCE_DISK_TYPE)
+        .map(|t| t.to_ascii_lowercase())
+        .or_else(|| {
+            // Offer names end in their disk type (EM-I215E-NVME, EM-A115X-SSD).
+            offer
+                .rsplit('-')
+                .next()
+                .map(|suffix| suffix.to_ascii_lowercase())
+        })
+        .unwrap_or_default();
+    match disk_type.as_str() {
+        "nvme" => "nvme0n1".to_string(),
+        "emmc" => "mmcblk0".to_string(),
+        _ => "sda".to_string(),
+    }
+}
+
+/// Renders the machine config the NodeClaim's node would get.
+pub fn render(req: &RenderRequest<'_>) -> Result<String, RenderConfigError> {
+    let view = nodeclaim::parse(req.claim).map_err(RenderConfigError::Claim)?;
+    let launched = view.provider_id.as_deref().and_then(parse_provider_id);
+    let offer = resolve_offer(req, &view)?;
+    let zone = resolve_zone(req, &view, launched)?;
+    let arch = view
+        .labels
+        .get(LABEL_ARCH)
+        .cloned()
+        .or_else(|| single_requirement(&view, LABEL_ARCH))
+        .unwrap_or_else(|| "amd64".to_string());
+    let server_id = launched
+        .map(|(_, id)| id.to_string())
+        .unwrap_or_else(|| PLACEHOLDER_SERVER_ID.to_string());
+    // The well-known labels of the type; a launched NodeClaim carries every
+    // instance-type label (Create returned them) and those win.
+    let type_labels = BTreeMap::from([
+        (LABEL_INSTANCE_TYPE.to_string(), offer.clone()),
+        (LABEL_ARCH.to_string(), arch.clone()),
+        (LABEL_OS.to_string(), "linux".to_string()),
+        (
+            LABEL_CAPACITY_TYPE.to_string(),
+            CAPACITY_TYPE_ON_DEMAND.to_string(),
+        ),
+        (LABEL_ZONE.to_string(), zone.clone()),
+        (LABEL_REGION.to_string(), region_of(&zone).to_string()),
+    ]);
+    let placement = Placement {
+        zone,
+        server_id,
+        offer_name: offer.clone(),
+        arch,
+        type_labels,
+    };
+    let spec = install_spec(
+        &view,
+        req.class,
+        &placement,
+        ClassSecrets {
+            // Not needed to render; never read by this command.
+            rescue_private_key: Secret::default(),
+            base_machine_config: req.base_config.clone(),
+        },
+        Secret::new(PLACEHOLDER_TOKEN),
+    )
+    .map_err(RenderConfigError::NodeClass)?;
+    let disk = resolve_disk(req, &view, &offer);
+    let settings = install::node_settings(&spec, &disk, req.mac);
+    let config = render_machine_config(spec.base_machine_config.expose(), &settings)?;
+    let body = if req.show_secrets {
+        config
+    } else {
+        redact(&config)?
+    };
+    let mut out = format!(
+        "# Machine config of NodeClaim {} ({} in {}, disk /dev/{disk}, primary NIC {}).\n",
+        view.name, placement.offer_name, placement.zone, req.mac
+    );
+    if launched.is_none() {
+        out.push_str(&format!(
+            "# Not launched: the server id in the provider-id is a placeholder ({PLACEHOLDER_SERVER_ID}).\n"
+        ));
+    }
+    out.push_str(&format!(
+        "# cluster.token is a placeholder ({PLACEHOLDER_TOKEN}): Create mints one bootstrap token per node.\n"
+    ));
+    if !req.show_secrets {
+        out.push_str("# Secrets are shown as <redacted>; --show-secrets prints them.\n");
+    }
+    out.push_str(&body);
+    Ok(out)
+}
+
+/// Fields of the v1alpha1 document that hold secrets, by path.
+const SECRET_PATHS: &[&[&str]] = &[
+    &["machine", "token"],
+    &["machine", "ca", "key"],
+    &["cluster", "token"],
+    &["cluster", "secret"],
+    &["cluster", "ca", "key"],
+    &["cluster", "aggregatorCA", "key"],
+    &["cluster", "serviceAccount", "key"],
+    &["cluster", "etcd", "ca", "key"],
+    &["cluster", "secretboxEncryptionSecret"],
+    &["cluster", "aescbcEncryptionSecret"],
+];
+
+/// Maps whose keys are user data (label names, file paths), not field names:
+/// a label called `token` is not a secret.
+const FREE_FORM_MAPS: &[&str] = &["nodeLabels", "nodeAnnotations", "nodeTaints", "extraArgs"];
+
+/// A field name that holds key material or a credential wherever it appears
+/// (Talos documents and user patches alike).
+fn secret_field(name: &str) -> bool {
+    matches!(
+        name,
+        "key" | "token" | "secret" | "password" | "privateKey" | "bootstrapToken"
+    ) || ((name.ends_with("Secret") || name.ends_with("Key") || name.ends_with("Token"))
+        && name != "publicKey")
+}
+
+/// A value that is a private key whatever its field: PEM, or base64 of PEM
+/// (how Talos stores keys).
+fn looks_like_private_key(text: &str) -> bool {
+    if text.contains("PRIVATE KEY-----") {
+        return true;
+    }
+    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    compact.len() >= 40
+        && base64::engine::general_purpose::STANDARD
+            .decode(compact.as_bytes())
+            .is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains("PRIVATE KEY-----"))
+}
+
+/// Null or `""`: nothing to hide, and showing it tells the reader the base
+/// config leaves the field empty (a worker config has no CA keys).
+fn is_empty(value: &Yaml) -> bool {
+    value.is_null() || value.as_str() == Some("")
+}
+
+fn redact_tree(value: &mut Yaml, free_form: bool) {
+    match value {
+        Yaml::Mapping(map) => {
+            for (key, child) in map.iter_mut() {
+                let name = key.as_str().unwrap_or("");
+                if !free_form && secret_field(name) && !is_empty(child) {
+                    *child = Yaml::from(REDACTED);
+                } else {
+                    redact_tree(child, FREE_FORM_MAPS.contains(&name));
+                }
+            }
+        }
+        Yaml::Sequence(items) => items.iter_mut().for_each(|v| redact_tree(v, false)),
+        Yaml::String(text) if looks_like_private_key(text) => *text = REDACTED.to_string(),
+        _ => {}
+    }
+}
+
+fn redact_path(doc: &mut Yaml, path: &[&str]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut current = doc;
+    for key in parents {
+        match current.get_mut(*key) {
+            Some(next) => current = next,
+            None => return,
+        }
+    }
+    if let Yaml::Mapping(map) = current
+        && let Some(v) = map.get_mut(*last)
+        && !is_empty(v)
+    {
+        *v = Yaml::from(REDACTED);
+    }
+}
+
+/// The config with every secret replaced by `<redacted>`.
+pub fn redact(config: &str) -> Result<String, RenderConfigError> {
+    use serde::Deserialize as _;
+    let mut out = String::new();
+    for de in serde_yaml_ng::Deserializer::from_str(config) {
+        let mut doc = Yaml::deserialize(de).map_err(|e| {
+            RenderConfigError::Render(crate::talos::RenderError::InvalidBase(e.to_string()))
+        })?;
+        if doc.is_null() {
+            continue;
+        }
+        for path in SECRET_PATHS {
+            redact_path(&mut doc, path);
+        }
+        redact_tree(&mut doc, false);
+        if !out.is_empty() {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_yaml_ng::to_string(&doc).map_err(|e| {
+            RenderConfigError::Render(crate::talos::RenderError::InvalidBase(e.to_string()))
+        })?);
+    }
+    Ok(out)
+}
+
+/// Reads the inputs from the cluster (kubeconfig or in-cluster account) and
+/// the file system, then prints the rendered config on stdout.
+pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (KUBECONFIG)")?;
+    let class = kube::Api::<ScalewayElasticMetalNodeClass>::all(client.clone())
+        .get(&args.nodeclass)
+        .await
+        .with_context(|| format!("reading NodeClass {}", args.nodeclass))?;
+    let claim: Value = match (&args.nodeclaim, &args.nodeclaim_file) {
+        (Some(name), _) => {
+            let api = kube::Api::<kube::api::DynamicObject>::all_with(
+                client.clone(),
+                &crate::k8s_nodes::node_claim_resource(),
+            );
+            let object = api
+                .get(name)
+                .await
+                .with_context(|| format!("reading NodeClaim {name}"))?;
+            serde_json::to_value(object)?
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            serde_yaml_ng::from_str(&text)
+                .with_context(|| format!("{} is not a YAML or JSON NodeClaim", path.display()))?
+        }
+        (None, None) => anyhow::bail!("pass --nodeclaim or --nodeclaim-file"),
+    };
+    if let Some(r) = claim
+        .pointer("/spec/nodeClassRef/name")
+        .and_then(Value::as_str)
+        .filter(|r| *r != args.nodeclass)
+    {
+        eprintln!(
+            "note: the NodeClaim references NodeClass {r}; rendering with {} as asked",
+            args.nodeclass
+        );
+    }
+    let r = &class.spec.machine_config_secret_ref;
+    let base = read_secret_key(&client, r)
+        .await
+        .with_context(|| format!("reading Secret {}/{}", r.namespace, r.name))?
+        .with_context(|| {
+            format!(
+                "Secret {}/{} has no key {:?} (the base machine config)",
+                r.namespace, r.name, r.key
+            )
+        })?;
+    let base = String::from_utf8(base).context("the base machine config is not UTF-8")?;
+    let out = render(&RenderRequest {
+        claim: &claim,
+        class: &class.spec,
+        base_config: Secret::new(base),
+        offer: args.offer.as_deref(),
+        zone: args.zone.as_deref(),
+        disk: args.disk.as_deref(),
+        mac: &args.mac,
+        show_secrets: args.show_secrets,
+    })?;
+    print!("{out}");
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "render_config_tests.rs"]
+mod tests;

@@ -1,0 +1,247 @@
+//! kube adapter of the provider's [`NodeRegistrar`]: creates the Node object
+//! of a NodeClaim right after its server is ordered (see the registration
+//! deadline in `provider/create.rs`). The kubelet adopts the Node when Talos
+//! boots; until then its taints keep every pod off it.
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint as KubeTaint};
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use tracing::{debug, info};
+
+use crate::k8s_nodes::classify_kube;
+use crate::provider::{KubeError, NodeRegistrar, NodeRegistration};
+
+/// Annotation recording who created the Node before its kubelet did.
+pub const ANNOTATION_REGISTERED_BY: &str = "karpenter.scaleway.com/registered-by";
+
+#[derive(Clone)]
+pub struct KubeNodeRegistrar {
+    nodes: Api<Node>,
+}
+
+impl KubeNodeRegistrar {
+    pub fn new(client: Client) -> Self {
+        KubeNodeRegistrar {
+            nodes: Api::all(client),
+        }
+    }
+}
+
+fn node_object(reg: &NodeRegistration) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(reg.name.clone()),
+            labels: Some(reg.labels.clone()),
+            annotations: Some(
+                [(
+                    ANNOTATION_REGISTERED_BY.to_string(),
+                    "karpenter-scaleway".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(reg.provider_id.clone()),
+            taints: Some(
+                reg.taints
+                    .iter()
+                    .map(|t| KubeTaint {
+                        key: t.key.clone(),
+                        value: t.value.clone(),
+                        effect: t.effect.clone(),
+                        time_added: None,
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[async_trait]
+impl NodeRegistrar for KubeNodeRegistrar {
+    async fn register(&self, reg: &NodeRegistration) -> Result<(), KubeError> {
+        match self
+            .nodes
+            .create(&PostParams::default(), &node_object(reg))
+            .await
+        {
+            Ok(_) => {
+                info!(node = %reg.name, provider_id = %reg.provider_id, "registered Node ahead of its kubelet");
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let existing = self.nodes.get_opt(&reg.name).await.map_err(classify_kube)?;
+                let Some(existing) = existing else {
+                    // Deleted between our create and get: the retry creates it.
+                    return Err(KubeError::Unavailable(format!(
+                        "Node {} vanished while being registered",
+                        reg.name
+                    )));
+                };
+                let theirs = existing.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+                if theirs == Some(reg.provider_id.as_str()) {
+                    debug!(node = %reg.name, "Node already registered");
+                    Ok(())
+                } else {
+                    // Never clobber a Node that belongs to another machine.
+                    Err(KubeError::Conflict(format!(
+                        "Node {} already exists with providerID {:?}, not {}",
+                        reg.name,
+                        theirs.unwrap_or(""),
+                        reg.provider_id
+                    )))
+                }
+            }
+            Err(e) => Err(classify_kube(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+    use wiremock::matchers::{body_partial_json, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::*;
+    use crate::install::Taint;
+
+    async fn registrar(server: &MockServer) -> KubeNodeRegistrar {
+        let config = kube::Config::new(server.uri().parse().expect("mock server URI"));
+        KubeNodeRegistrar::new(Client::try_from(config).expect("kube client"))
+    }
+
+    fn registration() -> NodeRegistration {
+        NodeRegistration {
+            name: "default-abc12".into(),
+            provider_id: "scaleway://baremetal/fr-par-2/srv-1".into(),
+            labels: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
+            taints: vec![
+                Taint {
+                    key: "karpenter.sh/unregistered".into(),
+                    value: None,
+                    effect: "NoExecute".into(),
+                },
+                Taint {
+                    key: "node.kubernetes.io/not-ready".into(),
+                    value: None,
+                    effect: "NoSchedule".into(),
+                },
+            ],
+        }
+    }
+
+    fn conflict() -> ResponseTemplate {
+        ResponseTemplate::new(409).set_body_json(json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "nodes \"default-abc12\" already exists", "reason": "AlreadyExists", "code": 409
+        }))
+    }
+
+    fn existing(provider_id: &str) -> ResponseTemplate {
+        ResponseTemplate::new(200).set_body_json(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "default-abc12"},
+            "spec": {"providerID": provider_id}
+        }))
+    }
+
+    #[tokio::test]
+    async fn creates_the_node_with_provider_id_labels_and_taints() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/api/v1/nodes"))
+            .and(body_partial_json(json!({
+                "metadata": {"name": "default-abc12", "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {
+                    "providerID": "scaleway://baremetal/fr-par-2/srv-1",
+                    "taints": [
+                        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+                    ]
+                }
+            })))
+            .respond_with(existing("scaleway://baremetal/fr-par-2/srv-1"))
+            .expect(1)
+            .mount(&server)
+            .await;
+        registrar(&server)
+            .await
+            .register(&registration())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_existing_node_with_the_same_provider_id_is_success() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/api/v1/nodes"))
+            .respond_with(conflict())
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/api/v1/nodes/default-abc12"))
+            .respond_with(existing("scaleway://baremetal/fr-par-2/srv-1"))
+            .mount(&server)
+            .await;
+        assert_eq!(
+            registrar(&server).await.register(&registration()).await,
+            Ok(())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_node_of_another_machine_is_a_conflict_and_is_not_touched() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/api/v1/nodes"))
+            .respond_with(conflict())
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/api/v1/nodes/default-abc12"))
+            .respond_with(existing("scaleway://baremetal/fr-par-2/other"))
+            .mount(&server)
+            .await;
+        // Neither PUT, PATCH nor DELETE may reach the Node.
+        for verb in ["PUT", "PATCH", "DELETE"] {
+            Mock::given(method(verb))
+                .respond_with(ResponseTemplate::new(500))
+                .expect(0)
+                .mount(&server)
+                .await;
+        }
+        let err = registrar(&server)
+            .await
+            .register(&registration())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, KubeError::Conflict(ref m) if m.contains("other")), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn api_errors_are_classified() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/api/v1/nodes"))
+            .respond_with(ResponseTemplate::new(403).set_body_json(json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "nodes is forbidden", "reason": "Forbidden", "code": 403
+            })))
+            .mount(&server)
+            .await;
+        let err = registrar(&server)
+            .await
+            .register(&registration())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, KubeError::Refused(_)), "{err:?}");
+    }
+}
