@@ -45,6 +45,13 @@ proto-check:
 unit:
     cargo test --workspace --exclude e2e
     cd bridge && go vet ./... && go test -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0
+    just conformance
+
+# The simulators against independent clients: the Scaleway Go SDK (emsim),
+# Talos' Go client library and OpenSSH's ssh (talos-sim)
+conformance:
+    cargo build -p emsim -p talos-sim --bins
+    for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go vet ./... && go test -count=1 -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0); done
 
 lint:
     cargo fmt --all -- --check

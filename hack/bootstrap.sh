@@ -6,6 +6,8 @@ set -euo pipefail
 need_apt=()
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 command -v xz >/dev/null 2>&1 || need_apt+=(xz-utils)
+# OpenSSH's client: talos-sim's rescue SSH is tested against it (talos-sim/tests/openssh.rs).
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need_apt[*]} (apt)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -29,6 +29,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// A duration that is not zero (periods and lifetimes).
+pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        Err(format!("{text:?} must be longer than zero"))
+    } else {
+        Ok(d)
+    }
+}
+
 /// A Scaleway zone name such as `fr-par-2`.
 pub fn parse_zone(text: &str) -> Result<String, String> {
     let parts: Vec<&str> = text.split('-').collect();
@@ -120,6 +130,18 @@ pub struct ServeArgs {
     /// Address of the HTTP endpoint serving `/healthz` and `/metrics`; off when unset.
     #[arg(long, env = "METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Lifetime of each node's bootstrap token. It must outlast the longest
+    /// install (delivery, two image writes, one return to rescue, join);
+    /// tokens are deleted as soon as their node joins anyway.
+    #[arg(long, env = "BOOTSTRAP_TOKEN_TTL", default_value = "4h", value_parser = parse_positive_duration)]
+    pub bootstrap_token_ttl: Duration,
+    /// Period of the sweep deleting bootstrap tokens whose NodeClaim is gone.
+    #[arg(long, env = "BOOTSTRAP_TOKEN_SWEEP_INTERVAL", default_value = "5m", value_parser = parse_positive_duration)]
+    pub bootstrap_token_sweep_interval: Duration,
+    /// Period of the pass resuming installs this process does not run (also
+    /// run at startup and on becoming the leader).
+    #[arg(long, env = "RESUME_INTERVAL", default_value = "60s", value_parser = parse_positive_duration)]
+    pub resume_interval: Duration,
 }
 
 impl ServeArgs {
@@ -154,6 +176,8 @@ mod tests {
         assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("m").is_err());
+        assert_eq!(parse_positive_duration("4h"), Ok(Duration::from_secs(4 * 3600)));
+        assert!(parse_positive_duration("0s").is_err());
     }
 
     #[test]

@@ -292,9 +292,10 @@ impl NodePort for KubeNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::tests::FakeTokens;
     use serde_json::json;
-    use wiremock::matchers::{method, path};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
+    use wiremock::matchers::{body_partial_json, method, path};
+    use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
     async fn client_for(server: &MockServer) -> Client {
         let config = kube::Config::new(server.uri().parse().expect("mock server URI"));
@@ -333,7 +334,7 @@ mod tests {
             })))
             .mount(&server)
             .await;
-        let nodes = KubeNodes::new(client_for(&server).await);
+        let nodes = KubeNodes::new(client_for(&server).await, Arc::new(FakeTokens::default()));
 
         assert_eq!(nodes.node_ready("np-abc12").await, Ok(Some(true)));
         assert_eq!(nodes.node_ready("np-notready").await, Ok(Some(false)));
@@ -368,7 +369,7 @@ mod tests {
             })))
             .mount(&server)
             .await;
-        let nodes = KubeNodes::new(client_for(&server).await);
+        let nodes = KubeNodes::new(client_for(&server).await, Arc::new(FakeTokens::default()));
 
         assert_eq!(nodes.delete_node_claim("np-abc12", "test").await, Ok(()));
         assert_eq!(nodes.delete_node_claim("np-gone", "test").await, Ok(()));
@@ -376,5 +377,170 @@ mod tests {
             nodes.delete_node_claim("np-forbidden", "test").await,
             Err(NodePortError::Refused(_))
         ));
+    }
+
+    fn claim_object() -> ResponseTemplate {
+        ResponseTemplate::new(200).set_body_json(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "np-abc12", "uid": "uid-1234", "resourceVersion": "7"}
+        }))
+    }
+
+    fn echo(code: u16) -> impl Fn(&Request) -> ResponseTemplate {
+        move |req: &Request| {
+            ResponseTemplate::new(code).set_body_raw(req.body.clone(), "application/json")
+        }
+    }
+
+    const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+    #[tokio::test]
+    async fn event_is_recorded_on_the_nodeclaim_and_repeats_are_counted() {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/apis/karpenter.sh/v1/nodeclaims/np-abc12"))
+            .respond_with(claim_object())
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path(EVENTS))
+            .and(body_partial_json(json!({
+                "reason": "InstallPhase",
+                "note": "imaging: writing the Talos image to /dev/nvme0n1",
+                "type": "Normal",
+                "action": "Install",
+                "reportingController": "karpenter-scaleway",
+                "regarding": {
+                    "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                    "name": "np-abc12", "uid": "uid-1234"
+                }
+            })))
+            .respond_with(echo(201))
+            .expect(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path(EVENTS))
+            .and(body_partial_json(json!({"reason": "InstallRetry", "type": "Warning"})))
+            .respond_with(echo(201))
+            .expect(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("PATCH"))
+            .and(body_partial_json(json!({"series": {"count": 2}})))
+            .respond_with(echo(200))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let nodes = KubeNodes::new(client_for(&server).await, Arc::new(FakeTokens::default()));
+        let phase = InstallEvent {
+            warning: false,
+            reason: "InstallPhase".into(),
+            message: "imaging: writing the Talos image to /dev/nvme0n1".into(),
+        };
+        nodes.event("np-abc12", phase.clone()).await;
+        // The same event again: a series count, not a second object.
+        nodes.event("np-abc12", phase).await;
+        nodes
+            .event(
+                "np-abc12",
+                InstallEvent {
+                    warning: true,
+                    reason: "InstallRetry".into(),
+                    message: "SSH session lost while imaging; writing again".into(),
+                },
+            )
+            .await;
+        let patched = server
+            .received_requests()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.method.as_str() == "PATCH")
+            .expect("a PATCH");
+        assert!(
+            patched.url.path().starts_with(&format!("{EVENTS}/np-abc12.")),
+            "{}",
+            patched.url
+        );
+    }
+
+    #[tokio::test]
+    async fn event_of_a_vanished_nodeclaim_is_dropped_quietly() {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/apis/karpenter.sh/v1/nodeclaims/np-gone"))
+            .respond_with(ResponseTemplate::new(404).set_body_json(json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "not found", "reason": "NotFound", "code": 404
+            })))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(500))
+            .expect(0)
+            .mount(&server)
+            .await;
+        let nodes = KubeNodes::new(client_for(&server).await, Arc::new(FakeTokens::default()));
+        nodes
+            .event(
+                "np-gone",
+                InstallEvent {
+                    warning: false,
+                    reason: "InstallPhase".into(),
+                    message: "x".into(),
+                },
+            )
+            .await;
+    }
+
+    #[tokio::test]
+    async fn save_progress_merge_patches_the_annotations() {
+        let server = MockServer::start().await;
+        Mock::given(method("PATCH"))
+            .and(path("/apis/karpenter.sh/v1/nodeclaims/np-abc12"))
+            .and(body_partial_json(json!({"metadata": {"annotations": {
+                "install.karpenter.scaleway.com/phase": "imaging",
+                "install.karpenter.scaleway.com/disk": "sda",
+                "install.karpenter.scaleway.com/image-attempts": "2"
+            }}})))
+            .respond_with(claim_object())
+            .expect(1)
+            .mount(&server)
+            .await;
+        let nodes = KubeNodes::new(client_for(&server).await, Arc::new(FakeTokens::default()));
+        let progress = Progress {
+            phase: Some(crate::install::Phase::Imaging),
+            disk: Some("sda".into()),
+            image_attempts: 2,
+            ..Progress::default()
+        };
+        assert_eq!(nodes.save_progress("np-abc12", &progress).await, Ok(()));
+        let content_type = server.received_requests().await.unwrap()[0]
+            .headers
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(content_type.as_deref(), Some("application/merge-patch+json"));
+    }
+
+    #[tokio::test]
+    async fn joined_deletes_the_bootstrap_token() {
+        let server = MockServer::start().await;
+        let tokens = Arc::new(FakeTokens::default());
+        tokens
+            .tokens
+            .lock()
+            .unwrap()
+            .insert("np-abc12".into(), "abc123.0123456789abcdef".into());
+        let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
+        assert_eq!(nodes.joined("np-abc12").await, Ok(()));
+        assert!(tokens.tokens.lock().unwrap().is_empty());
+        assert_eq!(*tokens.deleted.lock().unwrap(), vec!["np-abc12".to_string()]);
+    }
+
+    #[test]
+    fn notes_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("abc", 10), "abc");
+        assert_eq!(truncate("ééé", 3), "é");
     }
 }

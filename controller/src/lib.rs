@@ -19,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod grpc;
 pub mod install;
+pub mod k8s_catalog;
 pub mod k8s_nodes;
 pub mod metrics;
 pub mod node_registration;

@@ -11,15 +11,20 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
+use karpenter_scaleway::bootstrap_token::{KubeBootstrapTokens, run_sweeper};
 use karpenter_scaleway::catalog::{CatalogStore, run_refresher};
+use karpenter_scaleway::cli::catalog::{self as catalog_cli, CatalogArgs};
+use karpenter_scaleway::cli::render_config::{self, RenderConfigArgs};
 use karpenter_scaleway::config::{LogFormat, ServeArgs};
 use karpenter_scaleway::grpc::{self, CloudProviderService, Leadership};
 use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
-use karpenter_scaleway::k8s_nodes::KubeNodes;
+use karpenter_scaleway::k8s_nodes::{KubeNodes, NodeClaimList};
 use karpenter_scaleway::metrics;
+use karpenter_scaleway::node_registration::KubeNodeRegistrar;
 use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
-use karpenter_scaleway::provider::{Provider, ProviderSettings};
+use karpenter_scaleway::provider::{BootstrapTokens, ClusterPorts, Provider, ProviderSettings};
 use karpenter_scaleway::rescue::RusshShell;
+use karpenter_scaleway::resume::run_resumer;
 use karpenter_scaleway::scaleway::{
     ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey,
 };
@@ -52,6 +57,12 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Print the NodeClass CRD (YAML).
     Crd,
+    /// Print the machine config a NodeClaim would get with a NodeClass
+    /// (secrets redacted unless --show-secrets).
+    RenderConfig(RenderConfigArgs),
+    /// Print the instance types Karpenter would see, per zone, with prices,
+    /// stock and availability (or serve them read-only with --serve).
+    Catalog(Box<CatalogArgs>),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -80,6 +91,8 @@ async fn main() -> anyhow::Result<()> {
             init_tracing(cli.log_format);
             serve(*args).await
         }
+        Command::RenderConfig(args) => render_config::run(args).await,
+        Command::Catalog(args) => catalog_cli::run(*args).await,
     }
 }
 
@@ -127,6 +140,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
+    let tokens = KubeBootstrapTokens::new(
+        client.clone(),
+        &args.cluster_name,
+        args.bootstrap_token_ttl,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let token_port: Arc<dyn BootstrapTokens> = Arc::new(tokens.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let catalog = CatalogStore::new(args.unavailable_offering_ttl);
@@ -135,6 +155,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         api.clone(),
         zones.clone(),
         args.catalog_refresh,
+    ));
+    // Registered Nodes correct the catalog's allocatable (ends with the process).
+    tokio::spawn(karpenter_scaleway::k8s_catalog::observe_nodes(
+        client.clone(),
+        catalog.clone(),
+        stopped(stop_rx.clone()),
     ));
 
     let nodeclasses = NodeClassController::new(
@@ -154,7 +180,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         capacity: catalog.clone(),
         rescue: Arc::new(RusshShell::default()),
         talos: Arc::new(GrpcTalos::default()),
-        nodes: Arc::new(KubeNodes::new(client.clone())),
+        nodes: Arc::new(KubeNodes::new(client.clone(), token_port.clone())),
         settings: InstallSettings {
             poll_interval: args.poll_interval,
             ssh_port: args.rescue_ssh_port,
@@ -165,8 +191,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let provider = Arc::new(Provider::new(
         api,
         catalog.clone(),
-        Arc::new(KubeNodeClasses::new(store, client)),
+        Arc::new(KubeNodeClasses::new(store, client.clone())),
         Arc::new(engine),
+        ClusterPorts {
+            tokens: token_port,
+            nodes: Arc::new(KubeNodeRegistrar::new(client.clone())),
+        },
         ProviderSettings {
             cluster_name: args.cluster_name.clone(),
             project_id: args.scaleway.project_id.clone(),
@@ -175,6 +205,27 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
     ));
     let leadership = Leadership::default();
+    // Sweeping tokens and resuming installs act on the cluster: only the
+    // replica holding Karpenter's leader lease does it.
+    let is_leader: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let leadership = leadership.clone();
+        Arc::new(move || leadership.is_leader())
+    };
+    let node_claims = NodeClaimList::new(client);
+    let sweeper = tokio::spawn(run_sweeper(
+        tokens,
+        node_claims.clone(),
+        args.bootstrap_token_sweep_interval,
+        is_leader.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let resumer = tokio::spawn(run_resumer(
+        provider.clone(),
+        node_claims,
+        args.resume_interval,
+        is_leader,
+        stopped(stop_rx.clone()),
+    ));
     let metrics_server = args.metrics_listen.map(|addr| {
         tokio::spawn(metrics::serve(
             addr,
@@ -198,6 +249,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     refresher.abort();
     let _ = reconciler.await;
+    let _ = sweeper.await;
+    let _ = resumer.await;
     if let Some(m) = metrics_server {
         match m.await {
             Ok(Err(e)) => warn!(error = %e, "metrics endpoint failed"),

@@ -7,6 +7,13 @@
 //!   repository's `kind-config.yaml`, for instance), only read.
 //!
 //! Both expose the same accessors, so the rest of the harness does not care.
+//!
+//! Either way the cluster gets the RBAC a Talos control plane installs for
+//! joining workers (`node_bootstrap_bindings`): bootstrap-token users may
+//! create node CSRs that the controller manager approves, and nodes may
+//! renew their certificates. A local control plane gets them when it starts;
+//! an existing one (kind) when the harness attaches to it, the same way,
+//! since kubeadm binds these roles only to its own token group.
 
 mod components;
 mod kubeconfig;
@@ -19,7 +26,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub use components::{CLUSTER_NAME, Ports, SERVICE_CLUSTER_IP_RANGE};
@@ -61,6 +71,71 @@ impl ControlPlaneOptions {
             stop_grace: Duration::from_secs(10),
         }
     }
+}
+
+/// The ClusterRoleBindings a Talos control plane creates for worker joins
+/// (name, ClusterRole, Group), as contracts with the provider expect: any
+/// bootstrap token may request a node client certificate, which the
+/// controller manager's csrapproving controller then approves (it checks
+/// the requester may `create` `certificatesigningrequests/nodeclient`);
+/// nodes may renew their own.
+pub fn node_bootstrap_bindings() -> Vec<ClusterRoleBinding> {
+    [
+        (
+            "system-bootstrap-node-bootstrapper",
+            "system:node-bootstrapper",
+            "system:bootstrappers",
+        ),
+        (
+            "system-bootstrap-approve-node-client-csr",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            "system:bootstrappers",
+        ),
+        (
+            "system-bootstrap-node-renewal",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "system:nodes",
+        ),
+    ]
+    .into_iter()
+    .map(|(name, role, group)| ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: role.into(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Group".into(),
+            name: group.into(),
+            namespace: None,
+        }]),
+    })
+    .collect()
+}
+
+/// Applies `node_bootstrap_bindings` (idempotent, server-side apply).
+pub async fn apply_node_bootstrap_bindings(client: &kube::Client) -> Result<()> {
+    let api: Api<ClusterRoleBinding> = Api::all(client.clone());
+    for binding in node_bootstrap_bindings() {
+        let name = binding.metadata.name.clone().unwrap_or_default();
+        // Server-side apply needs the type in the body.
+        let mut value = serde_json::to_value(&binding)?;
+        value["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+        value["kind"] = "ClusterRoleBinding".into();
+        api.patch(
+            &name,
+            &PatchParams::apply("kps-e2e").force(),
+            &Patch::Apply(&value),
+        )
+        .await
+        .with_context(|| format!("applying ClusterRoleBinding {name}"))?;
+    }
+    Ok(())
 }
 
 /// Processes and files of a control plane this harness started.
@@ -171,6 +246,7 @@ impl ControlPlane {
         // The ServiceAccount controller creating `default` proves the
         // controller manager is reconciling, not merely serving /healthz.
         let client = cp.client().await?;
+        apply_node_bootstrap_bindings(&client).await?;
         let service_accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
         cp.wait_for("the default ServiceAccount", deadline, || {
             let api = service_accounts.clone();
@@ -191,13 +267,15 @@ impl ControlPlane {
     pub async fn existing(kubeconfig_path: impl AsRef<Path>) -> Result<ControlPlane> {
         let path = kubeconfig_path.as_ref();
         let current = kubeconfig::read_current(path)?;
-        Ok(ControlPlane {
+        let cp = ControlPlane {
             kubeconfig_path: path.to_path_buf(),
             server_url: current.server_url,
             ca_pem: current.ca_pem,
             admin: current.client,
             local: None,
-        })
+        };
+        apply_node_bootstrap_bindings(&cp.client().await?).await?;
+        Ok(cp)
     }
 
     /// An admin kubeconfig (current context set).
@@ -440,4 +518,38 @@ fn write_files(layout: &Layout, pki: &Pki, ports: &Ports) -> Result<()> {
         pki::write_file(path, &text, 0o600)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_bindings_match_what_talos_binds() {
+        let got: Vec<(String, String)> = node_bootstrap_bindings()
+            .into_iter()
+            .map(|b| {
+                let subject = b.subjects.unwrap().remove(0);
+                assert_eq!(subject.kind, "Group");
+                assert_eq!(b.role_ref.kind, "ClusterRole");
+                (b.role_ref.name, subject.name)
+            })
+            .collect();
+        let want = [
+            ("system:node-bootstrapper", "system:bootstrappers"),
+            (
+                "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+                "system:bootstrappers",
+            ),
+            (
+                "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+                "system:nodes",
+            ),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(r, g)| (r.to_string(), g.to_string()))
+            .collect();
+        assert_eq!(got, want);
+    }
 }

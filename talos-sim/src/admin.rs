@@ -40,11 +40,7 @@ async fn reset(State(sim): State<Arc<Simulator>>) -> StatusCode {
 }
 
 fn bad_request(message: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(json!({ "message": message })),
-    )
-        .into_response()
+    (StatusCode::BAD_REQUEST, Json(json!({ "message": message }))).into_response()
 }
 
 async fn add_fault(

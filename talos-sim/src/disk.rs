@@ -63,12 +63,13 @@ impl Disk {
         Ok(())
     }
 
-    /// Opens the disk for writing. Whatever was installed is gone from now on.
+    /// Opens the disk for writing (and reading, to skip writing zeros over
+    /// zeros). Whatever was installed is gone from now on.
     pub fn open_write(&self) -> io::Result<File> {
         self.ensure()?;
         remove_if_exists(&self.config_path)?;
         remove_if_exists(&self.kubelet_pki_path)?;
-        OpenOptions::new().write(true).open(&self.path)
+        OpenOptions::new().read(true).write(true).open(&self.path)
     }
 
     pub fn open_read(&self) -> io::Result<File> {

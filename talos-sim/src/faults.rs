@@ -182,7 +182,9 @@ mod tests {
     fn faults_fire_count_times_for_their_server_then_stay_listed() {
         let faults = Faults::default();
         faults
-            .add(spec(r#"{"kind":"corrupt_download","server_id":"a","count":2}"#))
+            .add(spec(
+                r#"{"kind":"corrupt_download","server_id":"a","count":2}"#,
+            ))
             .unwrap();
         assert!(!faults.take(FaultKind::CorruptDownload, "b"));
         assert!(!faults.take(FaultKind::CorruptWrite, "a"));

@@ -13,8 +13,8 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
-use crate::image::{BootError, ImageHeader};
 use crate::faults::{FaultKind, Faults};
+use crate::image::{BootError, ImageHeader};
 use crate::kubelet::bootstrap::{self, ClientIdentity, ClusterAccess};
 use crate::kubelet::{self, Kubelet};
 use crate::machine_config;
@@ -329,9 +329,8 @@ impl Boot {
         self.record.update(|r| {
             r.state = OsState::Running;
             r.node_name = Some(node_name.clone());
-            r.boot_error = (!ready).then(|| {
-                "fault never_ready: the node reports NotReady".to_string()
-            });
+            r.boot_error =
+                (!ready).then(|| "fault never_ready: the node reports NotReady".to_string());
         });
         tracing::info!(server_id = %self.server_id(), node = %node_name, ready, "node joined the cluster");
         kubelet.run().await;

@@ -110,18 +110,31 @@ async fn openssh_runs_the_install_flow_on_the_rescue_system() {
     // Key authentication: only the attached key, only the rescue user.
     let refused = openssh(&other_path, "rescue", ip, "true").await;
     assert_eq!(refused.status, 255, "{}", refused.stderr);
-    assert!(refused.stderr.contains("Permission denied"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("Permission denied"),
+        "{}",
+        refused.stderr
+    );
     let wrong_user = openssh(&key_path, "root", ip, "true").await;
     assert_eq!(wrong_user.status, 255, "{}", wrong_user.stderr);
 
     let out = openssh(&key_path, "rescue", ip, "lsblk -dno NAME,TYPE").await;
-    assert_eq!((out.status, out.stdout.as_str()), (0, "nvme0n1 disk\n"), "{}", out.stderr);
+    assert_eq!(
+        (out.status, out.stdout.as_str()),
+        (0, "nvme0n1 disk\n"),
+        "{}",
+        out.stderr
+    );
 
     let out = openssh(&key_path, "rescue", ip, "ip -o link").await;
     assert_eq!(out.status, 0, "{}", out.stderr);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(lines.len() >= 2, "{}", out.stdout);
-    assert!(lines[0].starts_with("1: lo: <LOOPBACK,UP,LOWER_UP>"), "{}", lines[0]);
+    assert!(
+        lines[0].starts_with("1: lo: <LOOPBACK,UP,LOWER_UP>"),
+        "{}",
+        lines[0]
+    );
     assert!(
         lines[1..].iter().any(|l| l.contains("link/ether ")),
         "an Ethernet link with its MAC: {}",
@@ -158,16 +171,31 @@ async fn openssh_runs_the_install_flow_on_the_rescue_system() {
         "sudo dd if=/dev/nvme0n1 bs=4M iflag=direct,count_bytes count={IMAGE} status=none | sha256sum"
     );
     let out = openssh(&key_path, "rescue", ip, &verify).await;
-    assert_eq!((out.status, out.stdout.clone()), (0, format!("{digest}  -\n")), "{}", out.stderr);
+    assert_eq!(
+        (out.status, out.stdout.clone()),
+        (0, format!("{digest}  -\n")),
+        "{}",
+        out.stderr
+    );
     assert_eq!(out.stderr, "");
 
     // Anything else: "command not found" (127), and failures keep their codes.
     let out = openssh(&key_path, "rescue", ip, "apt-get install -y nmap").await;
     assert_eq!(out.status, 127, "{}", out.stderr);
-    assert!(out.stderr.contains("apt-get: command not found"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("apt-get: command not found"),
+        "{}",
+        out.stderr
+    );
     let out = openssh(&key_path, "rescue", ip, "sh -c 'exit 3'").await;
     assert_ne!(out.status, 0, "{}", out.stderr);
-    let out = openssh(&key_path, "rescue", ip, "dd if=/dev/sdz of=/dev/null count=1").await;
+    let out = openssh(
+        &key_path,
+        "rescue",
+        ip,
+        "dd if=/dev/sdz of=/dev/null count=1",
+    )
+    .await;
     assert_ne!(out.status, 0);
     assert!(!out.stderr.is_empty(), "a failing command says why");
     let out = openssh(

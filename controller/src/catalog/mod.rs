@@ -12,7 +12,7 @@ mod store;
 
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
 pub use resources::{KubeletReservations, Overhead, Resources};
-pub use store::{CatalogStore, ClassView, Snapshot, run_refresher};
+pub use store::{CatalogStore, ClassView, Snapshot, read_zone, run_refresher};
 
 use std::collections::{BTreeMap, BTreeSet};
 

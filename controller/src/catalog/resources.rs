@@ -69,6 +69,74 @@ impl Resources {
     }
 }
 
+/// Parses a Kubernetes quantity (`31800m`, `32`, `256Gi`, `1000204632Ki`,
+/// `110`, `1e3`) into thousandths of its unit, rounding down. `None` for
+/// anything else (negative, malformed, too large).
+pub fn parse_quantity_milli(text: &str) -> Option<u128> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return None;
+    }
+    // value = digits / 10^scale
+    let digits: u128 = format!("{int_part}{frac_part}").parse().ok()?;
+    let scale = frac_part.len() as u32;
+    let (multiplier, exp10): (u128, i32) = match suffix {
+        "" => (1, 0),
+        "m" => (1, -3),
+        "k" => (1, 3),
+        "M" => (1, 6),
+        "G" => (1, 9),
+        "T" => (1, 12),
+        "P" => (1, 15),
+        "E" => (1, 18),
+        "Ki" => (1 << 10, 0),
+        "Mi" => (1 << 20, 0),
+        "Gi" => (1 << 30, 0),
+        "Ti" => (1 << 40, 0),
+        "Pi" => (1 << 50, 0),
+        "Ei" => (1 << 60, 0),
+        s if s.starts_with(['e', 'E']) => (1, s[1..].parse().ok()?),
+        _ => return None,
+    };
+    // milli = digits × multiplier × 10^(exp10 + 3 − scale)
+    let exp = exp10 + 3 - scale as i32;
+    let base = digits.checked_mul(multiplier)?;
+    if exp >= 0 {
+        base.checked_mul(10u128.checked_pow(exp as u32)?)
+    } else {
+        Some(base / 10u128.checked_pow((-exp) as u32)?)
+    }
+}
+
+impl Resources {
+    /// The resources this catalog models, read from a Node's
+    /// `status.allocatable` (or capacity). Unknown resources are ignored; a
+    /// malformed quantity of a known one makes the whole reading `None`.
+    pub fn from_quantities<'a>(
+        quantities: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<Resources> {
+        let mut r = Resources::default();
+        for (name, value) in quantities {
+            let milli = || parse_quantity_milli(value);
+            let whole = || milli().and_then(|m| u64::try_from(m / 1000).ok());
+            match name {
+                "cpu" => r.cpu_millis = u64::try_from(milli()?).ok()?,
+                "memory" => r.memory_bytes = whole()?,
+                "ephemeral-storage" => r.ephemeral_storage_bytes = whole()?,
+                "pods" => r.pods = whole()?,
+                "nvidia.com/gpu" => r.nvidia_gpus = whole()?,
+                _ => {}
+            }
+        }
+        Some(r)
+    }
+}
+
 pub fn cpu_quantity(millis: u64) -> String {
     if millis.is_multiple_of(1000) {
         (millis / 1000).to_string()
@@ -322,6 +390,33 @@ mod tests {
         assert_eq!(alloc.cpu_millis, predicted.cpu_millis, "never raised");
         assert_eq!(alloc.nvidia_gpus, 2, "zero GPUs reported is ignored");
         assert_eq!(alloc.pods, 110);
+    }
+
+    #[test]
+    fn parses_node_quantities() {
+        assert_eq!(parse_quantity_milli("31800m"), Some(31_800));
+        assert_eq!(parse_quantity_milli("32"), Some(32_000));
+        assert_eq!(parse_quantity_milli("0.5"), Some(500));
+        assert_eq!(parse_quantity_milli("1e3"), Some(1_000_000));
+        assert_eq!(parse_quantity_milli("256Gi"), Some(256 * 1000 * u128::from(GI)));
+        assert_eq!(parse_quantity_milli("1k"), Some(1_000_000));
+        assert_eq!(parse_quantity_milli("-1"), None);
+        assert_eq!(parse_quantity_milli("12 parsecs"), None);
+        assert_eq!(parse_quantity_milli(""), None);
+        let r = Resources::from_quantities([
+            ("cpu", "3870m"),
+            ("memory", "30504712Ki"),
+            ("ephemeral-storage", "921184158784"),
+            ("pods", "110"),
+            ("hugepages-1Gi", "0"),
+        ])
+        .unwrap();
+        assert_eq!(r.cpu_millis, 3_870);
+        assert_eq!(r.memory_bytes, 30_504_712 * KI);
+        assert_eq!(r.ephemeral_storage_bytes, 921_184_158_784);
+        assert_eq!(r.pods, 110);
+        assert_eq!(r.nvidia_gpus, 0);
+        assert!(Resources::from_quantities([("memory", "lots")]).is_none());
     }
 
     #[test]

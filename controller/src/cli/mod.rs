@@ -2,4 +2,5 @@
 //! Each command is a module with its clap `Args` and a `run` function; `main`
 //! only dispatches.
 
+pub mod catalog;
 pub mod render_config;

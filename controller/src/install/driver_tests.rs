@@ -2,231 +2,15 @@
 //! fakes of the rescue shell, the Talos API and the Kubernetes side, on paused
 //! tokio time.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-
+use super::driver_fakes::*;
 use super::tests_support::{BASE_CONFIG, spec};
 use super::*;
-use crate::rescue::{CommandOutput, RescueError, RescueSession, SshTarget};
-use crate::scaleway::fake::{FakeElasticMetal, Op};
-use crate::scaleway::{BootType, Server, ServerStatus};
-use crate::talos::{TalosError, TalosVersion, render_machine_config};
-
-const URL: &str = "https://factory.talos.dev/image/376567988ad3/v1.13.9/metal-amd64.raw.xz";
-const IP_LINK: &str = "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN mode DEFAULT group default qlen 1000\\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00\n2: eth0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc mq state UP mode DEFAULT group default qlen 1000\\    link/ether 52:54:00:aa:bb:cc brd ff:ff:ff:ff:ff:ff\n";
-
-/// Rescue system: refuses connections until `reachable_after` attempts, then
-/// answers the standard commands.
-#[derive(Default)]
-struct FakeRescue {
-    reachable_after: Option<usize>,
-    connects: Mutex<Vec<(SshTarget, String)>>,
-    commands: Arc<Mutex<Vec<String>>>,
-}
-
-#[async_trait]
-impl RescueShell for FakeRescue {
-    async fn connect(
-        &self,
-        target: &SshTarget,
-        private_key: &str,
-    ) -> Result<Box<dyn RescueSession>, RescueError> {
-        let mut connects = self.connects.lock().unwrap();
-        connects.push((target.clone(), private_key.to_string()));
-        match self.reachable_after {
-            Some(n) if connects.len() > n => Ok(Box::new(FakeSession {
-                commands: self.commands.clone(),
-            })),
-            _ => Err(RescueError::Unreachable("connection refused".into())),
-        }
-    }
-}
-
-struct FakeSession {
-    commands: Arc<Mutex<Vec<String>>>,
-}
-
-#[async_trait]
-impl RescueSession for FakeSession {
-    async fn run(&mut self, command: &str) -> Result<CommandOutput, RescueError> {
-        self.commands.lock().unwrap().push(command.to_string());
-        let stdout = match command {
-            "lsblk -dno NAME,TYPE" => "loop0 loop\nnvme0n1 disk\nnvme1n1 disk\n",
-            "ip -o link" => IP_LINK,
-            _ => "",
-        };
-        Ok(CommandOutput {
-            exit_status: 0,
-            stdout: stdout.into(),
-            stderr: String::new(),
-        })
-    }
-
-    async fn close(self: Box<Self>) {}
-}
-
-/// Talos: down for the first `down_for` probes, then in maintenance mode.
-#[derive(Default)]
-struct FakeTalos {
-    down_for: usize,
-    probes: Mutex<usize>,
-    applied: Mutex<Vec<(String, String)>>,
-}
-
-#[async_trait]
-impl TalosMaintenance for FakeTalos {
-    async fn version(&self, _addr: &str) -> Result<TalosVersion, TalosError> {
-        let mut probes = self.probes.lock().unwrap();
-        *probes += 1;
-        if *probes <= self.down_for {
-            return Err(TalosError::Unavailable("connection refused".into()));
-        }
-        Ok(TalosVersion::default())
-    }
-
-    async fn apply_configuration(
-        &self,
-        addr: &str,
-        config: &str,
-    ) -> Result<Vec<String>, TalosError> {
-        self.applied
-            .lock()
-            .unwrap()
-            .push((addr.to_string(), config.to_string()));
-        Ok(vec![])
-    }
-}
-
-/// Kubernetes: the Node turns Ready once Talos has a config.
-struct FakeNodes {
-    talos: Arc<FakeTalos>,
-    deleted: Mutex<Vec<(String, String)>>,
-    progress: Mutex<Vec<Progress>>,
-    events: Mutex<Vec<InstallEvent>>,
-    joined: Mutex<Vec<String>>,
-}
-
-#[async_trait]
-impl NodePort for FakeNodes {
-    async fn node_ready(&self, _node_name: &str) -> Result<Option<bool>, NodePortError> {
-        Ok(if self.talos.applied.lock().unwrap().is_empty() {
-            Some(false)
-        } else {
-            Some(true)
-        })
-    }
-
-    async fn delete_node_claim(&self, name: &str, reason: &str) -> Result<(), NodePortError> {
-        self.deleted
-            .lock()
-            .unwrap()
-            .push((name.to_string(), reason.to_string()));
-        Ok(())
-    }
-
-    async fn save_progress(&self, _claim: &str, progress: &Progress) -> Result<(), NodePortError> {
-        self.progress.lock().unwrap().push(progress.clone());
-        Ok(())
-    }
-
-    async fn event(&self, _claim: &str, event: InstallEvent) {
-        self.events.lock().unwrap().push(event);
-    }
-
-    async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
-        self.joined.lock().unwrap().push(claim.to_string());
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct FakeCapacity {
-    unavailable: Mutex<Vec<(String, String)>>,
-}
-
-impl CapacityPort for FakeCapacity {
-    fn mark_unavailable(&self, offer: &str, zone: &str) {
-        self.unavailable
-            .lock()
-            .unwrap()
-            .push((offer.to_string(), zone.to_string()));
-    }
-}
-
-struct World {
-    engine: InstallEngine,
-    em: Arc<FakeElasticMetal>,
-    rescue: Arc<FakeRescue>,
-    talos: Arc<FakeTalos>,
-    nodes: Arc<FakeNodes>,
-}
-
-fn world(rescue: FakeRescue, talos: FakeTalos) -> World {
-    let em = Arc::new(FakeElasticMetal::new());
-    em.insert_server(Server {
-        id: "srv-1".into(),
-        organization_id: String::new(),
-        project_id: "proj".into(),
-        name: "default-abc12".into(),
-        description: String::new(),
-        status: ServerStatus::Delivering,
-        offer_id: "offer-1".into(),
-        offer_name: "EM-A115X-SSD".into(),
-        tags: vec![],
-        ips: vec![],
-        boot_type: BootType::Normal,
-        zone: "fr-par-2".into(),
-        rescue_server: None,
-        created_at: String::new(),
-        updated_at: String::new(),
-    });
-    let rescue = Arc::new(rescue);
-    let talos = Arc::new(talos);
-    let nodes = Arc::new(FakeNodes {
-        talos: talos.clone(),
-        deleted: Mutex::default(),
-        progress: Mutex::default(),
-        events: Mutex::default(),
-        joined: Mutex::default(),
-    });
-    let settings = InstallSettings {
-        poll_interval: Duration::from_secs(10),
-        ssh_port: 2222,
-        talos_port: 50000,
-        ..InstallSettings::default()
-    };
-    let engine = InstallEngine::new(EngineDeps {
-        elastic_metal: em.clone(),
-        capacity: Arc::new(FakeCapacity::default()),
-        rescue: rescue.clone(),
-        talos: talos.clone(),
-        nodes: nodes.clone(),
-        settings,
-    });
-    World {
-        engine,
-        em,
-        rescue,
-        talos,
-        nodes,
-    }
-}
-
-/// Lets simulated time run until the install reaches `phase` (or a day passes).
-async fn wait_for(engine: &InstallEngine, phase: Phase) {
-    for _ in 0..(24 * 3600) {
-        if engine.phase("srv-1") == Some(phase) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    panic!(
-        "install stuck in {:?}, wanted {phase:?}",
-        engine.phase("srv-1")
-    );
-}
+use crate::rescue::SshTarget;
+use crate::scaleway::fake::Op;
+use crate::scaleway::{BootType, ServerStatus};
+use crate::talos::render_machine_config;
 
 #[tokio::test(start_paused = true)]
 async fn happy_path_installs_talos_and_waits_for_the_node() {
@@ -240,6 +24,9 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
             ..Default::default()
         },
     );
+    // The first two saves fail (ordered, delivering): the delivering one is
+    // tried again at the next poll, while the server is still delivering.
+    *w.nodes.failing_saves.lock().unwrap() = 2;
     let spec = spec(URL);
     w.engine.start(spec.clone());
     w.engine.start(spec.clone()); // a retried Create must not start a second install
@@ -248,10 +35,12 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
     wait_for(&w.engine, Phase::Delivering).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(w.engine.phase("srv-1"), Some(Phase::Delivering));
+    assert_eq!(w.nodes.saved_phases(), [Phase::Delivering]);
     w.em.deliver("srv-1");
     wait_for(&w.engine, Phase::Joined).await;
 
     // Reboots: rescue with our key, then normal.
+    assert_eq!(w.reboots(), [BootType::Rescue, BootType::Normal]);
     let reboots: Vec<(Option<BootType>, Vec<String>)> =
         w.em.calls()
             .into_iter()
@@ -270,7 +59,8 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
     let connects = w.rescue.connects.lock().unwrap().clone();
     assert_eq!(connects.len(), 3);
     let address = w.em.server("srv-1").unwrap().ipv4().unwrap().to_string();
-    for (target, key) in &connects {
+    for (target, key, trusted) in &connects {
+        assert_eq!(trusted, &None, "nothing trusted before the first session");
         assert_eq!(
             target,
             &SshTarget {
@@ -282,12 +72,13 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
         assert_eq!(key, spec.rescue_private_key.expose());
     }
     assert_eq!(
-        *w.rescue.commands.lock().unwrap(),
+        w.rescue.commands(),
         [
             "lsblk -dno NAME,TYPE",
             "ip -o link",
-            "set -o pipefail; curl -fsSL 'https://factory.talos.dev/image/376567988ad3/v1.13.9/metal-amd64.raw.xz' | xz -d | sudo dd of=/dev/nvme0n1 bs=4M oflag=direct status=none",
+            "set -o pipefail; curl -fsSL 'https://factory.talos.dev/image/376567988ad3/v1.13.9/metal-amd64.raw.xz' | xz -d | dd bs=4M iflag=fullblock | sudo tee /dev/nvme0n1 | sha256sum",
             "sudo sync",
+            "sudo dd if=/dev/nvme0n1 bs=4M iflag=direct,count_bytes count=1306525696 status=none | sha256sum",
         ]
     );
 
@@ -316,6 +107,62 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
         "{config}"
     );
     assert!(config.contains("disk: /dev/nvme0n1\n"), "{config}");
+
+    assert!(
+        config.contains("token: abcdef.0123456789abcdef\n"),
+        "the node's own bootstrap token"
+    );
+
+    // Progress: saved at every phase, with what the install learned.
+    assert_eq!(
+        w.nodes.saved_phases(),
+        [
+            Phase::Delivering,
+            Phase::Ready,
+            Phase::Rescue,
+            Phase::Imaging,
+            Phase::Booting,
+            Phase::Maintenance,
+            Phase::Configured,
+            Phase::Joined
+        ]
+    );
+    let last = w.nodes.last_progress();
+    assert_eq!(last.disk.as_deref(), Some("nvme0n1"));
+    assert_eq!(last.mac.as_deref(), Some("52:54:00:aa:bb:cc"));
+    assert_eq!((last.image_attempts, last.rescue_returns), (1, 0));
+    assert_eq!(last.host_key.as_deref(), Some(HOST_KEY));
+    assert!(last.started.is_some() && last.phase_since >= last.started);
+
+    // Events: the phase history, then the join.
+    let events = w.nodes.events();
+    let phases: Vec<&str> = events
+        .iter()
+        .map(|(_, _, m)| m.split(':').next().unwrap())
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "ordered",
+            "delivering",
+            "ready",
+            "rescue",
+            "imaging",
+            "imaging",
+            "booting",
+            "maintenance",
+            "configured",
+            "joined"
+        ]
+    );
+    assert!(events.iter().all(|(_, warning, _)| !warning), "{events:?}");
+    let (reason, _, message) = events.last().unwrap();
+    assert_eq!(reason, "InstallJoined");
+    assert!(
+        message.starts_with("joined: Node default-abc12 is Ready, "),
+        "{message}"
+    );
+    assert_eq!(*w.nodes.joined.lock().unwrap(), ["default-abc12"]);
 
     // Nothing was cleaned up.
     assert_eq!(w.em.count(Op::DeleteServer), 0);
@@ -348,6 +195,17 @@ async fn unreachable_rescue_fails_and_deletes_server_and_node_claim() {
         )]
     );
     assert!(w.talos.applied.lock().unwrap().is_empty());
+    let (reason, warning, message) = w.nodes.events().last().cloned().unwrap();
+    assert_eq!(
+        (reason.as_str(), warning, message.as_str()),
+        (
+            "InstallFailed",
+            true,
+            "failed: phase rescue did not complete within 900s"
+        )
+    );
+    assert_eq!(w.nodes.last_progress().phase, Some(Phase::Failed));
+    assert!(w.nodes.joined.lock().unwrap().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -424,3 +282,9 @@ fn secrets_never_print() {
     assert!(!debug.contains("wc0ou0"), "{debug}");
     assert_eq!(format!("{}", s.rescue_private_key), "<redacted>");
 }
+
+#[path = "driver_recovery_tests.rs"]
+mod recovery;
+
+#[path = "driver_resume_tests.rs"]
+mod resume;

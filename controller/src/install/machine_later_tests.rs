@@ -25,14 +25,21 @@ fn root_rescue_user_runs_without_sudo_and_selector_picks_the_disk() {
     assert_eq!(
         a,
         Action::Run {
-            command: "set -o pipefail; curl -fsSL 'https://img.example/v1.13.9/metal-amd64.raw.xz' | xz -d | dd of=/dev/nvme1n1 bs=4M oflag=direct status=none".into()
+            command: "set -o pipefail; curl -fsSL 'https://img.example/v1.13.9/metal-amd64.raw.xz' | xz -d | dd bs=4M iflag=fullblock | tee /dev/nvme1n1 | sha256sum".into()
+        }
+    );
+    let (s, a) = next(&p, &s, written(IMAGE_SHA), t0);
+    assert_eq!(
+        a,
+        Action::Run {
+            command: "sync".into()
         }
     );
     let (_, a) = next(&p, &s, ok(""), t0);
     assert_eq!(
         a,
         Action::Run {
-            command: "sync".into()
+            command: "dd if=/dev/nvme1n1 bs=4M iflag=direct,count_bytes count=1306525696 status=none | sha256sum".into()
         }
     );
 }
@@ -105,8 +112,9 @@ fn a_failed_image_write_is_retried_within_the_budget() {
     assert_eq!(s.phase, Phase::Failed);
     assert_eq!(
         reason(&a),
-        "image write exited with status 22: curl: (22) The requested URL returned error: 404"
+        "the image write failed 2 time(s) in this rescue boot; last: image write exited with status 22: curl: (22) The requested URL returned error: 404"
     );
+    assert_eq!(class(&a), FailureClass::ImageAttempts);
 }
 
 #[test]
@@ -115,25 +123,30 @@ fn a_lost_session_restarts_imaging_on_a_new_session_within_the_budget() {
     let t0 = Instant::now();
     let lost = || Observation::SessionLost(RescueError::SessionLost("connection reset".into()));
     let s = imaging(t0, Step::WriteImage, 1);
-    let (s, a) = next(&p, &s, lost(), t0 + Duration::from_secs(5));
+    let t = advance(&p, &s, lost(), t0 + Duration::from_secs(5));
+    let s = t.state.clone();
     assert_eq!(
         (s.phase, s.step, s.image_attempts),
-        (Phase::Imaging, Step::Connect, 2)
+        (Phase::Imaging, Step::Connect, 1),
+        "the interrupted write already counted"
     );
     assert_eq!(s.since, t0, "reconnecting keeps the imaging clock");
     assert_eq!(
-        a,
+        t.action,
         Action::ConnectSsh {
             host: "127.77.0.10".into(),
             user: "rescue".into()
         }
     );
-    let (s, a) = next(
-        &p,
-        &s,
-        Observation::SshConnected,
-        t0 + Duration::from_secs(6),
+    assert_eq!(
+        events(&t),
+        [(
+            "InstallRetry",
+            true,
+            "imaging: SSH session lost during WriteImage: SSH session lost: connection reset; reconnecting to write the image again"
+        )]
     );
+    let (s, a) = next(&p, &s, connected(), t0 + Duration::from_secs(6));
     assert_eq!((s.phase, s.since), (Phase::Imaging, t0));
     assert_eq!(
         a,
@@ -141,17 +154,40 @@ fn a_lost_session_restarts_imaging_on_a_new_session_within_the_budget() {
             command: "lsblk -dno NAME,TYPE".into()
         }
     );
+    let (s, _) = next(&p, &s, ok(LSBLK), t0);
+    let (s, a) = next(&p, &s, ok(IP_LINK), t0);
+    assert_eq!(s.image_attempts, 2);
+    assert_eq!(
+        a,
+        Action::Run {
+            command: WRITE_AS_USER.into()
+        }
+    );
+    // The last write allowed loses its session too.
     let (s, a) = next(&p, &s, lost(), t0);
     assert_eq!(s.phase, Phase::Failed);
     assert_eq!(
         reason(&a),
-        "SSH session lost: SSH session lost: connection reset"
+        "the image write failed 2 time(s) in this rescue boot; last: SSH session lost during WriteImage: SSH session lost: connection reset"
     );
+    assert_eq!(class(&a), FailureClass::ImageAttempts);
 
-    for step in [Step::ListDisks, Step::ListLinks, Step::Sync] {
-        let (s, _) = next(&p, &imaging(t0, step, 0), lost(), t0);
+    for step in [Step::ListDisks, Step::ListLinks, Step::Sync, Step::Verify] {
+        let (s, _) = next(&p, &imaging(t0, step, 1), lost(), t0);
         assert_eq!(s.step, Step::Connect, "{step:?}");
     }
+}
+
+#[test]
+fn no_write_starts_once_the_budget_is_spent() {
+    // A session lost before the write (lsblk) after the last attempt: the
+    // reconnect happens, but no further write.
+    let (s, a) = next(&plan(), &imaging(Instant::now(), Step::ListLinks, 2), ok(IP_LINK), Instant::now());
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(
+        reason(&a),
+        "the image write failed 2 time(s) in this rescue boot; last: no image write left in this rescue boot"
+    );
 }
 
 #[test]
@@ -218,14 +254,24 @@ fn refused_normal_reboot_is_retried_once_the_server_is_ready() {
 }
 
 #[test]
-fn talos_that_never_answers_fails_the_booting_phase() {
+fn talos_that_never_answers_after_a_return_to_rescue_fails() {
     let p = plan();
     let t0 = Instant::now();
-    let s = at(
-        &imaging(t0, Step::ProbeTalos, 1),
-        Phase::Booting,
-        Step::ProbeTalos,
+    let s = State {
+        rescue_returns: 1,
+        ..at(
+            &imaging(t0, Step::ProbeTalos, 1),
+            Phase::Booting,
+            Step::ProbeTalos,
+        )
+    };
+    let (_, a) = next(
+        &p,
+        &s,
+        Observation::TalosDown(TalosError::Unavailable("refused".into())),
+        t0 + Duration::from_secs(199),
     );
+    assert!(matches!(a, Action::ProbeTalos { .. }));
     let (s, a) = next(
         &p,
         &s,
@@ -233,7 +279,11 @@ fn talos_that_never_answers_fails_the_booting_phase() {
         t0 + Duration::from_secs(201),
     );
     assert_eq!(s.phase, Phase::Failed);
-    assert_eq!(reason(&a), "phase booting did not complete within 200s");
+    assert_eq!(
+        reason(&a),
+        "the Talos maintenance API did not come up within 200s of the normal boot, after 1 return(s) to rescue"
+    );
+    assert_eq!(class(&a), FailureClass::MaintenanceNeverUp);
 }
 
 #[test]
@@ -245,21 +295,32 @@ fn apply_failures_are_retried_unless_rejected() {
         Phase::Maintenance,
         Step::ApplyConfig,
     );
-    let (s2, a) = next(
+    let t = advance(
         &p,
         &s,
         Observation::ApplyFailed(TalosError::Unavailable("reset".into())),
         t0,
     );
+    let s2 = t.state.clone();
     assert_eq!((s2.phase, s2.step), (Phase::Maintenance, Step::ProbeTalos));
+    assert_eq!(s2.apply_uncertain_since, Some(t0));
     assert_eq!(
-        a,
+        t.action,
         Action::ProbeTalos {
             host: "127.77.0.10".into()
         }
     );
+    assert_eq!(
+        events(&t),
+        [(
+            "InstallRetry",
+            true,
+            "maintenance: ApplyConfiguration failed (Talos API unavailable: reset); retrying"
+        )]
+    );
     let (s3, a) = next(&p, &s2, Observation::TalosUp, t0);
     assert_eq!((s3.phase, s3.step), (Phase::Maintenance, Step::ApplyConfig));
+    assert_eq!(s3.apply_uncertain_since, None);
     assert!(matches!(a, Action::ApplyConfig { .. }));
 
     let (s4, a) = next(
@@ -273,8 +334,10 @@ fn apply_failures_are_retried_unless_rejected() {
         reason(&a),
         "Talos rejected the machine config: unknown field"
     );
+    assert_eq!(class(&a), FailureClass::Config);
     let (_, a) = next(&p, &s, Observation::ConfigInvalid("bad patch".into()), t0);
     assert_eq!(reason(&a), "cannot render the machine config: bad patch");
+    assert_eq!(class(&a), FailureClass::Config);
 }
 
 #[test]

@@ -6,7 +6,12 @@ use super::*;
 use crate::scaleway::{Ip, RescueServer};
 
 const URL: &str = "https://img.example/v1.13.9/metal-amd64.raw.xz";
-const WRITE_AS_USER: &str = "set -o pipefail; curl -fsSL 'https://img.example/v1.13.9/metal-amd64.raw.xz' | xz -d | sudo dd of=/dev/nvme0n1 bs=4M oflag=direct status=none";
+const WRITE_AS_USER: &str = "set -o pipefail; curl -fsSL 'https://img.example/v1.13.9/metal-amd64.raw.xz' | xz -d | dd bs=4M iflag=fullblock | sudo tee /dev/nvme0n1 | sha256sum";
+const VERIFY_AS_USER: &str = "sudo dd if=/dev/nvme0n1 bs=4M iflag=direct,count_bytes count=1306525696 status=none | sha256sum";
+/// sha256 of the image the tests stream.
+const IMAGE_SHA: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+const OTHER_SHA: &str = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752";
+const HOST_KEY: &str = "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU";
 const LSBLK: &str = "nvme0n1 disk\nnvme1n1 disk\n";
 const IP_LINK: &str = "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536\\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00\n2: eth0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500\\    link/ether 52:54:00:aa:bb:cc brd ff:ff:ff:ff:ff:ff\n";
 
@@ -24,6 +29,34 @@ fn plan() -> Plan {
             join: Duration::from_secs(500),
         },
         image_attempts: 2,
+        image_sha256: None,
+        rescue_returns: 1,
+        api_failures: 5,
+        apply_grace: Duration::from_secs(60),
+        server_id: "srv-1".into(),
+        zone: "fr-par-2".into(),
+        offer_name: "EM-A115X-SSD".into(),
+        node_name: "default-abc12".into(),
+        rescue_ssh_key_id: "key-1".into(),
+    }
+}
+
+/// What the image write prints: the stream's hash and dd's status.
+fn written(sha: &str) -> Observation {
+    Observation::Command(CommandOutput {
+        exit_status: 0,
+        stdout: format!("{sha}  -\n"),
+        stderr: "311+1 records in\n311+1 records out\n1306525696 bytes (1.3 GB, 1.2 GiB) copied, 6.5 s, 200 MB/s\n".into(),
+    })
+}
+
+fn read_back(sha: &str) -> Observation {
+    ok(&format!("{sha}  -\n"))
+}
+
+fn connected() -> Observation {
+    Observation::SshConnected {
+        host_key: HOST_KEY.into(),
     }
 }
 
@@ -90,14 +123,31 @@ fn imaging(t0: Instant, step: Step, attempts: u32) -> State {
         disk: Some("nvme0n1".into()),
         mac: Some("52:54:00:aa:bb:cc".into()),
         image_attempts: attempts,
+        host_key: Some(HOST_KEY.into()),
+        ..State::start(t0)
     }
 }
 
 fn reason(action: &Action) -> &str {
     match action {
-        Action::Fail { reason } => reason,
+        Action::Fail { reason, .. } => reason,
         other => panic!("expected Fail, got {other:?}"),
     }
+}
+
+fn class(action: &Action) -> FailureClass {
+    match action {
+        Action::Fail { class, .. } => *class,
+        other => panic!("expected Fail, got {other:?}"),
+    }
+}
+
+/// (reason, warning, message) of each Event.
+fn events(t: &Transition) -> Vec<(&str, bool, &str)> {
+    t.events
+        .iter()
+        .map(|e| (e.reason.as_str(), e.warning, e.message.as_str()))
+        .collect()
 }
 
 #[test]
@@ -165,8 +215,9 @@ fn happy_path_walks_every_phase() {
         t(8),
     );
     assert!(matches!(a, Action::ConnectSsh { .. }));
-    let (s, a) = next(&p, &s, Observation::SshConnected, t(9));
+    let (s, a) = next(&p, &s, connected(), t(9));
     assert_eq!((s.phase, s.since), (Phase::Imaging, t(9)));
+    assert_eq!(s.host_key.as_deref(), Some(HOST_KEY));
     assert_eq!(
         a,
         Action::Run {
@@ -191,7 +242,8 @@ fn happy_path_walks_every_phase() {
         }
     );
     assert_eq!(s.image_attempts, 1);
-    let (s, a) = next(&p, &s, ok(""), t(12));
+    assert_eq!(s.since, t(11), "each write gets the whole imaging deadline");
+    let (s, a) = next(&p, &s, written(IMAGE_SHA), t(12));
     assert_eq!(
         a,
         Action::Run {
@@ -199,6 +251,13 @@ fn happy_path_walks_every_phase() {
         }
     );
     let (s, a) = next(&p, &s, ok(""), t(13));
+    assert_eq!(
+        a,
+        Action::Run {
+            command: VERIFY_AS_USER.into()
+        }
+    );
+    let (s, a) = next(&p, &s, read_back(IMAGE_SHA), t(13));
     assert_eq!(
         (s.phase, s.step, a),
         (Phase::Booting, Step::RebootNormal, Action::RebootNormal)
@@ -325,7 +384,6 @@ fn broken_server_statuses_and_disappearance_fail_at_any_step() {
     for (status, text) in [
         (ServerStatus::Error, "error"),
         (ServerStatus::Locked, "locked"),
-        (ServerStatus::OutOfStock, "out_of_stock"),
         (ServerStatus::Deleting, "deleting"),
     ] {
         let (s, a) = next(&p, &State::start(t0), server(status, BootType::Normal), t0);
@@ -453,3 +511,9 @@ fn ssh_is_retried_until_the_rescue_deadline_unless_the_key_is_invalid() {
 
 #[path = "machine_later_tests.rs"]
 mod later;
+
+#[path = "machine_verify_tests.rs"]
+mod verify;
+
+#[path = "machine_recovery_tests.rs"]
+mod recovery;

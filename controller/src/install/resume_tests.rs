@@ -1,0 +1,81 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::install::machine::{Action, FailureClass, Step};
+
+fn progress(phase: Option<Phase>) -> Progress {
+    Progress {
+        phase,
+        disk: Some("sda".into()),
+        mac: Some("52:54:00:aa:bb:cc".into()),
+        image_attempts: 2,
+        rescue_returns: 1,
+        host_key: Some("SHA256:key".into()),
+        ..Progress::default()
+    }
+}
+
+#[test]
+fn each_persisted_phase_has_its_entry_point() {
+    let now = Instant::now();
+    let since = now - Duration::from_secs(300);
+    let cases = [
+        (None, Phase::Ordered, Step::AwaitDelivery, Action::PollServer),
+        (Some(Phase::Ordered), Phase::Ordered, Step::AwaitDelivery, Action::PollServer),
+        (Some(Phase::Delivering), Phase::Delivering, Step::AwaitDelivery, Action::PollServer),
+        (Some(Phase::Ready), Phase::Ready, Step::RebootRescue, Action::RebootRescue),
+        (Some(Phase::Rescue), Phase::Rescue, Step::ResumeRescue, Action::PollServer),
+        (Some(Phase::Imaging), Phase::Rescue, Step::ResumeRescue, Action::PollServer),
+        (Some(Phase::Booting), Phase::Booting, Step::ResumeBooting, Action::PollServer),
+        (Some(Phase::Maintenance), Phase::Maintenance, Step::ResumeMaintenance, Action::PollServer),
+        (Some(Phase::Configured), Phase::Configured, Step::AwaitNode, Action::PollNode),
+        (Some(Phase::Joined), Phase::Joined, Step::Done, Action::Finish),
+    ];
+    for (persisted, phase, step, action) in cases {
+        let (s, a) = resume(&progress(persisted), since, now);
+        assert_eq!((s.phase, s.step, a), (phase, step, action), "{persisted:?}");
+        // What the install learned comes back.
+        assert_eq!(s.disk.as_deref(), Some("sda"));
+        assert_eq!(s.mac.as_deref(), Some("52:54:00:aa:bb:cc"));
+        assert_eq!((s.image_attempts, s.rescue_returns), (2, 1));
+        assert_eq!(s.host_key.as_deref(), Some("SHA256:key"));
+        // Deadlines continue, except for an interrupted write.
+        let expected_since = if persisted == Some(Phase::Imaging) { now } else { since };
+        assert_eq!(s.since, expected_since, "{persisted:?}");
+    }
+    let (s, a) = resume(&progress(Some(Phase::Failed)), since, now);
+    assert_eq!(s.phase, Phase::Failed);
+    assert!(matches!(a, Action::Fail { class: FailureClass::Internal, .. }));
+}
+
+#[test]
+fn booting_or_maintenance_without_disk_and_mac_installs_again() {
+    let now = Instant::now();
+    for phase in [Phase::Booting, Phase::Maintenance] {
+        let p = Progress {
+            mac: None,
+            ..progress(Some(phase))
+        };
+        let (s, a) = resume(&p, now - Duration::from_secs(60), now);
+        assert_eq!((s.phase, s.step, a), (Phase::Ready, Step::RebootRescue, Action::RebootRescue));
+        assert_eq!((s.since, s.image_attempts), (now, 0));
+    }
+}
+
+#[test]
+fn progress_round_trips_through_annotations() {
+    let p = Progress {
+        phase: Some(Phase::Imaging),
+        phase_since: Some("2026-03-01T10:00:05Z".parse().unwrap()),
+        started: Some("2026-03-01T09:51:00Z".parse().unwrap()),
+        ..progress(Some(Phase::Imaging))
+    };
+    let annotations = p.to_annotations();
+    assert_eq!(
+        annotations.get("install.karpenter.scaleway.com/started").map(String::as_str),
+        Some("2026-03-01T09:51:00Z")
+    );
+    assert_eq!(Progress::from_annotations(&annotations), p);
+}

@@ -168,3 +168,7 @@ fn ours(view: &NodeClaimView) -> bool {
         .is_none_or(|p| parse_provider_id(p).is_some());
     kind_ok && pid_ok
 }
+
+#[cfg(test)]
+#[path = "resume_tests.rs"]
+mod tests;

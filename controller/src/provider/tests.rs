@@ -55,6 +55,72 @@ impl Installer for RecordingInstaller {
     fn resume(&self, spec: InstallSpec, progress: Progress) {
         self.resumed.lock().unwrap().push((spec, progress));
     }
+
+    fn knows(&self, server_id: &str) -> bool {
+        let seen = |s: &InstallSpec| s.server_id == server_id;
+        self.started.lock().unwrap().iter().any(seen)
+            || self.resumed.lock().unwrap().iter().any(|(s, _)| seen(s))
+    }
+}
+
+/// Tokens in memory: one per NodeClaim, `<claim-index>.<secret>`; the next
+/// call to fail is set by the test.
+#[derive(Default)]
+pub(crate) struct FakeTokens {
+    pub tokens: Mutex<BTreeMap<String, String>>,
+    pub created: Mutex<u32>,
+    pub deleted: Mutex<Vec<String>>,
+    pub fail_next: Mutex<Option<KubeError>>,
+}
+
+#[async_trait]
+impl BootstrapTokens for FakeTokens {
+    async fn ensure(&self, claim: &str) -> Result<Secret, KubeError> {
+        if let Some(e) = self.fail_next.lock().unwrap().take() {
+            return Err(e);
+        }
+        let mut tokens = self.tokens.lock().unwrap();
+        let mut created = self.created.lock().unwrap();
+        let token = tokens.entry(claim.to_string()).or_insert_with(|| {
+            *created += 1;
+            format!("tok{:03}.{:016}", *created, *created)
+        });
+        Ok(Secret::new(token.clone()))
+    }
+
+    async fn delete(&self, claim: &str) -> Result<(), KubeError> {
+        self.tokens.lock().unwrap().remove(claim);
+        self.deleted.lock().unwrap().push(claim.to_string());
+        Ok(())
+    }
+}
+
+/// Nodes in memory, refusing another providerID for a name as the API
+/// adapter does.
+#[derive(Default)]
+pub(crate) struct FakeRegistrar {
+    pub nodes: Mutex<BTreeMap<String, NodeRegistration>>,
+    pub fail_next: Mutex<Option<KubeError>>,
+}
+
+#[async_trait]
+impl NodeRegistrar for FakeRegistrar {
+    async fn register(&self, node: &NodeRegistration) -> Result<(), KubeError> {
+        if let Some(e) = self.fail_next.lock().unwrap().take() {
+            return Err(e);
+        }
+        let mut nodes = self.nodes.lock().unwrap();
+        match nodes.get(&node.name) {
+            Some(existing) if existing.provider_id != node.provider_id => Err(
+                KubeError::Conflict(format!("Node {} belongs to another machine", node.name)),
+            ),
+            Some(_) => Ok(()),
+            None => {
+                nodes.insert(node.name.clone(), node.clone());
+                Ok(())
+            }
+        }
+    }
 }
 
 pub(crate) fn node_class_spec() -> NodeClassSpec {
@@ -87,6 +153,8 @@ pub(crate) struct Fixture {
     pub api: Arc<FakeElasticMetal>,
     pub classes: Arc<FakeNodeClasses>,
     pub installer: Arc<RecordingInstaller>,
+    pub tokens: Arc<FakeTokens>,
+    pub nodes: Arc<FakeRegistrar>,
     pub catalog: Arc<CatalogStore>,
     pub provider: Arc<Provider>,
 }
@@ -125,11 +193,17 @@ pub(crate) fn fixture() -> Fixture {
         );
     }
     let installer = Arc::new(RecordingInstaller::default());
+    let tokens = Arc::new(FakeTokens::default());
+    let nodes = Arc::new(FakeRegistrar::default());
     let provider = Arc::new(Provider::new(
         api.clone(),
         catalog.clone(),
         classes.clone(),
         installer.clone(),
+        ClusterPorts {
+            tokens: tokens.clone(),
+            nodes: nodes.clone(),
+        },
         ProviderSettings {
             cluster_name: "test".into(),
             project_id: PROJECT.into(),
@@ -141,6 +215,8 @@ pub(crate) fn fixture() -> Fixture {
         api,
         classes,
         installer,
+        tokens,
+        nodes,
         catalog,
         provider,
     }
@@ -528,4 +604,167 @@ fn provider_ids() {
     assert_eq!(parse_provider_id("scaleway-em://fr-par-2/abc"), None);
     assert_eq!(parse_provider_id("scaleway://baremetal/fr-par-2/"), None);
     assert_eq!(parse_provider_id("scaleway://baremetal/fr-par-2/a/b"), None);
+}
+
+#[tokio::test]
+async fn create_registers_the_node_and_passes_the_per_node_token() {
+    let f = fixture();
+    let mut c = claim("default-a", &["EM-A115X-SSD"]);
+    c["spec"]["startupTaints"] = json!([{"key": "cilium.io/agent-not-ready", "effect": "NoExecute"}]);
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .get_mut("default")
+        .unwrap()
+        .spec
+        .image
+        .sha256 = Some(BTreeMap::from([("amd64".to_string(), "ab".repeat(32))]));
+    let out = f.provider.create(c).await.unwrap();
+    let pid = out["status"]["providerID"].as_str().unwrap().to_string();
+
+    let nodes = f.nodes.nodes.lock().unwrap();
+    let node = nodes.get("default-a").expect("Node registered by Create");
+    assert_eq!(node.provider_id, pid);
+    assert_eq!(node.labels["karpenter.sh/nodepool"], "default");
+    assert_eq!(node.labels["node.kubernetes.io/instance-type"], "EM-A115X-SSD");
+    assert_eq!(node.labels["topology.kubernetes.io/zone"], ZONE);
+    let taints: Vec<(&str, &str)> = node
+        .taints
+        .iter()
+        .map(|t| (t.key.as_str(), t.effect.as_str()))
+        .collect();
+    assert_eq!(
+        taints,
+        vec![
+            ("dedicated", "NoSchedule"),
+            ("cilium.io/agent-not-ready", "NoExecute"),
+            ("karpenter.sh/unregistered", "NoExecute"),
+            ("node.kubernetes.io/not-ready", "NoSchedule"),
+        ]
+    );
+
+    let started = f.installer.started.lock().unwrap();
+    let spec = &started[0];
+    let token = f.tokens.tokens.lock().unwrap()["default-a"].clone();
+    assert_eq!(spec.bootstrap_token.expose(), token);
+    assert_eq!(spec.offer_name, "EM-A115X-SSD");
+    assert_eq!(spec.image_sha256, Some("ab".repeat(32)));
+}
+
+#[tokio::test]
+async fn create_retries_reuse_the_node_and_the_token() {
+    let f = fixture();
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    assert_eq!(*f.tokens.created.lock().unwrap(), 1);
+    let started = f.installer.started.lock().unwrap();
+    assert_eq!(
+        started[0].bootstrap_token, started[1].bootstrap_token,
+        "a retried Create renders the same token"
+    );
+    assert_eq!(f.nodes.nodes.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn registration_failure_fails_create_and_the_retry_adopts() {
+    let f = fixture();
+    *f.nodes.fail_next.lock().unwrap() = Some(KubeError::Unavailable("503".into()));
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "NodeRegistrationFailed"),
+        "{err:?}"
+    );
+    assert!(
+        f.installer.started.lock().unwrap().is_empty(),
+        "no install without the Node"
+    );
+    assert_eq!(f.api.count(Op::CreateServer), 1);
+
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    assert_eq!(f.api.count(Op::CreateServer), 1, "the retry adopts the server");
+    assert_eq!(f.installer.started.lock().unwrap().len(), 1);
+    assert!(f.nodes.nodes.lock().unwrap().contains_key("default-a"));
+}
+
+#[tokio::test]
+async fn a_node_of_another_machine_fails_create_without_touching_it() {
+    let f = fixture();
+    f.nodes.nodes.lock().unwrap().insert(
+        "default-a".into(),
+        NodeRegistration {
+            name: "default-a".into(),
+            provider_id: "scaleway://baremetal/fr-par-2/someone-else".into(),
+            labels: BTreeMap::new(),
+            taints: vec![],
+        },
+    );
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "NodeNameConflict"),
+        "{err:?}"
+    );
+    assert_eq!(
+        f.nodes.nodes.lock().unwrap()["default-a"].provider_id,
+        "scaleway://baremetal/fr-par-2/someone-else"
+    );
+    assert!(f.installer.started.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn token_failure_fails_create_retryably() {
+    let f = fixture();
+    *f.tokens.fail_next.lock().unwrap() = Some(KubeError::Refused("403 forbidden".into()));
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "BootstrapTokenFailed"),
+        "{err:?}"
+    );
+    assert!(f.installer.started.lock().unwrap().is_empty());
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    assert_eq!(f.api.count(Op::CreateServer), 1);
+}
+
+#[tokio::test]
+async fn delete_deletes_the_bootstrap_token() {
+    let f = fixture();
+    let created = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    assert!(f.tokens.tokens.lock().unwrap().contains_key("default-a"));
+    f.provider.delete(&created).await.unwrap();
+    assert!(f.tokens.tokens.lock().unwrap().is_empty());
+    // Also when the server is already gone.
+    f.api.finish_deletions();
+    assert!(matches!(
+        f.provider.delete(&created).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    assert_eq!(f.tokens.deleted.lock().unwrap().len(), 2);
 }

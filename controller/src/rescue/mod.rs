@@ -83,7 +83,7 @@ pub trait RescueShell: Send + Sync + 'static {
 
 /// An authenticated session; each `run` opens one exec channel.
 #[async_trait]
-pub trait RescueSession: Send {
+pub trait RescueSession: Send + Sync {
     /// The server's host key fingerprint, OpenSSH `SHA256:...` form.
     fn host_key(&self) -> &str;
     async fn run(&mut self, command: &str) -> Result<CommandOutput, RescueError>;

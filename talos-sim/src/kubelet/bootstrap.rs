@@ -90,11 +90,10 @@ impl ClientIdentity {
     pub fn from_pem(pem: &str) -> Option<Self> {
         let at = pem.find(KEY_MARKER)?;
         let (cert, key) = pem.split_at(at);
-        cert.contains("-----BEGIN CERTIFICATE-----")
-            .then(|| Self {
-                cert_pem: cert.to_string(),
-                key_pem: Sensitive::new(key),
-            })
+        cert.contains("-----BEGIN CERTIFICATE-----").then(|| Self {
+            cert_pem: cert.to_string(),
+            key_pem: Sensitive::new(key),
+        })
     }
 }
 
@@ -156,10 +155,7 @@ pub fn csr_state(csr: &CertificateSigningRequest) -> CsrState {
     }
 }
 
-async fn client(
-    access: &ClusterAccess,
-    user: serde_json::Value,
-) -> Result<Client, KubeletError> {
+async fn client(access: &ClusterAccess, user: serde_json::Value) -> Result<Client, KubeletError> {
     crate::install_crypto_provider();
     let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -244,7 +240,10 @@ pub async fn bootstrap(
             )));
         }
         tokio::time::sleep(CSR_POLL).await;
-        csr = csrs.get(&name).await.map_err(KubeletError::from_bootstrap)?;
+        csr = csrs
+            .get(&name)
+            .await
+            .map_err(KubeletError::from_bootstrap)?;
     }
 }
 
@@ -281,7 +280,8 @@ mod tests {
         );
         assert!(parsed.params.subject_alt_names.is_empty());
         // The CSR carries the key we keep.
-        assert_eq!(parsed.public_key.der_bytes(), key.public_key_der());
+        use rcgen::PublicKeyData;
+        assert_eq!(parsed.public_key.der_bytes(), key.der_bytes());
         assert_eq!(
             key.algorithm(),
             &PKCS_ECDSA_P256_SHA256,
@@ -348,7 +348,9 @@ mod tests {
     fn identities_round_trip_through_their_pem_file_and_never_print_the_key() {
         let id = ClientIdentity {
             cert_pem: "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n".into(),
-            key_pem: Sensitive::new(format!("{KEY_MARKER}\nSECRETKEY\n-----END PRIVATE KEY-----\n")),
+            key_pem: Sensitive::new(format!(
+                "{KEY_MARKER}\nSECRETKEY\n-----END PRIVATE KEY-----\n"
+            )),
         };
         assert_eq!(ClientIdentity::from_pem(&id.to_pem()), Some(id.clone()));
         assert!(!format!("{id:?}").contains("SECRETKEY"));

@@ -31,12 +31,12 @@ fn now() -> Timestamp {
 fn new_node_carries_identity_labels_and_registration_taints() {
     let node = new_node(&config(), &facts());
     assert_eq!(node.metadata.name.as_deref(), Some("default-abcde"));
-    let labels = node.metadata.labels.unwrap();
+    let labels = node.metadata.labels.clone().unwrap();
     assert_eq!(labels["kubernetes.io/hostname"], "default-abcde");
     assert_eq!(labels["kubernetes.io/arch"], "amd64");
     assert_eq!(labels["kubernetes.io/os"], "linux");
     assert_eq!(labels["karpenter.sh/nodepool"], "default");
-    let spec = node.spec.unwrap();
+    let spec = node.spec.clone().unwrap();
     assert_eq!(spec.provider_id.as_deref(), Some(PROVIDER_ID));
     let taints: Vec<(String, Option<String>, String)> = spec
         .taints

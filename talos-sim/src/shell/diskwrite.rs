@@ -20,7 +20,9 @@ const GRANULE: usize = 64 << 10;
 #[derive(Debug)]
 pub(crate) enum WriteError {
     /// The end of the disk was reached after `written` bytes of the block.
-    NoSpace { written: u64 },
+    NoSpace {
+        written: u64,
+    },
     /// The `ssh_drop_during_dd` fault cut the network: the writing process
     /// dies with its session.
     LinkDown,
@@ -153,10 +155,10 @@ impl DiskWriter {
         self.scratch.resize(len, 0);
         let mut filled = 0;
         while filled < len {
-            match self
-                .file
-                .read_at(&mut self.scratch[filled..], self.offset + rel + filled as u64)?
-            {
+            match self.file.read_at(
+                &mut self.scratch[filled..],
+                self.offset + rel + filled as u64,
+            )? {
                 0 => break, // past the end of the file: reads as zeros
                 n => filled += n,
             }
@@ -293,9 +295,11 @@ mod tests {
         let hooks = hooks(Some(FaultKind::CorruptWrite));
         let mut w = DiskWriter::open(&disk, 0, hooks.clone()).unwrap();
         w.write(&vec![5u8; 1 << 20]).unwrap();
-        assert!(std::fs::read(&disk.path).unwrap()[..1 << 20]
-            .iter()
-            .all(|b| *b == 5));
+        assert!(
+            std::fs::read(&disk.path).unwrap()[..1 << 20]
+                .iter()
+                .all(|b| *b == 5)
+        );
         assert_eq!(hooks.faults.list()[0].fired, 0);
     }
 }

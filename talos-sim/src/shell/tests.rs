@@ -230,3 +230,110 @@ async fn writers_into_a_closed_pipe_get_sigpipe() {
     let (status, out, _) = run(&env, "set -o pipefail; cat /dev/zero | head -c 3").await;
     assert_eq!((status, out.len()), (141, 3));
 }
+
+fn payload(len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(31) % 251) as u8)
+        .collect()
+}
+
+#[tokio::test]
+async fn tee_writes_the_disk_and_passes_stdin_on() {
+    let env = env_with("NVMe", 1 << 20);
+    let data = payload(300_000);
+    let (status, out, err) = run_input(&env, "sudo tee /dev/nvme0n1", data.clone()).await;
+    assert_eq!((status, err.as_str()), (0, ""));
+    assert_eq!(out, data);
+    let back = run_ok(&env, "head -c 300000 /dev/nvme0n1 | sha256sum").await;
+    assert_eq!(back, format!("{}  -\n", hex(&Sha256::digest(&data))));
+    // `/dev/null` and several files are fine; unknown files are not.
+    let (status, out, err) = run_input(&env, "tee /dev/null /tmp/x", b"abc".to_vec()).await;
+    assert_eq!(
+        (status, out.as_slice(), err.as_str()),
+        (1, &b"abc"[..], "tee: /tmp/x: No such file or directory\n")
+    );
+    let (status, _, err) = run(&env, "tee -a /dev/nvme0n1").await;
+    assert_eq!(
+        (status, err.as_str()),
+        (1, "tee: --append is not supported by this rescue image\n")
+    );
+}
+
+#[tokio::test]
+async fn tee_past_the_end_of_the_disk_keeps_passing_stdin_on() {
+    let env = env_with("SSD", 8192);
+    let (status, out, err) = run_input(&env, "tee /dev/sda", vec![3u8; 12_000]).await;
+    assert_eq!(
+        (status, out.len(), err.as_str()),
+        (1, 12_000, "tee: /dev/sda: No space left on device\n")
+    );
+}
+
+#[tokio::test]
+async fn dd_without_files_is_a_counting_pass_through() {
+    let env = env_with("NVMe", 1 << 20);
+    let data = payload(10_000);
+    let (status, out, err) = run_input(&env, "dd bs=4096 iflag=fullblock", data.clone()).await;
+    assert_eq!(status, 0);
+    assert_eq!(out, data);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(&lines[..2], &["2+1 records in", "2+1 records out"]);
+    assert!(lines[2].starts_with("10000 bytes (10 kB, 9.8 KiB) copied, "));
+}
+
+#[tokio::test]
+async fn dd_count_bytes_reads_exactly_that_many_bytes() {
+    let env = env_with("NVMe", 1 << 20);
+    let data = payload(200_000);
+    run_input(&env, "tee /dev/nvme0n1 >/dev/null", data.clone()).await;
+    let (status, out, err) = run_input(
+        &env,
+        "dd if=/dev/nvme0n1 bs=4096 iflag=direct,count_bytes count=5000",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, 0);
+    assert_eq!(out, data[..5000]);
+    assert!(
+        err.starts_with("1+1 records in\n1+1 records out\n5000 bytes"),
+        "{err}"
+    );
+    // With a block size larger than the count, and nothing printed.
+    let (status, out, err) = run_input(
+        &env,
+        "dd if=/dev/nvme0n1 bs=4M iflag=direct,count_bytes count=123457 status=none",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!((status, out.len(), err.as_str()), (0, 123_457, ""));
+    assert_eq!(out, data[..123_457]);
+}
+
+/// The contract's write and verify commands (docs/contracts: image write +
+/// verification), end to end over the shell.
+#[tokio::test]
+async fn the_install_write_and_verify_commands_agree_on_the_hash() {
+    for (kind, dev) in [("NVMe", "/dev/nvme0n1"), ("SSD", "/dev/sda")] {
+        let env = env_with(kind, 32 << 20);
+        let data = payload(9 << 20 | 12_345);
+        let line =
+            format!("set -o pipefail; dd bs=4M iflag=fullblock | sudo tee {dev} | sha256sum");
+        let (status, out, err) = run_input(&env, &line, data.clone()).await;
+        assert_eq!(status, 0, "{err}");
+        let want = format!("{}  -\n", hex(&Sha256::digest(&data)));
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        // The controller reads the byte count from dd's last line.
+        let last = err.lines().last().unwrap();
+        let bytes: u64 = last.split(' ').next().unwrap().parse().unwrap();
+        assert_eq!(bytes, data.len() as u64);
+        assert!(
+            err.starts_with("2+1 records in\n2+1 records out\n"),
+            "{err}"
+        );
+        assert_eq!(run_ok(&env, "sudo sync").await, "");
+        let verify = format!(
+            "sudo dd if={dev} bs=4M iflag=direct,count_bytes count={bytes} status=none | sha256sum"
+        );
+        assert_eq!(run_ok(&env, &verify).await, want);
+    }
+}

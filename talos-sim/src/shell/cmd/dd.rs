@@ -143,8 +143,7 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
     let disk = env.disk.clone();
     let hooks = env.hooks.clone();
     let stderr = io.stderr.clone();
-    let job =
-        tokio::task::spawn_blocking(move || copy(&args, input, output, &disk, hooks, io));
+    let job = tokio::task::spawn_blocking(move || copy(&args, input, output, &disk, hooks, io));
     match job.await {
         Ok(status) => status,
         Err(e) => {

@@ -43,7 +43,9 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
             }
             Err(msg) => {
                 io.stderr
-                    .say(format!("tee: {msg}\nTry 'tee --help' for more information.\n"))
+                    .say(format!(
+                        "tee: {msg}\nTry 'tee --help' for more information.\n"
+                    ))
                     .await;
                 return 1;
             }
@@ -52,8 +54,10 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
     let files = flags.operands();
     let disk = env.disk.clone();
     let hooks = env.hooks.clone();
-    let devices: Vec<(String, Option<Device>)> =
-        files.into_iter().map(|f| (f.clone(), env.device(&f))).collect();
+    let devices: Vec<(String, Option<Device>)> = files
+        .into_iter()
+        .map(|f| (f.clone(), env.device(&f)))
+        .collect();
     let stderr = io.stderr.clone();
     let job = tokio::task::spawn_blocking(move || {
         let mut status = 0;

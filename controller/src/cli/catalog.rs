@@ -1,0 +1,356 @@
+//! `karpenter-scaleway catalog`: the instance types Karpenter would see, per
+//! zone, read from the Scaleway API with the same flags and environment as
+//! `serve` and mapped by the same code (`catalog::instance_types`): name,
+//! architecture, CPU, memory, disk, GPUs, price, stock, availability and why.
+//! A zone that cannot be read fails the command: a partial table would
+//! silently hide offers.
+//!
+//! `--serve SOCKET` instead keeps the catalog current (background refresh, as
+//! `serve` does) and serves the read-only half of the CloudProvider gRPC
+//! contract on that socket (Info, GetInstanceTypes, WatchInstanceTypes), so
+//! that Karpenter's scheduler can be run against a live catalog without a
+//! cluster; the bridge benchmark (`just bench-catalog`) uses it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use futures::future::join_all;
+
+use crate::catalog::{
+    Billing, CatalogStore, ClassView, Excluded, InstanceType, LABEL_INSTANCE_DISK_TYPE,
+    LABEL_INSTANCE_GPU_NAME, instance_types, read_zone, run_refresher,
+};
+use crate::config::{ScalewayArgs, parse_duration, parse_zone};
+use crate::grpc::{self, CloudProviderService};
+use crate::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BillingArg {
+    Hourly,
+    Monthly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CatalogArgs {
+    #[command(flatten)]
+    pub scaleway: ScalewayArgs,
+    /// Zones to read, comma-separated. Default: `SCW_DEFAULT_ZONE`, else fr-par-2.
+    #[arg(long, env = "SCW_ZONES", value_delimiter = ',', value_parser = parse_zone)]
+    pub zones: Vec<String>,
+    /// Fallback for `--zones`.
+    #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
+    pub default_zone: String,
+    /// Price and availability as a NodeClass with this billing sees them.
+    #[arg(long, value_enum, default_value = "hourly")]
+    pub billing: BillingArg,
+    #[arg(long, value_enum, default_value = "table")]
+    pub output: Output,
+    /// Serve the catalog on this Unix socket (read-only gRPC) instead of
+    /// printing it; runs until SIGTERM or Ctrl-C.
+    #[arg(long, value_name = "SOCKET")]
+    pub serve: Option<PathBuf>,
+    /// With `--serve`: interval between two reads of the offers.
+    #[arg(long, env = "CATALOG_REFRESH", default_value = "5m", value_parser = parse_duration)]
+    pub catalog_refresh: Duration,
+}
+
+impl CatalogArgs {
+    fn zones(&self) -> Vec<String> {
+        let mut zones: Vec<String> = Vec::new();
+        let source = if self.zones.is_empty() {
+            std::slice::from_ref(&self.default_zone)
+        } else {
+            &self.zones[..]
+        };
+        for z in source {
+            if !zones.contains(z) {
+                zones.push(z.clone());
+            }
+        }
+        zones
+    }
+
+    fn billing(&self) -> Billing {
+        match self.billing {
+            BillingArg::Hourly => Billing::Hourly,
+            BillingArg::Monthly => Billing::Monthly,
+        }
+    }
+}
+
+pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
+    let api: Arc<dyn ElasticMetal> = Arc::new(
+        ScalewayClient::new(ClientConfig {
+            api_url: args.scaleway.api_url.clone(),
+            secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
+            request_timeout: args.scaleway.api_timeout,
+            retry: RetryPolicy::default(),
+        })
+        .context("building the Scaleway client")?,
+    );
+    match &args.serve {
+        Some(socket) => serve(&args, api, socket).await,
+        None => {
+            let (types, excluded, read_at) = read(api.as_ref(), &args.zones()).await?;
+            let mut types = types;
+            for it in &mut types {
+                for o in &mut it.offerings {
+                    o.bill(args.billing());
+                }
+            }
+            let out = match args.output {
+                Output::Table => table(&types, &excluded, read_at),
+                Output::Json => serde_json::to_string_pretty(&json(&types, &excluded))? + "\n",
+            };
+            print!("{out}");
+            Ok(())
+        }
+    }
+}
+
+/// Reads every zone; any failure fails the whole read.
+async fn read(
+    api: &dyn ElasticMetal,
+    zones: &[String],
+) -> anyhow::Result<(Vec<InstanceType>, Vec<Excluded>, SystemTime)> {
+    let results = join_all(zones.iter().map(|z| read_zone(api, z))).await;
+    let mut by_zone = BTreeMap::new();
+    for (zone, result) in zones.iter().zip(results) {
+        let offers = result.with_context(|| format!("listing the offers of {zone}"))?;
+        by_zone.insert(zone.clone(), offers);
+    }
+    let (types, excluded) = instance_types(&by_zone);
+    Ok((types, excluded, SystemTime::now()))
+}
+
+async fn serve(
+    args: &CatalogArgs,
+    api: Arc<dyn ElasticMetal>,
+    socket: &std::path::Path,
+) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .try_init();
+    // The unavailable-offerings cache is fed by orders; none happen here.
+    let store = CatalogStore::new(Duration::from_secs(1800));
+    if args.billing() == Billing::Monthly {
+        // NodePools of any NodeClass get the default catalog; a monthly
+        // view is published under the name `monthly` for tools that ask.
+        store.set_node_classes(BTreeMap::from([(
+            "monthly".to_string(),
+            ClassView::from((Vec::new(), Billing::Monthly)),
+        )]));
+    }
+    let refresher = tokio::spawn(run_refresher(
+        store.clone(),
+        api,
+        args.zones(),
+        args.catalog_refresh,
+    ));
+    let service = CloudProviderService::catalog_only(store);
+    let result = grpc::serve(socket, service, async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    })
+    .await;
+    refresher.abort();
+    result
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{}Gi", bytes / (1 << 30))
+}
+
+fn gb(bytes: u64) -> String {
+    format!("{}GB", bytes / 1_000_000_000)
+}
+
+/// One block per zone, types cheapest first.
+pub fn table(types: &[InstanceType], excluded: &[Excluded], read_at: SystemTime) -> String {
+    let mut zones: BTreeMap<&str, Vec<(&InstanceType, &crate::catalog::Offering)>> =
+        BTreeMap::new();
+    for it in types {
+        for o in &it.offerings {
+            zones.entry(o.zone.as_str()).or_default().push((it, o));
+        }
+    }
+    let read_at = chrono::DateTime::<chrono::Utc>::from(read_at)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut out = format!("offers read at {read_at}\n");
+    for (zone, mut rows) in zones {
+        rows.sort_by(|(a, ao), (b, bo)| ao.price.total_cmp(&bo.price).then(a.name.cmp(&b.name)));
+        let mut lines = vec![[
+            "NAME", "ARCH", "CPU", "MEMORY", "DISK", "GPUS", "EUR/H", "STOCK", "AVAILABLE", "WHY",
+        ]
+        .map(String::from)];
+        for (it, o) in rows {
+            let disk = it
+                .labels
+                .get(LABEL_INSTANCE_DISK_TYPE)
+                .map(|t| format!("{} {t}", gb(it.capacity.ephemeral_storage_bytes)))
+                .unwrap_or_else(|| gb(it.capacity.ephemeral_storage_bytes));
+            let gpus = match it.capacity.nvidia_gpus {
+                0 => "-".to_string(),
+                n => format!(
+                    "{n}x {}",
+                    it.labels
+                        .get(LABEL_INSTANCE_GPU_NAME)
+                        .map_or("", String::as_str)
+                ),
+            };
+            let stock = match &o.monthly {
+                Some(m) if o.billing == Billing::Monthly => m.stock.clone(),
+                _ => o.stock.clone(),
+            };
+            lines.push([
+                it.name.clone(),
+                it.arch.clone(),
+                (it.capacity.cpu_millis / 1000).to_string(),
+                gib(it.capacity.memory_bytes),
+                disk,
+                gpus,
+                format!("{:.4}", o.price),
+                stock,
+                if o.available { "yes" } else { "no" }.to_string(),
+                o.unavailable_reason.clone().unwrap_or_default(),
+            ]);
+        }
+        let widths: Vec<usize> = (0..10)
+            .map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0))
+            .collect();
+        let _ = writeln!(out, "\nzone {zone}");
+        for l in &lines {
+            let mut line = String::new();
+            for (i, cell) in l.iter().enumerate() {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[i]);
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+    }
+    if !excluded.is_empty() {
+        let _ = writeln!(out, "\nleft out");
+        for e in excluded {
+            let _ = writeln!(out, "{} ({}): {}", e.offer, e.zone, e.reason);
+        }
+    }
+    out
+}
+
+fn json(types: &[InstanceType], excluded: &[Excluded]) -> serde_json::Value {
+    let offerings: Vec<serde_json::Value> = types
+        .iter()
+        .flat_map(|it| {
+            it.offerings.iter().map(move |o| {
+                serde_json::json!({
+                    "zone": o.zone,
+                    "name": it.name,
+                    "arch": it.arch,
+                    "cpu": it.capacity.cpu_millis / 1000,
+                    "memoryBytes": it.capacity.memory_bytes,
+                    "diskBytes": it.capacity.ephemeral_storage_bytes,
+                    "diskType": it.labels.get(LABEL_INSTANCE_DISK_TYPE),
+                    "gpus": it.capacity.nvidia_gpus,
+                    "gpuName": it.labels.get(LABEL_INSTANCE_GPU_NAME),
+                    "pricePerHour": o.price,
+                    "offerId": o.order_offer_id(o.billing),
+                    "stock": o.stock,
+                    "available": o.available,
+                    "why": o.unavailable_reason,
+                    "allocatable": it.allocatable().to_quantities(true),
+                })
+            })
+        })
+        .collect();
+    let excluded: Vec<serde_json::Value> = excluded
+        .iter()
+        .map(|e| serde_json::json!({"name": e.offer, "zone": e.zone, "reason": e.reason}))
+        .collect();
+    serde_json::json!({"offerings": offerings, "excluded": excluded})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scaleway::ApiError;
+    use crate::scaleway::fake::{FakeElasticMetal, Op, sample_monthly_offers, sample_offers};
+
+    fn api() -> FakeElasticMetal {
+        let api = FakeElasticMetal::new();
+        for zone in ["fr-par-2", "nl-ams-1"] {
+            let mut offers = sample_offers(zone);
+            offers.extend(sample_monthly_offers(zone));
+            api.set_offers(zone, offers);
+        }
+        api
+    }
+
+    #[tokio::test]
+    async fn prints_every_zone_with_stock_and_reasons() {
+        let api = api();
+        let zones = vec!["fr-par-2".to_string(), "nl-ams-1".to_string()];
+        let (types, excluded, at) = read(&api, &zones).await.unwrap();
+        let out = table(&types, &excluded, at);
+        assert!(out.contains("zone fr-par-2") && out.contains("zone nl-ams-1"), "{out}");
+        let h100 = out
+            .lines()
+            .find(|l| l.starts_with("EM-T620E-H100"))
+            .unwrap();
+        for cell in ["amd64", "64", "384Gi", "3840GB nvme", "2x nvidia-h100", "9.5890", "empty", "no", "stock empty"] {
+            assert!(h100.contains(cell), "{cell} missing in {h100:?}");
+        }
+        let a115 = out.lines().find(|l| l.starts_with("EM-A115X-SSD")).unwrap();
+        assert!(a115.contains("0.0910") && a115.contains(" yes"), "{a115:?}");
+        assert!(
+            out.contains("EM-RV1-C4M16S128-A (fr-par-2): RISC-V is not supported by Talos"),
+            "{out}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_zone_that_fails_fails_the_command() {
+        let api = api();
+        api.fail_next(Op::ListOffers, ApiError::Unavailable("HTTP 503".into()));
+        let zones = vec!["fr-par-2".to_string(), "nl-ams-1".to_string()];
+        let err = read(&api, &zones).await.unwrap_err();
+        assert!(format!("{err:#}").contains("fr-par-2"), "{err:#}");
+    }
+
+    #[tokio::test]
+    async fn monthly_billing_prices_the_twin() {
+        let api = api();
+        let (mut types, excluded, _) = read(&api, &["fr-par-2".to_string()]).await.unwrap();
+        for it in &mut types {
+            for o in &mut it.offerings {
+                o.bill(Billing::Monthly);
+            }
+        }
+        let j = json(&types, &excluded);
+        let a = j["offerings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == "EM-A115X-SSD")
+            .unwrap();
+        assert_eq!(a["offerId"], "fr-par-2-a115x-monthly");
+        assert!((a["pricePerHour"].as_f64().unwrap() - 32.99 / 730.0).abs() < 1e-9);
+    }
+}

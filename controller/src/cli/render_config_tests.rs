@@ -1,0 +1,314 @@
+use serde::Deserialize as _;
+use serde_json::json;
+
+use super::*;
+use crate::nodeclass::{Billing, DiskSelector, RescueSshKey, SecretKeyRef, TalosImage};
+
+const WORKER: &str = include_str!("../talos/testdata/worker-v1.13.yaml");
+
+/// A base config whose every secret field is filled, with distinctive values
+/// that must not survive redaction.
+const FULL_SECRETS: &str = r#"version: v1alpha1
+machine:
+  type: worker
+  token: mtok01.machinetokensecret
+  ca:
+    crt: PUBLIC-MACHINE-CA-CRT
+    key: SECRET-MACHINE-CA-KEY
+  kubelet:
+    image: ghcr.io/siderolabs/kubelet:v1.35.0
+  install: {}
+cluster:
+  id: CLUSTER-ID
+  secret: SECRET-CLUSTER-SECRET
+  controlPlane:
+    endpoint: https://10.0.0.1:6443
+  token: ctok01.clustertokensecret
+  secretboxEncryptionSecret: SECRET-SECRETBOX
+  aescbcEncryptionSecret: SECRET-AESCBC
+  ca:
+    crt: PUBLIC-CLUSTER-CA-CRT
+    key: SECRET-CLUSTER-CA-KEY
+  aggregatorCA:
+    crt: PUBLIC-AGG-CRT
+    key: SECRET-AGG-KEY
+  serviceAccount:
+    key: SECRET-SA-KEY
+  etcd:
+    ca:
+      crt: PUBLIC-ETCD-CRT
+      key: SECRET-ETCD-KEY
+"#;
+
+fn class() -> NodeClassSpec {
+    let secret = |name: &str, key: &str| SecretKeyRef {
+        name: name.into(),
+        namespace: "karpenter".into(),
+        key: key.into(),
+    };
+    NodeClassSpec {
+        zones: vec!["fr-par-2".into()],
+        billing: Billing::Hourly,
+        image: TalosImage {
+            url_template: "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz"
+                .into(),
+            version: "v1.13.9".into(),
+            schematic: "abc".into(),
+            sha256: None,
+        },
+        install_disk: None,
+        rescue_ssh_key: RescueSshKey {
+            iam_key_id: "key-1".into(),
+            private_key_secret_ref: secret("rescue", "id_ed25519"),
+        },
+        machine_config_secret_ref: secret("talos", "worker.yaml"),
+        machine_config_patches: vec![],
+        tags: vec![],
+    }
+}
+
+fn claim() -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-x7k2p", "labels": {"karpenter.sh/nodepool": "default", "team": "ml"}},
+        "spec": {
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["EM-I215E-NVME"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+            ],
+            "taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "cilium.io/agent-not-ready", "effect": "NoExecute"}],
+            "nodeClassRef": {"group": "karpenter.scaleway.com", "kind": "ScalewayElasticMetalNodeClass", "name": "default"}
+        }
+    })
+}
+
+fn request<'a>(claim: &'a Value, class: &'a NodeClassSpec, base: &str) -> RenderRequest<'a> {
+    RenderRequest {
+        claim,
+        class,
+        base_config: Secret::new(base),
+        offer: None,
+        zone: None,
+        disk: None,
+        mac: PLACEHOLDER_MAC,
+        show_secrets: false,
+    }
+}
+
+fn docs(text: &str) -> Vec<Yaml> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| Yaml::deserialize(d).expect("output parses as YAML"))
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn at<'a>(doc: &'a Yaml, path: &[&str]) -> &'a Yaml {
+    path.iter().fold(doc, |v, k| {
+        v.get(*k)
+            .unwrap_or_else(|| panic!("missing {}", path.join(".")))
+    })
+}
+
+#[test]
+fn output_describes_the_node() {
+    let claim = claim();
+    let class = class();
+    let out = render(&request(&claim, &class, WORKER)).unwrap();
+    let docs = docs(&out);
+    let main = &docs[0];
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraArgs", "provider-id"]).as_str(),
+        Some(format!("scaleway://baremetal/fr-par-2/{PLACEHOLDER_SERVER_ID}").as_str())
+    );
+    let labels = at(main, &["machine", "nodeLabels"]);
+    assert_eq!(labels["karpenter.sh/nodepool"].as_str(), Some("default"));
+    assert_eq!(labels["team"].as_str(), Some("ml"));
+    assert_eq!(
+        labels["node.kubernetes.io/instance-type"].as_str(),
+        Some("EM-I215E-NVME")
+    );
+    assert_eq!(
+        labels["topology.kubernetes.io/zone"].as_str(),
+        Some("fr-par-2")
+    );
+    let taints = at(main, &["machine", "kubelet", "extraConfig", "registerWithTaints"])
+        .as_sequence()
+        .unwrap();
+    let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
+    assert!(keys.contains(&"dedicated"), "{keys:?}");
+    assert!(keys.contains(&"cilium.io/agent-not-ready"), "{keys:?}");
+    assert!(keys.contains(&"karpenter.sh/unregistered"), "{keys:?}");
+    // NVMe offer: the first NVMe disk.
+    assert_eq!(
+        at(main, &["machine", "install", "disk"]).as_str(),
+        Some("/dev/nvme0n1")
+    );
+    let hostname = docs
+        .iter()
+        .find(|d| d.get("kind").and_then(Yaml::as_str) == Some("HostnameConfig"))
+        .expect("a HostnameConfig document");
+    assert_eq!(hostname["hostname"].as_str(), Some("default-x7k2p"));
+    let alias = docs
+        .iter()
+        .find(|d| d.get("kind").and_then(Yaml::as_str) == Some("LinkAliasConfig"))
+        .expect("a LinkAliasConfig document");
+    assert!(
+        alias["selector"]["match"]
+            .as_str()
+            .unwrap()
+            .contains(PLACEHOLDER_MAC)
+    );
+    assert!(out.starts_with("# Machine config of NodeClaim default-x7k2p"));
+}
+
+#[test]
+fn secrets_are_redacted_unless_asked() {
+    let claim = claim();
+    let mut class = class();
+    // Key material in a user patch is hidden too.
+    class.machine_config_patches = vec![
+        "machine:\n  files:\n    - path: /var/etc/key.pem\n      op: create\n      content: |\n        -----BEGIN EC PRIVATE KEY-----\n        SECRET-PEM-BODY\n        -----END EC PRIVATE KEY-----\n".into(),
+    ];
+    let out = render(&request(&claim, &class, FULL_SECRETS)).unwrap();
+    for secret in [
+        "mtok01",
+        "machinetokensecret",
+        "clustertokensecret",
+        "SECRET-",
+        PLACEHOLDER_TOKEN,
+    ] {
+        assert!(!out.contains(secret), "{secret} leaked:\n{out}");
+    }
+    let main = &docs(&out)[0];
+    for path in [
+        &["machine", "token"][..],
+        &["machine", "ca", "key"],
+        &["cluster", "token"],
+        &["cluster", "secret"],
+        &["cluster", "ca", "key"],
+        &["cluster", "aggregatorCA", "key"],
+        &["cluster", "serviceAccount", "key"],
+        &["cluster", "etcd", "ca", "key"],
+        &["cluster", "secretboxEncryptionSecret"],
+        &["cluster", "aescbcEncryptionSecret"],
+    ] {
+        assert_eq!(at(main, path).as_str(), Some(REDACTED), "{}", path.join("."));
+    }
+    // Public material and plain settings stay readable.
+    assert_eq!(
+        at(main, &["cluster", "ca", "crt"]).as_str(),
+        Some("PUBLIC-CLUSTER-CA-CRT")
+    );
+    assert_eq!(at(main, &["cluster", "id"]).as_str(), Some("CLUSTER-ID"));
+    assert_eq!(
+        at(main, &["machine", "files"])[0]["content"].as_str(),
+        Some(REDACTED)
+    );
+
+    let mut shown = request(&claim, &class, FULL_SECRETS);
+    shown.show_secrets = true;
+    let out = render(&shown).unwrap();
+    assert!(out.contains("SECRET-CLUSTER-CA-KEY"));
+    assert!(out.contains("SECRET-PEM-BODY"));
+    assert!(!out.contains(REDACTED));
+}
+
+#[test]
+fn redaction_spares_user_labels_and_public_keys() {
+    let text = "machine:\n  nodeLabels:\n    token: visible\n  features:\n    publicKey: PUB\n    someToken: hidden\n";
+    let out = redact(text).unwrap();
+    let doc = &docs(&out)[0];
+    assert_eq!(at(doc, &["machine", "nodeLabels", "token"]).as_str(), Some("visible"));
+    assert_eq!(at(doc, &["machine", "features", "publicKey"]).as_str(), Some("PUB"));
+    assert_eq!(at(doc, &["machine", "features", "someToken"]).as_str(), Some(REDACTED));
+    // Base64 of a PEM private key, as Talos stores keys, under any field name.
+    let pem = base64::engine::general_purpose::STANDARD
+        .encode("-----BEGIN ED25519 PRIVATE KEY-----\nAAAA\n-----END ED25519 PRIVATE KEY-----\n");
+    let out = redact(&format!("machine:\n  blob: {pem}\n")).unwrap();
+    assert!(!out.contains(&pem));
+}
+
+#[test]
+fn launched_claims_use_their_provider_id_and_labels() {
+    let mut claim = claim();
+    claim["status"] = json!({"providerID": "scaleway://baremetal/nl-ams-1/srv-42"});
+    claim["metadata"]["labels"]["karpenter.scaleway.com/instance-disk-type"] = json!("ssd");
+    claim["metadata"]["labels"]["karpenter.scaleway.com/instance-cpu"] = json!("16");
+    let class = class();
+    let out = render(&request(&claim, &class, WORKER)).unwrap();
+    let main = &docs(&out)[0];
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraArgs", "provider-id"]).as_str(),
+        Some("scaleway://baremetal/nl-ams-1/srv-42")
+    );
+    assert_eq!(
+        at(main, &["machine", "nodeLabels", "karpenter.scaleway.com/instance-cpu"]).as_str(),
+        Some("16")
+    );
+    assert_eq!(
+        at(main, &["machine", "nodeLabels", "topology.kubernetes.io/zone"]).as_str(),
+        Some("nl-ams-1")
+    );
+    // The claim's disk type label wins over the offer name's suffix.
+    assert_eq!(
+        at(main, &["machine", "install", "disk"]).as_str(),
+        Some("/dev/sda")
+    );
+    assert!(!out.contains("Not launched"));
+}
+
+#[test]
+fn disk_choice_follows_flag_then_nodeclass_then_offer() {
+    let claim = claim();
+    let mut class = class();
+    let disk = |req: &RenderRequest<'_>| {
+        let out = render(req).unwrap();
+        at(&docs(&out)[0], &["machine", "install", "disk"])
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut req = request(&claim, &class, WORKER);
+    req.offer = Some("EM-A115X-SSD");
+    assert_eq!(disk(&req), "/dev/sda");
+    req.disk = Some("sdb");
+    assert_eq!(disk(&req), "/dev/sdb");
+
+    class.install_disk = Some(DiskSelector {
+        name: Some("nvme1n1".into()),
+    });
+    let req = request(&claim, &class, WORKER);
+    assert_eq!(disk(&req), "/dev/nvme1n1");
+}
+
+#[test]
+fn ambiguous_inputs_ask_for_flags() {
+    let mut claim = claim();
+    claim["spec"]["requirements"][0]["values"] = json!(["EM-A115X-SSD", "EM-I215E-NVME"]);
+    let mut class = class();
+    let err = render(&request(&claim, &class, WORKER)).unwrap_err();
+    assert!(err.to_string().contains("--offer"), "{err}");
+
+    class.zones = vec!["fr-par-2".into(), "nl-ams-1".into()];
+    let mut req = request(&claim, &class, WORKER);
+    req.offer = Some("EM-A115X-SSD");
+    let err = render(&req).unwrap_err();
+    assert!(err.to_string().contains("--zone"), "{err}");
+    req.zone = Some("nl-ams-1");
+    assert!(render(&req).unwrap().contains("nl-ams-1"));
+}
+
+#[test]
+fn flag_parsers_reject_bad_values() {
+    assert_eq!(parse_disk("/dev/nvme0n1"), Ok("nvme0n1".to_string()));
+    assert!(parse_disk("../etc").is_err());
+    assert!(parse_disk("").is_err());
+    assert_eq!(
+        parse_mac("A0:36:9F:00:00:02"),
+        Ok("a0:36:9f:00:00:02".to_string())
+    );
+    assert!(parse_mac("a0:36:9f:00:00").is_err());
+    assert!(parse_mac("zz:36:9f:00:00:02").is_err());
+}

@@ -1,0 +1,158 @@
+//! Issue 3: a delivery slower than Karpenter's 15-minute registration
+//! deadline. The provider registers the Node right after ordering, so the
+//! NodeClaim is `Registered` within seconds of its creation, long before the
+//! server is delivered, and the node still joins when the install ends.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use e2e::progress::ClaimWatch;
+use e2e::scenario;
+use e2e::stack::{Stack, StackOptions};
+use e2e::{kubeutil, wait};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+/// Simulated delivery: 20 minutes, beyond the 15-minute registration deadline.
+const DELIVERY_S: f64 = 1200.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_delivery_nodeclaim_registered_early_and_node_joins() -> Result<()> {
+    let mut opts = StackOptions::for_test("install-registration")?;
+    // 20 simulated minutes = 12 s.
+    opts.time_scale = 0.01;
+    scenario::with_stack(opts, run).await
+}
+
+async fn run(stack: &mut Stack) -> Result<()> {
+    stack.create_nodeclass("default").await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &Stack::nodepool_yaml("default", "default", ""),
+    )
+    .await?;
+    stack
+        .emsim
+        .add_fault(serde_json::json!({"kind": "delivery_seconds", "seconds": DELIVERY_S}))
+        .await?;
+    let watch = ClaimWatch::start(&stack.client);
+    kubeutil::apply_yaml(&stack.client, &scenario::inflate_yaml("slow", 1, "1")).await?;
+
+    let claim = watch
+        .wait_for("a NodeClaim", Duration::from_secs(60), |c| {
+            c.values().next().cloned()
+        })
+        .await?;
+    let name = claim.name.clone();
+    let registered = watch
+        .wait_for(
+            &format!("NodeClaim {name} Registered"),
+            Duration::from_secs(60),
+            |c| c.get(&name).and_then(|c| c.registered.map(|r| (r, c.clone()))),
+        )
+        .await?;
+    let (registered_at, at_registration) = registered;
+    let after_creation = registered_at.duration_since(claim.first_seen);
+
+    // The server was still being delivered when the NodeClaim became Registered.
+    let server_id = at_registration
+        .server_id()
+        .context("Registered NodeClaim without a providerID")?;
+    let server = stack
+        .emsim
+        .servers()
+        .await?
+        .into_iter()
+        .find(|s| s["id"] == server_id.as_str())
+        .context("the NodeClaim's server is not in emsim")?;
+    let (sim_now, scale) = stack.emsim.clock().await?;
+    ensure!(
+        server["status"] == "delivering",
+        "server {server_id} is {} when the NodeClaim is Registered: registration was not early",
+        server["status"]
+    );
+    ensure!(
+        kubeutil::condition(&at_registration.object, "Registered").as_deref() == Some("True"),
+        "not Registered"
+    );
+    // The Node object exists already, with the NodeClaim's providerID and
+    // the taints that keep pods off it until the install is done.
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let node = nodes
+        .get_opt(&name)
+        .await?
+        .with_context(|| format!("no Node {name} while the NodeClaim is Registered"))?;
+    ensure!(
+        node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+            == at_registration.provider_id.as_deref(),
+        "early Node's providerID differs from the NodeClaim's"
+    );
+    let taints: Vec<String> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    ensure!(
+        !kubeutil::node_ready(&node),
+        "the early Node is Ready before the server was delivered"
+    );
+    let delivery_ends = server["pending"]["at"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| (t.with_timezone(&chrono::Utc) - sim_now).num_milliseconds() as f64 / 1000.0);
+    println!(
+        "NodeClaim {name} Registered {:.2} s after the watch first saw it; \
+         server {server_id} still delivering (about {:.0} simulated s = {:.1} s left); \
+         early Node taints {taints:?}",
+        after_creation.as_secs_f64(),
+        delivery_ends.unwrap_or(f64::NAN),
+        delivery_ends.unwrap_or(f64::NAN) * scale,
+    );
+
+    // The install goes on and the node joins.
+    let placed = scenario::wait_pods_running(stack, "slow", 1, Duration::from_secs(180)).await?;
+    ensure!(
+        placed.values().all(|n| n == &name),
+        "pod not on the NodeClaim's node: {placed:?}"
+    );
+    let claims = watch.snapshot();
+    ensure!(
+        claims.len() == 1,
+        "a second NodeClaim appeared: the first one was given up"
+    );
+    let c = &claims[&name];
+    for phase in ["delivering", "imaging", "configured", "joined"] {
+        ensure!(
+            c.saw_phase(phase),
+            "phase {phase} never seen: {:?}",
+            c.phases
+        );
+    }
+    wait::until(
+        "NodeClaim Initialized",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || async {
+            let nc = kubeutil::nodeclaims(&stack.client).get(&name).await?;
+            Ok((kubeutil::condition(&nc, "Initialized").as_deref() == Some("True")).then_some(()))
+        },
+    )
+    .await?;
+    let node = nodes.get(&name).await?;
+    ensure!(
+        !node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/unregistered")),
+        "unregistered taint still on the joined Node"
+    );
+    ensure!(
+        scenario::orders_placed(stack).await? == 1,
+        "more than one order"
+    );
+    scenario::scale_to_zero_and_check_clean(stack, &["slow"], Duration::from_secs(180)).await
+}
