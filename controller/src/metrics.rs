@@ -193,12 +193,24 @@ mod install_metrics_tests {
         m.render(&mut out);
         let has = |line: &str| assert!(out.lines().any(|l| l == line), "{line}\n{out}");
         has("# TYPE karpenter_scaleway_install_phase_duration_seconds histogram");
-        has("karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"30\"} 0");
-        has("karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"60\"} 1");
-        has("karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"600\"} 2");
-        has("karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"+Inf\"} 2");
-        has("karpenter_scaleway_install_phase_duration_seconds_sum{phase=\"imaging\",outcome=\"completed\"} 442");
-        has("karpenter_scaleway_install_phase_duration_seconds_count{phase=\"booting\",outcome=\"retried\"} 1");
+        has(
+            "karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"30\"} 0",
+        );
+        has(
+            "karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"60\"} 1",
+        );
+        has(
+            "karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"600\"} 2",
+        );
+        has(
+            "karpenter_scaleway_install_phase_duration_seconds_bucket{phase=\"imaging\",outcome=\"completed\",le=\"+Inf\"} 2",
+        );
+        has(
+            "karpenter_scaleway_install_phase_duration_seconds_sum{phase=\"imaging\",outcome=\"completed\"} 442",
+        );
+        has(
+            "karpenter_scaleway_install_phase_duration_seconds_count{phase=\"booting\",outcome=\"retried\"} 1",
+        );
         has("karpenter_scaleway_install_outcomes_total{result=\"joined\"} 2");
         has("karpenter_scaleway_install_outcomes_total{result=\"out_of_stock\"} 1");
     }

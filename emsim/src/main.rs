@@ -14,7 +14,14 @@ use tracing_subscriber::EnvFilter;
 
 /// Simulator of the Scaleway Elastic Metal v1 and IAM SSH-key APIs.
 #[derive(Debug, Parser)]
-#[command(name = "emsim", version, about)]
+#[command(
+    name = "emsim",
+    version,
+    about,
+    after_help = "API: /baremetal/v1/zones/{zone}/... and /iam/v1alpha1/ssh-keys (X-Auth-Token). \
+Admin API (no auth): /_emsim/{healthz,events,servers,counters,reset,stock,quota,faults,clock}. \
+Every endpoint and the fault kinds are documented in emsim/README.md."
+)]
 struct Args {
     /// Address to listen on.
     #[arg(long, env = "EMSIM_LISTEN", default_value = "127.0.0.1:7080")]
@@ -22,7 +29,7 @@ struct Args {
     /// Real seconds per simulated second: 0.01 makes every simulated duration 100x shorter.
     #[arg(long, env = "EMSIM_TIME_SCALE", default_value_t = 1.0)]
     time_scale: f64,
-    /// Seed of every random choice (ids, passwords, delivery times), so a run replays.
+    /// Seed of every random choice (ids, passwords, delivery times, fault rates), so a run replays.
     #[arg(long, env = "EMSIM_SEED", default_value_t = 0)]
     seed: u64,
     /// Catalog file (JSON or YAML) replacing the seeded catalog.

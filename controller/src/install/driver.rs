@@ -291,9 +291,7 @@ impl Driver<'_> {
                     user: user.clone(),
                 };
                 let key = self.spec.rescue_private_key.expose();
-                let connect = deps
-                    .rescue
-                    .connect(&target, key, state.host_key.as_deref());
+                let connect = deps.rescue.connect(&target, key, state.host_key.as_deref());
                 match bounded(settings.call_timeout, connect).await {
                     Ok(Ok(session)) => {
                         let host_key = session.host_key().to_string();
@@ -419,7 +417,10 @@ impl Driver<'_> {
         install_metrics().count_outcome("joined");
         let took = Utc::now().trunc_subsecs(0) - self.started;
         let took = took.to_std().unwrap_or_default();
-        info!(took_s = took.as_secs(), "install finished: the Node is Ready");
+        info!(
+            took_s = took.as_secs(),
+            "install finished: the Node is Ready"
+        );
         self.event(InstallEvent {
             warning: false,
             reason: "InstallJoined".to_string(),

@@ -143,7 +143,9 @@ impl RescueSession for FakeSession {
                 disk.corrupt_writes = disk.corrupt_writes.saturating_sub(1);
                 out(
                     &format!("{IMAGE_SHA}  -\n"),
-                    &format!("311+1 records in\n311+1 records out\n{IMAGE_BYTES} bytes (1.3 GB, 1.2 GiB) copied, 6.5 s, 200 MB/s\n"),
+                    &format!(
+                        "311+1 records in\n311+1 records out\n{IMAGE_BYTES} bytes (1.3 GB, 1.2 GiB) copied, 6.5 s, 200 MB/s\n"
+                    ),
                 )
             }
             c if c.contains(&format!("count={IMAGE_BYTES} status=none | sha256sum")) => {
@@ -243,7 +245,12 @@ impl FakeNodes {
     }
 
     pub fn last_progress(&self) -> Progress {
-        self.progress.lock().unwrap().last().cloned().expect("saved")
+        self.progress
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("saved")
     }
 }
 

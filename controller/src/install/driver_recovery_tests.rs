@@ -86,11 +86,13 @@ async fn maintenance_never_up_goes_back_to_rescue_then_joins() {
     let last = w.nodes.last_progress();
     assert_eq!((last.rescue_returns, last.image_attempts), (1, 1));
     assert!(
-        w.nodes.events().iter().any(|(r, warning, m)| r == "InstallRetry"
+        w.nodes.events().iter().any(|(r, warning, m)| {
+            r == "InstallRetry"
             && *warning
             && m.starts_with(
                 "booting: the Talos maintenance API did not come up within 600s of the normal boot"
-            )),
+            )
+        }),
         "{:?}",
         w.nodes.events()
     );
@@ -121,7 +123,11 @@ async fn maintenance_never_up_twice_fails_and_cleans_up() {
     );
     assert_eq!(
         w.nodes.events().last().cloned().unwrap(),
-        ("InstallFailed".to_string(), true, format!("failed: {reason}"))
+        (
+            "InstallFailed".to_string(),
+            true,
+            format!("failed: {reason}")
+        )
     );
     assert_eq!(w.nodes.last_progress().phase, Some(Phase::Failed));
     assert!(w.talos.applied.lock().unwrap().is_empty());
@@ -145,7 +151,10 @@ async fn out_of_stock_after_the_order_marks_the_offering_and_cleans_up() {
         .iter()
         .map(|(r, w, _)| (r.as_str(), *w))
         .collect();
-    assert_eq!(tail, [("InsufficientCapacity", true), ("InstallFailed", true)]);
+    assert_eq!(
+        tail,
+        [("InsufficientCapacity", true), ("InstallFailed", true)]
+    );
     assert_eq!(
         events[events.len() - 2].2,
         "offer EM-A115X-SSD went out of stock in fr-par-2 after the order; marked unavailable so that Karpenter picks another offering"

@@ -405,8 +405,9 @@ pub fn phase_message(plan: &Plan, state: &State) -> Option<String> {
             "ready: server {} is delivered; rebooting into rescue mode with SSH key {}",
             plan.server_id, plan.rescue_ssh_key_id
         ),
-        Phase::Rescue => "rescue: rescue boot requested; waiting for the rescue system's SSH"
-            .to_string(),
+        Phase::Rescue => {
+            "rescue: rescue boot requested; waiting for the rescue system's SSH".to_string()
+        }
         Phase::Imaging => format!(
             "imaging: SSH session open as {}@{} (host key {}); finding the install disk and the primary NIC",
             or_unknown(&state.user),
@@ -723,7 +724,13 @@ fn transition(
         }
         (Step::WriteImage, Observation::Command(out)) => {
             if !out.success() {
-                return rewrite(plan, state, now, command_failed("image write", &out), events);
+                return rewrite(
+                    plan,
+                    state,
+                    now,
+                    command_failed("image write", &out),
+                    events,
+                );
             }
             let written = match commands::parse_written(&out.stdout, &out.stderr) {
                 Ok(written) => written,

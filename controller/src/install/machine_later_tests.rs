@@ -182,7 +182,12 @@ fn a_lost_session_restarts_imaging_on_a_new_session_within_the_budget() {
 fn no_write_starts_once_the_budget_is_spent() {
     // A session lost before the write (lsblk) after the last attempt: the
     // reconnect happens, but no further write.
-    let (s, a) = next(&plan(), &imaging(Instant::now(), Step::ListLinks, 2), ok(IP_LINK), Instant::now());
+    let (s, a) = next(
+        &plan(),
+        &imaging(Instant::now(), Step::ListLinks, 2),
+        ok(IP_LINK),
+        Instant::now(),
+    );
     assert_eq!(s.phase, Phase::Failed);
     assert_eq!(
         reason(&a),

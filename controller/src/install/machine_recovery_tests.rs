@@ -6,7 +6,11 @@ use tokio::time::Instant;
 use super::*;
 
 fn booting(t0: Instant) -> State {
-    at(&imaging(t0, Step::ProbeTalos, 1), Phase::Booting, Step::ProbeTalos)
+    at(
+        &imaging(t0, Step::ProbeTalos, 1),
+        Phase::Booting,
+        Step::ProbeTalos,
+    )
 }
 
 fn down() -> Observation {
@@ -29,7 +33,11 @@ fn maintenance_never_up_goes_back_to_rescue_once_with_a_fresh_trust_and_budget()
         (Phase::Ready, Step::RebootRescue, &Action::RebootRescue)
     );
     assert_eq!(
-        (t.state.rescue_returns, t.state.image_attempts, t.state.since),
+        (
+            t.state.rescue_returns,
+            t.state.image_attempts,
+            t.state.since
+        ),
         (1, 0, late)
     );
     assert_eq!(
@@ -67,7 +75,12 @@ fn maintenance_never_up_goes_back_to_rescue_once_with_a_fresh_trust_and_budget()
 
     // The normal reboot not even accepted by the deadline is a plain failure.
     let s = at(&booting(t0), Phase::Booting, Step::RetryRebootNormal);
-    let (_, a) = next(&p, &s, server(ServerStatus::Starting, BootType::Rescue), late);
+    let (_, a) = next(
+        &p,
+        &s,
+        server(ServerStatus::Starting, BootType::Rescue),
+        late,
+    );
     assert_eq!(class(&a), FailureClass::Deadline);
 }
 
@@ -167,9 +180,19 @@ fn out_of_stock_after_the_order_is_its_own_class() {
         reason(&a),
         "the server went out_of_stock after the order: offer EM-A115X-SSD has no stock in fr-par-2"
     );
-    let (_, a) = next(&p, &State::start(t0), server(ServerStatus::Error, BootType::Normal), t0);
+    let (_, a) = next(
+        &p,
+        &State::start(t0),
+        server(ServerStatus::Error, BootType::Normal),
+        t0,
+    );
     assert_eq!(class(&a), FailureClass::ServerStatus);
-    let (_, a) = next(&p, &State::start(t0), server(ServerStatus::Deleting, BootType::Normal), t0);
+    let (_, a) = next(
+        &p,
+        &State::start(t0),
+        server(ServerStatus::Deleting, BootType::Normal),
+        t0,
+    );
     assert_eq!(class(&a), FailureClass::ServerGone);
 }
 
@@ -179,7 +202,11 @@ fn a_lost_apply_answer_followed_by_silence_means_configured() {
     let t0 = Instant::now();
     let s = State {
         apply_uncertain_since: Some(t0),
-        ..at(&imaging(t0, Step::ProbeTalos, 1), Phase::Maintenance, Step::ProbeTalos)
+        ..at(
+            &imaging(t0, Step::ProbeTalos, 1),
+            Phase::Maintenance,
+            Step::ProbeTalos,
+        )
     };
     let (s1, a) = next(&p, &s, down(), t0 + Duration::from_secs(59));
     assert_eq!((s1.phase, a.is_poll()), (Phase::Maintenance, true));
@@ -239,7 +266,11 @@ fn resumed_rescue_reconnects_or_starts_a_new_rescue_boot() {
             }
         )
     );
-    assert_eq!(s1.host_key.as_deref(), Some(HOST_KEY), "same rescue boot, same key");
+    assert_eq!(
+        s1.host_key.as_deref(),
+        Some(HOST_KEY),
+        "same rescue boot, same key"
+    );
     let (s2, a) = next(&p, &s, server(ServerStatus::Stopping, BootType::Rescue), t0);
     assert_eq!((s2.step, a), (Step::ResumeRescue, Action::PollServer));
     let (s3, a) = next(&p, &s, server(ServerStatus::Ready, BootType::Normal), t0);
@@ -255,7 +286,11 @@ fn resumed_booting_looks_at_the_boot_type() {
     let t0 = Instant::now();
     let s = State {
         host: None,
-        ..at(&imaging(t0, Step::ResumeBooting, 1), Phase::Booting, Step::ResumeBooting)
+        ..at(
+            &imaging(t0, Step::ResumeBooting, 1),
+            Phase::Booting,
+            Step::ResumeBooting,
+        )
     };
     let (s1, a) = next(&p, &s, server(ServerStatus::Ready, BootType::Rescue), t0);
     assert_eq!((s1.step, a), (Step::RebootNormal, Action::RebootNormal));
@@ -302,7 +337,12 @@ fn every_phase_change_has_an_event() {
     let p = plan();
     let t0 = Instant::now();
     let s = State::start(t0);
-    let t = advance(&p, &s, server(ServerStatus::Delivering, BootType::UnknownBootType), t0);
+    let t = advance(
+        &p,
+        &s,
+        server(ServerStatus::Delivering, BootType::UnknownBootType),
+        t0,
+    );
     assert_eq!(
         events(&t),
         [(
@@ -311,9 +351,19 @@ fn every_phase_change_has_an_event() {
             "delivering: server srv-1 (EM-A115X-SSD) is being delivered in fr-par-2"
         )]
     );
-    let t2 = advance(&p, &t.state, server(ServerStatus::Delivering, BootType::UnknownBootType), t0);
+    let t2 = advance(
+        &p,
+        &t.state,
+        server(ServerStatus::Delivering, BootType::UnknownBootType),
+        t0,
+    );
     assert!(t2.events.is_empty(), "no event without a change");
-    let t = advance(&p, &at(&s, Phase::Ready, Step::RebootRescue), Observation::Rebooted, t0);
+    let t = advance(
+        &p,
+        &at(&s, Phase::Ready, Step::RebootRescue),
+        Observation::Rebooted,
+        t0,
+    );
     assert_eq!(
         events(&t)[0].2,
         "rescue: rescue boot requested; waiting for the rescue system's SSH"
@@ -337,15 +387,34 @@ fn every_phase_change_has_an_event() {
             "imaging: writing https://img.example/v1.13.9/metal-amd64.raw.xz to /dev/nvme0n1 (attempt 1/2)"
         )]
     );
-    let t = advance(&p, &at(&imaging(t0, Step::ProbeTalos, 1), Phase::Booting, Step::ProbeTalos), Observation::TalosUp, t0);
+    let t = advance(
+        &p,
+        &at(
+            &imaging(t0, Step::ProbeTalos, 1),
+            Phase::Booting,
+            Step::ProbeTalos,
+        ),
+        Observation::TalosUp,
+        t0,
+    );
     assert_eq!(
         events(&t)[0].2,
         "maintenance: Talos maintenance API up on 127.77.0.10; applying the machine config"
     );
     // Terminal phases are reported by the driver with their own reasons.
-    let t = advance(&p, &at(&s, Phase::Configured, Step::AwaitNode), Observation::Node(Some(true)), t0);
+    let t = advance(
+        &p,
+        &at(&s, Phase::Configured, Step::AwaitNode),
+        Observation::Node(Some(true)),
+        t0,
+    );
     assert_eq!((t.state.phase, t.events.len()), (Phase::Joined, 0));
-    let t = advance(&p, &State::start(t0), server(ServerStatus::Error, BootType::Normal), t0);
+    let t = advance(
+        &p,
+        &State::start(t0),
+        server(ServerStatus::Error, BootType::Normal),
+        t0,
+    );
     assert_eq!((t.state.phase, t.events.len()), (Phase::Failed, 0));
 }
 
@@ -355,8 +424,18 @@ fn a_signed_image_url_is_not_shown_in_events() {
         image_url: "https://s3.example/metal-amd64.raw.xz?X-Amz-Signature=secret".into(),
         ..plan()
     };
-    let t = advance(&p, &imaging(Instant::now(), Step::ListLinks, 0), ok(IP_LINK), Instant::now());
+    let t = advance(
+        &p,
+        &imaging(Instant::now(), Step::ListLinks, 0),
+        ok(IP_LINK),
+        Instant::now(),
+    );
     assert!(!events(&t)[0].2.contains("secret"), "{:?}", events(&t));
-    let Action::Run { command } = &t.action else { panic!() };
-    assert!(command.contains("X-Amz-Signature=secret"), "the command keeps it");
+    let Action::Run { command } = &t.action else {
+        panic!()
+    };
+    assert!(
+        command.contains("X-Amz-Signature=secret"),
+        "the command keeps it"
+    );
 }

@@ -113,7 +113,10 @@ fn the_stream_must_match_the_node_class_checksum() {
 
     // Differs: written again without syncing or verifying.
     let t = advance(&p, &writing(1), written(OTHER_SHA), t0);
-    assert_eq!((t.state.step, t.state.image_attempts), (Step::WriteImage, 2));
+    assert_eq!(
+        (t.state.step, t.state.image_attempts),
+        (Step::WriteImage, 2)
+    );
     assert_eq!(t.state.checksum_mismatches, 1);
     assert_eq!(
         events(&t)[0],

@@ -12,9 +12,9 @@
 mod commands;
 mod driver;
 #[cfg(test)]
-mod driver_tests;
-#[cfg(test)]
 mod driver_fakes;
+#[cfg(test)]
+mod driver_tests;
 pub mod machine;
 mod resume;
 #[cfg(test)]
@@ -344,6 +344,42 @@ impl Default for Deadlines {
             maintenance: Duration::from_secs(5 * 60),
             join: Duration::from_secs(15 * 60),
         }
+    }
+}
+
+impl Deadlines {
+    /// The names [`Self::set`] accepts, in flow order.
+    pub const NAMES: [&'static str; 6] = [
+        "delivery",
+        "rescue",
+        "imaging",
+        "booting",
+        "maintenance",
+        "join",
+    ];
+
+    /// Overrides one deadline by name (for a command-line flag such as
+    /// `--install-deadline booting=30s`).
+    pub fn set(&mut self, name: &str, value: Duration) -> Result<(), String> {
+        if value.is_zero() {
+            return Err(format!("the {name} deadline must be positive"));
+        }
+        let slot = match name {
+            "delivery" => &mut self.delivery,
+            "rescue" => &mut self.rescue,
+            "imaging" => &mut self.imaging,
+            "booting" => &mut self.booting,
+            "maintenance" => &mut self.maintenance,
+            "join" => &mut self.join,
+            other => {
+                return Err(format!(
+                    "unknown install deadline {other:?} (one of {})",
+                    Self::NAMES.join(", ")
+                ));
+            }
+        };
+        *slot = value;
+        Ok(())
     }
 }
 

@@ -22,16 +22,66 @@ fn each_persisted_phase_has_its_entry_point() {
     let now = Instant::now();
     let since = now - Duration::from_secs(300);
     let cases = [
-        (None, Phase::Ordered, Step::AwaitDelivery, Action::PollServer),
-        (Some(Phase::Ordered), Phase::Ordered, Step::AwaitDelivery, Action::PollServer),
-        (Some(Phase::Delivering), Phase::Delivering, Step::AwaitDelivery, Action::PollServer),
-        (Some(Phase::Ready), Phase::Ready, Step::RebootRescue, Action::RebootRescue),
-        (Some(Phase::Rescue), Phase::Rescue, Step::ResumeRescue, Action::PollServer),
-        (Some(Phase::Imaging), Phase::Rescue, Step::ResumeRescue, Action::PollServer),
-        (Some(Phase::Booting), Phase::Booting, Step::ResumeBooting, Action::PollServer),
-        (Some(Phase::Maintenance), Phase::Maintenance, Step::ResumeMaintenance, Action::PollServer),
-        (Some(Phase::Configured), Phase::Configured, Step::AwaitNode, Action::PollNode),
-        (Some(Phase::Joined), Phase::Joined, Step::Done, Action::Finish),
+        (
+            None,
+            Phase::Ordered,
+            Step::AwaitDelivery,
+            Action::PollServer,
+        ),
+        (
+            Some(Phase::Ordered),
+            Phase::Ordered,
+            Step::AwaitDelivery,
+            Action::PollServer,
+        ),
+        (
+            Some(Phase::Delivering),
+            Phase::Delivering,
+            Step::AwaitDelivery,
+            Action::PollServer,
+        ),
+        (
+            Some(Phase::Ready),
+            Phase::Ready,
+            Step::RebootRescue,
+            Action::RebootRescue,
+        ),
+        (
+            Some(Phase::Rescue),
+            Phase::Rescue,
+            Step::ResumeRescue,
+            Action::PollServer,
+        ),
+        (
+            Some(Phase::Imaging),
+            Phase::Rescue,
+            Step::ResumeRescue,
+            Action::PollServer,
+        ),
+        (
+            Some(Phase::Booting),
+            Phase::Booting,
+            Step::ResumeBooting,
+            Action::PollServer,
+        ),
+        (
+            Some(Phase::Maintenance),
+            Phase::Maintenance,
+            Step::ResumeMaintenance,
+            Action::PollServer,
+        ),
+        (
+            Some(Phase::Configured),
+            Phase::Configured,
+            Step::AwaitNode,
+            Action::PollNode,
+        ),
+        (
+            Some(Phase::Joined),
+            Phase::Joined,
+            Step::Done,
+            Action::Finish,
+        ),
     ];
     for (persisted, phase, step, action) in cases {
         let (s, a) = resume(&progress(persisted), since, now);
@@ -42,12 +92,22 @@ fn each_persisted_phase_has_its_entry_point() {
         assert_eq!((s.image_attempts, s.rescue_returns), (2, 1));
         assert_eq!(s.host_key.as_deref(), Some("SHA256:key"));
         // Deadlines continue, except for an interrupted write.
-        let expected_since = if persisted == Some(Phase::Imaging) { now } else { since };
+        let expected_since = if persisted == Some(Phase::Imaging) {
+            now
+        } else {
+            since
+        };
         assert_eq!(s.since, expected_since, "{persisted:?}");
     }
     let (s, a) = resume(&progress(Some(Phase::Failed)), since, now);
     assert_eq!(s.phase, Phase::Failed);
-    assert!(matches!(a, Action::Fail { class: FailureClass::Internal, .. }));
+    assert!(matches!(
+        a,
+        Action::Fail {
+            class: FailureClass::Internal,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -59,7 +119,10 @@ fn booting_or_maintenance_without_disk_and_mac_installs_again() {
             ..progress(Some(phase))
         };
         let (s, a) = resume(&p, now - Duration::from_secs(60), now);
-        assert_eq!((s.phase, s.step, a), (Phase::Ready, Step::RebootRescue, Action::RebootRescue));
+        assert_eq!(
+            (s.phase, s.step, a),
+            (Phase::Ready, Step::RebootRescue, Action::RebootRescue)
+        );
         assert_eq!((s.since, s.image_attempts), (now, 0));
     }
 }
@@ -74,8 +137,23 @@ fn progress_round_trips_through_annotations() {
     };
     let annotations = p.to_annotations();
     assert_eq!(
-        annotations.get("install.karpenter.scaleway.com/started").map(String::as_str),
+        annotations
+            .get("install.karpenter.scaleway.com/started")
+            .map(String::as_str),
         Some("2026-03-01T09:51:00Z")
     );
     assert_eq!(Progress::from_annotations(&annotations), p);
+}
+
+#[test]
+fn deadlines_are_overridden_by_name() {
+    let mut d = crate::install::Deadlines::default();
+    d.set("booting", Duration::from_secs(30)).expect("known");
+    assert_eq!(d.booting, Duration::from_secs(30));
+    assert_eq!(d.imaging, Duration::from_secs(20 * 60), "others unchanged");
+    assert_eq!(
+        d.set("boot", Duration::from_secs(1)),
+        Err("unknown install deadline \"boot\" (one of delivery, rescue, imaging, booting, maintenance, join)".into())
+    );
+    assert!(d.set("join", Duration::ZERO).is_err());
 }

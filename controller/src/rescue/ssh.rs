@@ -118,15 +118,15 @@ impl RescueShell for RusshShell {
             self.connect_timeout,
             self.open(target, private_key, trusted_host_key),
         )
-            .await
-            .map_err(|_| {
-                RescueError::Timeout(format!(
-                    "connecting to {}:{} took more than {}s",
-                    target.host,
-                    target.port,
-                    self.connect_timeout.as_secs()
-                ))
-            })??;
+        .await
+        .map_err(|_| {
+            RescueError::Timeout(format!(
+                "connecting to {}:{} took more than {}s",
+                target.host,
+                target.port,
+                self.connect_timeout.as_secs()
+            ))
+        })??;
         Ok(Box::new(RusshSession {
             handle,
             host_key,

@@ -169,7 +169,11 @@ async fn the_trusted_host_key_is_accepted_and_another_refused() {
         .to_string();
 
     let mut session = shell
-        .connect(&target(port, "rescue"), &openssh(&client_key), Some(&presented))
+        .connect(
+            &target(port, "rescue"),
+            &openssh(&client_key),
+            Some(&presented),
+        )
         .await
         .expect("the trusted key connects");
     assert_eq!(session.host_key(), presented);
@@ -181,17 +185,15 @@ async fn the_trusted_host_key_is_accepted_and_another_refused() {
         .fingerprint(HashAlg::Sha256)
         .to_string();
     let err = shell
-        .connect(&target(port, "rescue"), &openssh(&client_key), Some(&trusted))
+        .connect(
+            &target(port, "rescue"),
+            &openssh(&client_key),
+            Some(&trusted),
+        )
         .await
         .err()
         .expect("refused");
-    assert_eq!(
-        err,
-        RescueError::HostKeyMismatch {
-            trusted,
-            presented
-        }
-    );
+    assert_eq!(err, RescueError::HostKeyMismatch { trusted, presented });
     // Refused before anything ran on the impostor.
     assert_eq!(*commands.lock().unwrap(), ["lsblk -dno NAME,TYPE"]);
 }

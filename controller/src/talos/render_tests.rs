@@ -94,7 +94,10 @@ fn per_node_settings_land_in_their_v1_13_places() {
         at(main, &["cluster", "token"]),
         &yaml("k8s0a1.0123456789abcdef")
     );
-    assert!(!out.contains("wc0ou0"), "the base's shared token is replaced");
+    assert!(
+        !out.contains("wc0ou0"),
+        "the base's shared token is replaced"
+    );
     // The rest of the cluster section survives.
     assert_eq!(at(main, &["cluster", "clusterName"]), &yaml("demo"));
 

@@ -25,7 +25,7 @@ use crate::machine_config::{NodeConfig, Sensitive};
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 pub const USAGES: [&str; 2] = ["digital signature", "client auth"];
 /// How often the CSR is read while waiting for its certificate.
-const CSR_POLL: Duration = Duration::from_millis(500);
+const CSR_POLL: Duration = Duration::from_millis(250);
 
 /// Where the cluster is and how to trust it, from the machine config.
 #[derive(Debug, Clone)]
