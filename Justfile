@@ -72,6 +72,10 @@ kind-up:
 # Everything CI runs
 test: proto-check lint unit e2e
 
+# Install overhead: N nodes against the simulators, flow split into platform waits and provider time (docs/figures.md)
+bench-install *ARGS: build
+    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-bench-install {{ARGS}}
+
 # The whole system against the simulators, with a live view
 demo *ARGS: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo {{ARGS}}

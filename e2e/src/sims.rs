@@ -235,3 +235,81 @@ impl TalosSimAdmin {
         self.0.delete("/_talossim/faults").await
     }
 }
+
+/// One line of emsim's event stream (`GET /_emsim/events`), as the harness
+/// uses it: what happened to which server, at which simulated time, and when
+/// the harness received it.
+#[derive(Debug, Clone)]
+pub struct EmsimEvent {
+    /// `power_on`, `power_off`, `deleted`.
+    pub kind: String,
+    pub server_id: String,
+    /// `normal`/`rescue` on `power_on`.
+    pub boot_type: Option<String>,
+    /// Simulated time of the event.
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub received: chrono::DateTime<chrono::Utc>,
+}
+
+impl EmsimAdmin {
+    /// Follows the event stream in the background, appending every event to
+    /// the returned list (reconnecting if the stream ends; the replayed
+    /// `power_on` snapshot is deduplicated by `seq`).
+    pub fn follow_events(
+        &self,
+    ) -> (
+        std::sync::Arc<std::sync::Mutex<Vec<EmsimEvent>>>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<EmsimEvent>::new()));
+        let out = events.clone();
+        let admin = self.0.clone();
+        let task = tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut last_seq: Option<u64> = None;
+            loop {
+                let resp = admin
+                    .http
+                    .get(format!("{}/_emsim/events", admin.base))
+                    .send()
+                    .await;
+                let Ok(resp) = resp else {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                };
+                let mut body = resp.bytes_stream();
+                let mut buf = Vec::<u8>::new();
+                while let Some(Ok(chunk)) = body.next().await {
+                    buf.extend_from_slice(&chunk);
+                    while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = buf.drain(..=nl).collect();
+                        let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                            continue;
+                        };
+                        let seq = v["seq"].as_u64();
+                        if seq.is_some() && last_seq.is_some() && seq <= last_seq {
+                            continue;
+                        }
+                        last_seq = seq.or(last_seq);
+                        let at = v["at"]
+                            .as_str()
+                            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                            .map(|t| t.with_timezone(&chrono::Utc));
+                        let (Some(at), Some(id)) = (at, v["server"]["id"].as_str()) else {
+                            continue;
+                        };
+                        out.lock().unwrap_or_else(|e| e.into_inner()).push(EmsimEvent {
+                            kind: v["type"].as_str().unwrap_or_default().to_string(),
+                            server_id: id.to_string(),
+                            boot_type: v["boot_type"].as_str().map(str::to_string),
+                            at,
+                            received: chrono::Utc::now(),
+                        });
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        });
+        (events, task)
+    }
+}

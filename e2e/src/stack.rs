@@ -395,13 +395,9 @@ impl Stack {
             cp.ca_pem(),
             &opts.talos_version,
         )?;
-        let expires = (chrono::Utc::now() + chrono::Duration::hours(24))
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        kubeutil::apply_yaml(
-            &client,
-            &talosconfig::bootstrap_token_secret(&base, &expires),
-        )
-        .await?;
+        // No Secret for the base config's own `cluster.token`: the cluster
+        // must not accept it, so that only the provider's per-node tokens
+        // can join (talos-sim's kubelet bootstraps with the token it got).
         apply_secret(&client, "talos-worker-config", "worker.yaml", &base.yaml).await?;
         apply_secret(&client, "rescue-ssh-key", "ssh-privatekey", &private).await?;
 

@@ -1,6 +1,10 @@
 //! The base worker machine config a user would produce with `talosctl gen config`
-//! for the cluster under test (the provider renders each node's config from it),
-//! and the bootstrap token it carries.
+//! for the cluster under test (the provider renders each node's config from it).
+//!
+//! Its `cluster.token` is deliberately unknown to the cluster (no
+//! `bootstrap-token-<id>` Secret is created for it): every node must join with
+//! the per-node token the provider renders into its config, so a node that
+//! joins proves that path.
 
 use anyhow::Result;
 use base64::Engine;
@@ -10,6 +14,8 @@ use rand::distr::Alphanumeric;
 
 pub struct BaseConfig {
     pub yaml: String,
+    /// `cluster.token` of the base config, `<token_id>.<token_secret>`; the
+    /// cluster does not accept it.
     pub token_id: String,
     pub token_secret: String,
     /// `machine.token`: the Talos machine secret of the cluster.
@@ -101,26 +107,4 @@ cluster:
         token_secret,
         machine_token,
     })
-}
-
-/// The `bootstrap.kubernetes.io/token` Secret matching the config's `cluster.token`.
-pub fn bootstrap_token_secret(cfg: &BaseConfig, expiration_rfc3339: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata:
-  name: bootstrap-token-{id}
-  namespace: kube-system
-type: bootstrap.kubernetes.io/token
-stringData:
-  token-id: "{id}"
-  token-secret: "{secret}"
-  expiration: "{expiration_rfc3339}"
-  usage-bootstrap-authentication: "true"
-  usage-bootstrap-signing: "true"
-  auth-extra-groups: system:bootstrappers:worker
-"#,
-        id = cfg.token_id,
-        secret = cfg.token_secret
-    )
 }

@@ -150,7 +150,10 @@ async fn fault_api_arms_lists_and_clears() {
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(json["kind"], "corrupt_write");
     assert_eq!(json["server_id"], "srv-1");
-    assert_eq!((json["count"].as_u64(), json["fired"].as_u64()), (Some(3), Some(0)));
+    assert_eq!(
+        (json["count"].as_u64(), json["fired"].as_u64()),
+        (Some(3), Some(0))
+    );
     arm(&sim, r#"{"kind":"never_ready"}"#).await;
     let (status, json) = admin(&sim, Method::GET, None).await;
     assert_eq!(status, StatusCode::OK);

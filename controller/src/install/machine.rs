@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::commands::{self, Compression, Written};
-use super::{Deadlines, InstallEvent, InstallSettings, InstallSpec, Phase};
+use super::commands::{self, Written};
+use super::{InstallEvent, Phase};
 use crate::rescue::{CommandOutput, RescueError};
 use crate::scaleway::{ApiError, BootType, Server, ServerStatus};
 use crate::talos::TalosError;
@@ -20,84 +20,6 @@ use crate::talos::TalosError;
 use super::NodePortError;
 
 pub use super::resume::resume;
-
-/// What does not change during one install.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub image_url: String,
-    pub compression: Compression,
-    pub install_disk: Option<String>,
-    pub deadlines: Deadlines,
-    /// Image writes allowed per rescue boot.
-    pub image_attempts: u32,
-    /// NodeClass checksum (lowercase hex) the streamed image must match.
-    pub image_sha256: Option<String>,
-    /// Returns to rescue allowed when the maintenance API never comes up.
-    pub rescue_returns: u32,
-    /// Consecutive failed Elastic Metal calls tolerated within a phase.
-    pub api_failures: u32,
-    /// How long the maintenance API may stay unreachable after an apply whose
-    /// outcome is unknown before the config is assumed applied.
-    pub apply_grace: Duration,
-    /// For Events.
-    pub server_id: String,
-    pub zone: String,
-    pub offer_name: String,
-    pub node_name: String,
-    pub rescue_ssh_key_id: String,
-}
-
-impl Plan {
-    /// Fails when the spec cannot be installed at all (e.g. an image format we
-    /// cannot decompress, a checksum that is not a sha256).
-    pub fn new(spec: &InstallSpec, settings: &InstallSettings) -> Result<Self, String> {
-        let image_sha256 = match spec.image_sha256.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(hash) if hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
-                Some(hash.to_ascii_lowercase())
-            }
-            Some(_) => {
-                return Err(format!(
-                    "the NodeClass image checksum for {} is not a sha256 (64 hex digits)",
-                    spec.arch
-                ));
-            }
-        };
-        Ok(Plan {
-            compression: Compression::from_url(&spec.image_url)?,
-            image_url: spec.image_url.clone(),
-            install_disk: spec.install_disk.clone(),
-            deadlines: settings.deadlines.clone(),
-            image_attempts: settings.image_attempts.max(1),
-            image_sha256,
-            rescue_returns: settings.rescue_returns,
-            api_failures: settings.api_failure_budget.max(1),
-            apply_grace: settings.apply_grace,
-            server_id: spec.server_id.clone(),
-            zone: spec.zone.clone(),
-            offer_name: spec.offer_name.clone(),
-            node_name: spec.node_name.clone(),
-            rescue_ssh_key_id: spec.rescue_ssh_key_id.clone(),
-        })
-    }
-
-    pub fn deadline(&self, phase: Phase) -> Option<Duration> {
-        let d = &self.deadlines;
-        match phase {
-            Phase::Ordered | Phase::Delivering => Some(d.delivery),
-            Phase::Ready | Phase::Rescue => Some(d.rescue),
-            Phase::Imaging => Some(d.imaging),
-            Phase::Booting => Some(d.booting),
-            Phase::Maintenance => Some(d.maintenance),
-            Phase::Configured => Some(d.join),
-            Phase::Joined | Phase::Failed => None,
-        }
-    }
-
-    fn url(&self) -> &str {
-        commands::display_url(&self.image_url)
-    }
-}
 
 /// What the machine is waiting for within its phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,55 +141,6 @@ pub enum Observation {
     NodeFailed(NodePortError),
 }
 
-/// Why an install failed, in classes: the metric label, and what the driver
-/// does beyond the cleanup (out of stock marks the offering unavailable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FailureClass {
-    /// The server went `out_of_stock` after the order.
-    OutOfStock,
-    /// The server went `error` or `locked`.
-    ServerStatus,
-    /// The server was deleted under us.
-    ServerGone,
-    /// A phase did not complete within its deadline.
-    Deadline,
-    /// The Talos maintenance API never came up, even after going back to rescue.
-    MaintenanceNeverUp,
-    /// Every image write allowed failed (download, write or verification).
-    ImageAttempts,
-    /// The image does not match the NodeClass checksum, or cannot be used.
-    Image,
-    /// The Elastic Metal API refused a call, or failed too many times in a row.
-    Api,
-    /// The rescue system could not be used (disk, NIC, key, commands).
-    Rescue,
-    /// The rescue host key changed within one rescue boot.
-    HostKey,
-    /// The machine config could not be rendered or Talos rejected it.
-    Config,
-    /// An observation the machine did not expect (a bug).
-    Internal,
-}
-
-impl FailureClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureClass::OutOfStock => "out_of_stock",
-            FailureClass::ServerStatus => "server_status",
-            FailureClass::ServerGone => "server_gone",
-            FailureClass::Deadline => "deadline",
-            FailureClass::MaintenanceNeverUp => "maintenance_never_up",
-            FailureClass::ImageAttempts => "image_attempts",
-            FailureClass::Image => "image",
-            FailureClass::Api => "api",
-            FailureClass::Rescue => "rescue",
-            FailureClass::HostKey => "host_key",
-            FailureClass::Config => "config",
-            FailureClass::Internal => "internal",
-        }
-    }
-}
-
 /// The one thing to do next. Polls (`PollServer`, `ConnectSsh`, `ProbeTalos`,
 /// `PollNode`) are performed after the poll interval.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -370,71 +243,6 @@ pub fn advance(plan: &Plan, state: &State, obs: Observation, now: Instant) -> Tr
 pub fn next(plan: &Plan, state: &State, obs: Observation, now: Instant) -> (State, Action) {
     let t = advance(plan, state, obs, now);
     (t.state, t.action)
-}
-
-pub(super) fn phase_event(message: String) -> InstallEvent {
-    InstallEvent {
-        warning: false,
-        reason: "InstallPhase".to_string(),
-        message,
-    }
-}
-
-pub(super) fn retry_event(message: String) -> InstallEvent {
-    InstallEvent {
-        warning: true,
-        reason: "InstallRetry".to_string(),
-        message,
-    }
-}
-
-/// The InstallPhase message for entering `state.phase`; `None` for the
-/// terminal phases (the driver reports those with their own reasons).
-pub fn phase_message(plan: &Plan, state: &State) -> Option<String> {
-    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_string());
-    Some(match state.phase {
-        Phase::Ordered => format!(
-            "ordered: server {} ({}) ordered in {}; waiting for delivery",
-            plan.server_id, plan.offer_name, plan.zone
-        ),
-        Phase::Delivering => format!(
-            "delivering: server {} ({}) is being delivered in {}",
-            plan.server_id, plan.offer_name, plan.zone
-        ),
-        Phase::Ready => format!(
-            "ready: server {} is delivered; rebooting into rescue mode with SSH key {}",
-            plan.server_id, plan.rescue_ssh_key_id
-        ),
-        Phase::Rescue => {
-            "rescue: rescue boot requested; waiting for the rescue system's SSH".to_string()
-        }
-        Phase::Imaging => format!(
-            "imaging: SSH session open as {}@{} (host key {}); finding the install disk and the primary NIC",
-            or_unknown(&state.user),
-            or_unknown(&state.host),
-            or_unknown(&state.host_key)
-        ),
-        Phase::Booting => match &state.written {
-            Some(w) => format!(
-                "booting: image verified on /dev/{} ({} bytes, sha256 {}); rebooting into Talos",
-                or_unknown(&state.disk),
-                w.bytes,
-                w.sha256
-            ),
-            None => "booting: rebooting into Talos".to_string(),
-        },
-        Phase::Maintenance => format!(
-            "maintenance: Talos maintenance API up on {}; applying the machine config",
-            or_unknown(&state.host)
-        ),
-        Phase::Configured => format!(
-            "configured: machine config applied (install disk /dev/{}, primary NIC {}); waiting for Node {} to be Ready",
-            or_unknown(&state.disk),
-            or_unknown(&state.mac),
-            plan.node_name
-        ),
-        Phase::Joined | Phase::Failed => return None,
-    })
 }
 
 pub(super) fn fail(
@@ -723,103 +531,11 @@ fn transition(
             }
         }
         (Step::WriteImage, Observation::Command(out)) => {
-            if !out.success() {
-                return rewrite(
-                    plan,
-                    state,
-                    now,
-                    command_failed("image write", &out),
-                    events,
-                );
-            }
-            let written = match commands::parse_written(&out.stdout, &out.stderr) {
-                Ok(written) => written,
-                Err(reason) => {
-                    return fail(
-                        state,
-                        now,
-                        format!("cannot read the result of the image write: {reason}"),
-                        FailureClass::Rescue,
-                    );
-                }
-            };
-            if written.bytes == 0 {
-                return rewrite(
-                    plan,
-                    state,
-                    now,
-                    "the image stream was empty".to_string(),
-                    events,
-                );
-            }
-            if let Some(expected) = plan.image_sha256.as_deref()
-                && written.sha256 != expected
-            {
-                let next = State {
-                    checksum_mismatches: state.checksum_mismatches + 1,
-                    ..state.clone()
-                };
-                let reason = format!(
-                    "image {} streamed sha256 {}, but the NodeClass expects {expected}",
-                    plan.url(),
-                    written.sha256
-                );
-                return rewrite(plan, &next, now, reason, events);
-            }
-            let next = State {
-                written: Some(written),
-                checksum_mismatches: 0,
-                ..stay(state, Step::Sync)
-            };
-            let command = commands::sync(state.as_root());
-            (next, Action::Run { command })
+            imaging::written(plan, state, &out, now, events)
         }
-        (Step::Sync, Observation::Command(out)) => {
-            if !out.success() {
-                return fail(
-                    state,
-                    now,
-                    command_failed("sync", &out),
-                    FailureClass::Rescue,
-                );
-            }
-            let (Some(disk), Some(written)) = (&state.disk, &state.written) else {
-                return fail(
-                    state,
-                    now,
-                    "internal error: nothing written to verify".to_string(),
-                    FailureClass::Internal,
-                );
-            };
-            let command = commands::verify_image(disk, written.bytes, state.as_root());
-            (stay(state, Step::Verify), Action::Run { command })
-        }
+        (Step::Sync, Observation::Command(out)) => imaging::synced(state, &out, now),
         (Step::Verify, Observation::Command(out)) => {
-            let read_back = if out.success() {
-                commands::parse_sha256sum(&out.stdout)
-            } else {
-                Err(command_failed("reading the image back", &out))
-            };
-            let written = state.written.clone().unwrap_or(Written {
-                bytes: 0,
-                sha256: String::new(),
-            });
-            match read_back {
-                Ok(hash) if hash == written.sha256 => (
-                    go(state, Phase::Booting, Step::RebootNormal, now),
-                    Action::RebootNormal,
-                ),
-                Ok(hash) => {
-                    let reason = format!(
-                        "the {} bytes read back from /dev/{} have sha256 {hash}, not {} as streamed",
-                        written.bytes,
-                        state.disk.as_deref().unwrap_or("?"),
-                        written.sha256
-                    );
-                    rewrite(plan, state, now, reason, events)
-                }
-                Err(reason) => rewrite(plan, state, now, reason, events),
-            }
+            imaging::verified(plan, state, &out, now, events)
         }
 
         (Step::RebootNormal, Observation::Rebooted) => {
@@ -966,66 +682,6 @@ fn host_key_changed(state: &State, trusted: &str, presented: &str) -> String {
     )
 }
 
-/// Starts an image write (a new attempt): the imaging clock restarts, so each
-/// write gets the whole imaging deadline.
-fn start_write(
-    plan: &Plan,
-    state: &State,
-    now: Instant,
-    events: &mut Vec<InstallEvent>,
-) -> (State, Action) {
-    let next = State {
-        phase: Phase::Imaging,
-        step: Step::WriteImage,
-        since: now,
-        image_attempts: state.image_attempts + 1,
-        written: None,
-        ..state.clone()
-    };
-    let disk = next.disk.clone().unwrap_or_default();
-    events.push(phase_event(format!(
-        "imaging: writing {} to /dev/{disk} (attempt {}/{})",
-        plan.url(),
-        next.image_attempts,
-        plan.image_attempts
-    )));
-    let command = commands::write_image(&plan.image_url, plan.compression, &disk, next.as_root());
-    (next, Action::Run { command })
-}
-
-/// The last write did not land as it should: write again on the same session
-/// while the budget lasts.
-fn rewrite(
-    plan: &Plan,
-    state: &State,
-    now: Instant,
-    reason: String,
-    events: &mut Vec<InstallEvent>,
-) -> (State, Action) {
-    if state.image_attempts >= plan.image_attempts {
-        return attempts_exhausted(plan, state, now, &reason);
-    }
-    events.push(retry_event(format!(
-        "imaging: {reason}; writing the image again"
-    )));
-    start_write(plan, state, now, events)
-}
-
-fn attempts_exhausted(plan: &Plan, state: &State, now: Instant, last: &str) -> (State, Action) {
-    let n = state.image_attempts;
-    if plan.image_sha256.is_some() && n > 0 && state.checksum_mismatches == n {
-        // The same wrong image every time: the mirror or the checksum is wrong.
-        let reason = format!("{last} (on each of the {n} attempts)");
-        return fail(state, now, reason, FailureClass::Image);
-    }
-    fail(
-        state,
-        now,
-        format!("the image write failed {n} time(s) in this rescue boot; last: {last}"),
-        FailureClass::ImageAttempts,
-    )
-}
-
 /// The maintenance API never came up after the normal boot: the image on disk
 /// may be bad in a way the read-back could not see (or the boot went wrong).
 /// Write it again from a fresh rescue boot, once; then give up.
@@ -1087,6 +743,20 @@ fn command_failed(what: &str, out: &CommandOutput) -> String {
     let excerpt: String = stderr.chars().take(300).collect();
     format!("{what} exited with status {}: {excerpt}", out.exit_status)
 }
+
+#[path = "machine_plan.rs"]
+mod plan;
+pub use plan::{FailureClass, Plan};
+
+#[path = "machine_imaging.rs"]
+mod imaging;
+
+#[path = "machine_events.rs"]
+mod events;
+
+pub use events::phase_message;
+pub(super) use events::{phase_event, retry_event};
+use imaging::{attempts_exhausted, start_write};
 
 #[cfg(test)]
 #[path = "machine_tests.rs"]

@@ -3,6 +3,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
+use crate::install::commands::Compression;
+use crate::install::{Deadlines, InstallSettings};
 use crate::scaleway::{Ip, RescueServer};
 
 const URL: &str = "https://img.example/v1.13.9/metal-amd64.raw.xz";
