@@ -159,7 +159,10 @@ impl EmsimAdmin {
             .await?;
         let status = resp.status();
         if !status.is_success() {
-            anyhow::bail!("PUT /_emsim/stock answered {status}: {}", resp.text().await?);
+            anyhow::bail!(
+                "PUT /_emsim/stock answered {status}: {}",
+                resp.text().await?
+            );
         }
         Ok(())
     }
@@ -298,13 +301,15 @@ impl EmsimAdmin {
                         let (Some(at), Some(id)) = (at, v["server"]["id"].as_str()) else {
                             continue;
                         };
-                        out.lock().unwrap_or_else(|e| e.into_inner()).push(EmsimEvent {
-                            kind: v["type"].as_str().unwrap_or_default().to_string(),
-                            server_id: id.to_string(),
-                            boot_type: v["boot_type"].as_str().map(str::to_string),
-                            at,
-                            received: chrono::Utc::now(),
-                        });
+                        out.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(EmsimEvent {
+                                kind: v["type"].as_str().unwrap_or_default().to_string(),
+                                server_id: id.to_string(),
+                                boot_type: v["boot_type"].as_str().map(str::to_string),
+                                at,
+                                received: chrono::Utc::now(),
+                            });
                     }
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -425,10 +425,7 @@ impl Stack {
 
         let secrets = secret_fingerprints(&private, &base);
         let seen_tokens = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
-        let token_watch = tokio::spawn(watch_bootstrap_tokens(
-            client.clone(),
-            seen_tokens.clone(),
-        ));
+        let token_watch = tokio::spawn(watch_bootstrap_tokens(client.clone(), seen_tokens.clone()));
         let stack = Stack {
             opts,
             cp,

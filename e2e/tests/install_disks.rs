@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use e2e::kubeutil;
 use e2e::progress::ClaimWatch;
 use e2e::scenario;
 use e2e::stack::{Stack, StackOptions};
-use e2e::kubeutil;
 
 /// (NodePool, offer, the disk the rescue system shows first).
 const CASES: [(&str, &str, &str); 2] = [
@@ -28,7 +28,11 @@ async fn run(stack: &mut Stack) -> Result<()> {
     for (pool, offer, _) in CASES {
         kubeutil::apply_yaml(
             &stack.client,
-            &Stack::nodepool_yaml(pool, "default", &scenario::instance_types_requirement(&[offer])),
+            &Stack::nodepool_yaml(
+                pool,
+                "default",
+                &scenario::instance_types_requirement(&[offer]),
+            ),
         )
         .await?;
         kubeutil::apply_yaml(
@@ -88,8 +92,11 @@ async fn run(stack: &mut Stack) -> Result<()> {
         // The disk found in rescue is persisted and rendered into the config.
         let obj = kubeutil::nodeclaims(&stack.client).get(&claim.name).await?;
         ensure!(
-            kubeutil::annotation(&obj, &format!("{}disk", kubeutil::INSTALL_ANNOTATION_PREFIX))
-                .is_some_and(|d| d.trim_start_matches("/dev/") == disk),
+            kubeutil::annotation(
+                &obj,
+                &format!("{}disk", kubeutil::INSTALL_ANNOTATION_PREFIX)
+            )
+            .is_some_and(|d| d.trim_start_matches("/dev/") == disk),
             "{pool}: install disk annotation is not {disk}"
         );
         let config = sim["applied_configs"]
@@ -101,7 +108,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
             config.contains(&format!("disk: {device}")),
             "{pool}: the machine config does not install to {device}"
         );
-        println!("{pool}: {offer} -> image on {device}, node {} joined", claim.name);
+        println!(
+            "{pool}: {offer} -> image on {device}, node {} joined",
+            claim.name
+        );
     }
     let pools: Vec<&str> = CASES.iter().map(|c| c.0).collect();
     scenario::scale_to_zero_and_check_clean(stack, &pools, Duration::from_secs(180)).await

@@ -276,10 +276,16 @@ async fn run(stack: &mut Stack) -> Result<()> {
             list.iter().map(|c| describe(c)).collect::<Vec<_>>()
         );
         let (failed, replacement) = (list[0], list[1]);
-        ensure!(failed.gone, "{pool}: first NodeClaim {} not deleted", failed.name);
+        ensure!(
+            failed.gone,
+            "{pool}: first NodeClaim {} not deleted",
+            failed.name
+        );
         let events = kubeutil::nodeclaim_events(&stack.client, &failed.name).await?;
         ensure!(
-            events.iter().any(|e| e.reason == reason && e.type_ == "Warning"),
+            events
+                .iter()
+                .any(|e| e.reason == reason && e.type_ == "Warning"),
             "{pool}: no Warning {reason} Event on {}: {events:?}",
             failed.name
         );
@@ -372,7 +378,9 @@ fn image_writes(sim: &Value) -> u64 {
         .map(|cmds| {
             cmds.iter()
                 .filter_map(Value::as_str)
-                .filter(|c| c.contains("curl") && (c.contains("tee /dev/") || c.contains("of=/dev/")))
+                .filter(|c| {
+                    c.contains("curl") && (c.contains("tee /dev/") || c.contains("of=/dev/"))
+                })
                 .count() as u64
         })
         .unwrap_or(0)

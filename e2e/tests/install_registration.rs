@@ -48,7 +48,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
         .wait_for(
             &format!("NodeClaim {name} Registered"),
             Duration::from_secs(60),
-            |c| c.get(&name).and_then(|c| c.registered.map(|r| (r, c.clone()))),
+            |c| {
+                c.get(&name)
+                    .and_then(|c| c.registered.map(|r| (r, c.clone())))
+            },
         )
         .await?;
     let (registered_at, at_registration) = registered;

@@ -169,7 +169,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
 
     // Exactly one order per NodeClaim, whatever the kills interrupted.
     let orders = scenario::orders_placed(stack).await?;
-    ensure!(orders == 2, "emsim accepted {orders} orders for 2 NodeClaims");
+    ensure!(
+        orders == 2,
+        "emsim accepted {orders} orders for 2 NodeClaims"
+    );
     for name in claims.keys() {
         let servers = scenario::servers_of_claim(stack, name).await?;
         ensure!(
@@ -184,7 +187,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
             .iter()
             .filter_map(|b| b["boot_type"].as_str())
             .collect();
-        let sim = stack.talossim.server(s["id"].as_str().unwrap_or("")).await?;
+        let sim = stack
+            .talossim
+            .server(s["id"].as_str().unwrap_or(""))
+            .await?;
         let sim = sim.context("talos-sim has no record of the server")?;
         ensure!(
             sim["disk"]["image_sha256"] == stack.image_payload_sha256.as_str(),

@@ -18,13 +18,16 @@ use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use e2e::image::Transfer;
+use e2e::kubeutil;
 use e2e::scenario;
 use e2e::sims::EmsimEvent;
 use e2e::stack::{Stack, StackOptions};
-use e2e::kubeutil;
 
 #[derive(Parser, Debug)]
-#[command(name = "kps-bench-install", about = "Install overhead of the provider against the simulators")]
+#[command(
+    name = "kps-bench-install",
+    about = "Install overhead of the provider against the simulators"
+)]
 struct Args {
     /// Nodes to provision (one pod per node).
     #[arg(long, default_value_t = 5)]
@@ -99,13 +102,13 @@ async fn main() -> Result<()> {
     e2e::install_crypto();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
-    if args.nodes == 0 || !(args.time_scale > 0.0) || args.image_rate == 0 {
+    if args.nodes == 0 || args.time_scale.is_nan() || args.time_scale <= 0.0 || args.image_rate == 0
+    {
         bail!("--nodes, --time-scale and --image-rate must be positive");
     }
     let mut opts = StackOptions::for_test("bench-install")?;
@@ -338,21 +341,40 @@ fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]
     println!("  flow      order accepted by emsim -> Node Ready seen by a watch");
     println!("  delivery  order -> server delivered (emsim power_on)");
     println!("  rescue    rescue reboot requested -> rescue system up (emsim)");
-    println!("  transfer  image download start -> last byte sent (image server, {} B/s)", args.image_rate);
+    println!(
+        "  transfer  image download start -> last byte sent (image server, {} B/s)",
+        args.image_rate
+    );
     println!("  normal    normal reboot requested -> server up (emsim)");
-    println!("  join      config applied (talos-sim) -> Node Ready (Talos install reboot, kubelet TLS bootstrap, registration)");
+    println!(
+        "  join      config applied (talos-sim) -> Node Ready (Talos install reboot, kubelet TLS bootstrap, registration)"
+    );
     println!("  platform  delivery + rescue + transfer + normal + join");
     println!("  added     flow - platform = the provider's four gaps:");
     println!("              a1 delivered -> rescue reboot requested (status poll)");
     println!("              a2 rescue up -> download start (SSH connect poll, lsblk, ip)");
-    println!("              a3 download end -> normal reboot requested (write tail, sync, read-back verify)");
+    println!(
+        "              a3 download end -> normal reboot requested (write tail, sync, read-back verify)"
+    );
     println!("              a4 server up -> config applied (maintenance API poll, render, apply)");
     println!("  launch    NodeClaim seen -> order (Karpenter batch + Create; outside the flow)");
     println!();
     println!(
         "{:<16} {:>7} | {:>8} {:>6} {:>8} {:>6} {:>6} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>7} | {:>6}",
-        "node", "flow", "delivery", "rescue", "transfer", "normal", "join", "a1", "a2", "a3", "a4",
-        "added", "added%", "launch"
+        "node",
+        "flow",
+        "delivery",
+        "rescue",
+        "transfer",
+        "normal",
+        "join",
+        "a1",
+        "a2",
+        "a3",
+        "a4",
+        "added",
+        "added%",
+        "launch"
     );
     let mut total_flow = 0.0;
     let mut total_added = 0.0;
@@ -369,8 +391,15 @@ fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]
             "{:<16} {:>7.3} | {:>8.3} {:>6.3} {:>8.3} {:>6.3} {:>6.3} | {:>6.3} {:>6.3} {:>6.3} {:>6.3} | {:>6.3} {:>6.2}% | {:>6}",
             f.claim,
             f.flow(),
-            p[0], p[1], p[2], p[3], p[4],
-            a[0], a[1], a[2], a[3],
+            p[0],
+            p[1],
+            p[2],
+            p[3],
+            p[4],
+            a[0],
+            a[1],
+            a[2],
+            a[3],
             added,
             pct,
             f.launch.map_or("-".into(), |l| format!("{l:.3}")),

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Checks of the Helm charts and examples/ (run by `just chart-check`, part of `just test`):
+#
+#  1. the CRD chart equals its sources (hack/chart-crds.sh check);
+#  2. `helm lint --strict` of both charts (karpenter-scaleway with each ci/*-values.yaml);
+#  3. `helm template` with each ci/*-values.yaml, and the errors the chart must give
+#     for a missing cluster name, missing credentials and a malformed zone;
+#  4. every environment variable the chart gives the provider container is one
+#     `karpenter-scaleway serve` reads, and every one it gives the bridge is read by
+#     Karpenter core or the bridge;
+#  5. with KPS_KUBECONFIG: `kubectl apply --dry-run=server --validate=strict` of the
+#     rendered charts and of examples/ against that cluster. This creates the CRDs and
+#     the release namespace for real (a dry-run of a NodePool needs its CRD), so point
+#     it at a test control plane such as the e2e one.
+#
+#   KPS_KUBECONFIG    cluster for step 5 (skipped when unset)
+#   KPS_KUBECTL       kubectl binary (default: kubectl on PATH)
+#   KPS_PROVIDER_BIN  karpenter-scaleway binary (default: cargo run -p karpenter-scaleway)
+#   KPS_CHART_OUT     keep the rendered manifests in this directory
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+crd_chart=charts/karpenter-crd
+chart=charts/karpenter-scaleway
+namespace=karpenter
+
+log() { printf 'chart-check: %s\n' "$*" >&2; }
+die() {
+	log "FAIL: $*"
+	exit 1
+}
+
+helm="$(hack/helm.sh | tail -n 1)"
+if [[ -n "${KPS_CHART_OUT:-}" ]]; then
+	out="$KPS_CHART_OUT"
+	mkdir -p "$out"
+else
+	out="$(mktemp -d)"
+	trap 'rm -rf "$out"' EXIT
+fi
+
+if [[ -n "${KPS_PROVIDER_BIN:-}" ]]; then
+	provider=("$KPS_PROVIDER_BIN")
+else
+	cargo build --quiet -p karpenter-scaleway --bin karpenter-scaleway
+	provider=("$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/karpenter-scaleway")
+fi
+export KPS_PROVIDER_BIN="${provider[0]}"
+
+# 1. CRDs
+hack/chart-crds.sh check
+
+# 2. lint
+"$helm" lint --strict "$crd_chart" >/dev/null || die "helm lint $crd_chart"
+values_files=("$chart"/ci/*-values.yaml)
+for values in "${values_files[@]}"; do
+	"$helm" lint --strict "$chart" -f "$values" >/dev/null || die "helm lint $chart -f $values"
+done
+log "helm lint: $crd_chart, $chart with ${#values_files[@]} values files"
+
+# 3. template
+"$helm" template karpenter-crd "$crd_chart" >"$out/karpenter-crd.yaml"
+for values in "${values_files[@]}"; do
+	name="$(basename "$values" .yaml)"
+	"$helm" template karpenter "$chart" -n "$namespace" -f "$values" >"$out/$name.yaml" ||
+		die "helm template $chart -f $values"
+done
+log "helm template: rendered into $out"
+
+# Renders that must fail, with a message that says what to set.
+expect_failure() {
+	local what="$1" want="$2"
+	shift 2
+	local err
+	if err="$("$helm" template karpenter "$chart" -n "$namespace" "$@" 2>&1 >/dev/null)"; then
+		die "$what: rendered, but must fail"
+	fi
+	grep -qF -- "$want" <<<"$err" || die "$what: error does not mention '$want': $err"
+}
+expect_failure "no clusterName" "clusterName is required" --set scaleway.existingSecret=s
+expect_failure "no credentials" "set scaleway.existingSecret" --set clusterName=c
+expect_failure "malformed zone" "/scaleway/zones/0" -f "$chart/ci/default-values.yaml" --set 'scaleway.zones[0]=Paris'
+expect_failure "unknown value" "additional properties" -f "$chart/ci/default-values.yaml" --set clustername=typo
+expect_failure "two replicas without election" "needs replicas: 1" -f "$chart/ci/default-values.yaml" \
+	--set replicas=2 --set settings.leaderElection.enabled=false
+log "helm template: refuses a missing cluster name, missing credentials, a bad zone, an unknown key, replicas without election"
+
+# 4. environment variables
+python3 -c 'import yaml' 2>/dev/null || die "python3 with PyYAML is needed to read the rendered manifests (apt-get install python3-yaml)"
+provider_env="$("${provider[@]}" serve --help | grep -o '\[env: [A-Z0-9_]*' | cut -d' ' -f2 | sort -u)"
+[[ -n "$provider_env" ]] || die "karpenter-scaleway serve --help lists no environment variables"
+karpenter_dir="$(cd bridge && go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
+for values in "${values_files[@]}"; do
+	name="$(basename "$values" .yaml)"
+	python3 - "$out/$name.yaml" >"$out/$name.env" <<-'PY'
+		import sys, yaml
+		for doc in yaml.safe_load_all(open(sys.argv[1])):
+		    if not doc or doc.get("kind") != "Deployment":
+		        continue
+		    for c in doc["spec"]["template"]["spec"]["containers"]:
+		        for e in c.get("env", []):
+		            print(c["name"], e["name"])
+	PY
+	while read -r container var; do
+		# Variables a values file adds through extraEnv are the user's business.
+		if grep -qE "^ *- name: $var\$" "$values"; then continue; fi
+		case "$container" in
+		provider)
+			# RUST_LOG is read by the tracing filter, not by clap.
+			[[ "$var" == RUST_LOG ]] || grep -qx "$var" <<<"$provider_env" ||
+				die "$name: provider env $var is not read by karpenter-scaleway serve"
+			;;
+		bridge)
+			grep -q "\"$var\"" "$karpenter_dir/pkg/operator/options/options.go" bridge/pkg/cloudprovider/options.go ||
+				die "$name: bridge env $var is read neither by Karpenter core nor by the bridge"
+			;;
+		*) die "$name: unexpected container $container" ;;
+		esac
+	done <"$out/$name.env"
+	[[ -s "$out/$name.env" ]] || die "$name: no Deployment with env rendered"
+done
+log "env: every variable the chart sets is read by the container it is given to"
+
+# 5. server-side dry-run
+if [[ -z "${KPS_KUBECONFIG:-}" ]]; then
+	log "KPS_KUBECONFIG unset: skipped the server-side dry-run of the manifests and examples/"
+	log "PASS"
+	exit 0
+fi
+kubectl="${KPS_KUBECTL:-kubectl}"
+command -v "$kubectl" >/dev/null || die "no kubectl ('$kubectl'); set KPS_KUBECTL"
+k() { "$kubectl" --kubeconfig "$KPS_KUBECONFIG" "$@"; }
+
+# CRDs and the namespace for real: the dry-run of anything else needs them.
+k apply --server-side --force-conflicts -f "$out/karpenter-crd.yaml" >/dev/null
+k wait --for condition=Established --timeout 60s -f "$out/karpenter-crd.yaml" >/dev/null
+k create namespace "$namespace" --dry-run=client -o yaml | k apply -f - >/dev/null
+have_servicemonitor=0
+k get crd servicemonitors.monitoring.coreos.com >/dev/null 2>&1 && have_servicemonitor=1
+
+dry_run() {
+	local file="$1"
+	k apply --dry-run=server --validate=strict -f "$file" >/dev/null || die "server-side dry-run of $file"
+}
+for values in "${values_files[@]}"; do
+	name="$(basename "$values" .yaml)"
+	file="$out/$name.yaml"
+	if [[ "$have_servicemonitor" == 0 ]] && grep -q '^kind: ServiceMonitor' "$file"; then
+		# The cluster has no prometheus-operator: validate everything else.
+		python3 - "$file" >"$out/$name.no-sm.yaml" <<-'PY'
+			import sys, yaml
+			docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") != "ServiceMonitor"]
+			yaml.safe_dump_all(docs, sys.stdout)
+		PY
+		log "$name: no ServiceMonitor CRD in the cluster, dry-running without the ServiceMonitor"
+		file="$out/$name.no-sm.yaml"
+	fi
+	dry_run "$file"
+done
+for example in examples/*.yaml; do
+	dry_run "$example"
+done
+log "server-side dry-run: both values files and $(ls examples/*.yaml | wc -l) examples accepted"
+log "PASS"
