@@ -69,8 +69,22 @@ e2e-kind: build
 kind-up:
     kind create cluster --name kps-e2e --config kind-config.yaml
 
+# hack/chart-check.sh: CRDs equal their sources, lint, template, env names; with
+# KPS_KUBECONFIG set, also a server-side dry-run of the charts and examples/.
+# Helm charts and examples/ checks
+chart-check:
+    hack/chart-check.sh
+
+# Needs Docker with BuildKit; images are named REGISTRY/<name>:TAG.
+# Container images: karpenter-scaleway, karpenter-bridge, emsim, talos-sim
+images TAG="dev" REGISTRY="localhost":
+    docker build -f controller/Dockerfile -t {{REGISTRY}}/karpenter-scaleway:{{TAG}} .
+    docker build -f bridge/Dockerfile -t {{REGISTRY}}/karpenter-bridge:{{TAG}} .
+    docker build -f emsim/Dockerfile -t {{REGISTRY}}/emsim:{{TAG}} .
+    docker build -f talos-sim/Dockerfile -t {{REGISTRY}}/talos-sim:{{TAG}} .
+
 # Everything CI runs
-test: proto-check lint unit e2e
+test: proto-check lint unit chart-check e2e
 
 # Install overhead: N nodes against the simulators, flow split into platform waits and provider time (docs/figures.md)
 bench-install *ARGS: build

@@ -340,7 +340,7 @@ async fn sweep_deletes_orphans_and_skips_on_a_failed_nodeclaim_list() {
         .await;
     Mock::given(method("GET"))
         .and(path("/apis/karpenter.sh/v1/nodeclaims"))
-        .respond_with(status(503, "ServiceUnavailable"))
+        .respond_with(status(500, "InternalError"))
         .mount(&failing)
         .await;
     Mock::given(method("DELETE"))

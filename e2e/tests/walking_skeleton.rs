@@ -144,8 +144,15 @@ async fn run(stack: &Stack) -> Result<()> {
     ensure!(
         commands
             .iter()
-            .any(|c| c.contains("curl") && c.contains("xz -d") && c.contains("dd of=/dev/")),
-        "no curl | xz -d | dd in rescue: {commands:?}"
+            .any(|c| c.contains("curl") && c.contains("xz -d") && c.contains("tee /dev/")),
+        "no curl | xz -d | ... | tee /dev/<disk> in rescue: {commands:?}"
+    );
+    // The write is verified by reading the disk back before the reboot.
+    ensure!(
+        commands
+            .iter()
+            .any(|c| c.contains("dd if=/dev/") && c.contains("count_bytes") && c.contains("sha256sum")),
+        "no read-back verification in rescue: {commands:?}"
     );
     ensure!(
         sim["disk"]["image_sha256"] == stack.image_payload_sha256.as_str(),

@@ -102,6 +102,8 @@ pub struct CatalogStore {
     inputs: Mutex<Inputs>,
     tx: watch::Sender<Arc<Snapshot>>,
     unavailable_ttl: Duration,
+    /// One lock per (offer, zone), held while an order for it is in flight.
+    order_locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl CatalogStore {
@@ -116,7 +118,44 @@ impl CatalogStore {
             inputs: Mutex::new(Inputs::default()),
             tx,
             unavailable_ttl,
+            order_locks: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Waits, at most `wait`, for the order in flight for `offer` in `zone`
+    /// (if any) to finish, and returns a slot held until the caller's own
+    /// order is answered. Karpenter launches the NodeClaims of one batch in
+    /// parallel: without this, N NodeClaims picking an offer that just sold
+    /// out would send N orders that are all refused; with it, the first
+    /// refusal marks the offering and the others see the mark
+    /// ([`refusal`](Self::refusal)) instead of ordering. The wait is bounded
+    /// so that a slow API cannot hold Create (and with it the whole cluster's
+    /// provisioning) behind a queue of orders; `None` = waited long enough,
+    /// order anyway.
+    pub async fn order_slot(
+        &self,
+        offer: &str,
+        zone: &str,
+        wait: Duration,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let lock = self
+            .order_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((offer.to_string(), zone.to_string()))
+            .or_default()
+            .clone();
+        tokio::time::timeout(wait, lock.lock_owned()).await.ok()
+    }
+
+    /// Why `offer` in `zone` is marked unavailable after a refused order, if it is.
+    pub fn refusal(&self, offer: &str, zone: &str) -> Option<String> {
+        let inputs = self.lock();
+        inputs
+            .unavailable
+            .get(&(offer.to_string(), zone.to_string()))
+            .filter(|r| r.until > Instant::now())
+            .map(|r| r.reason.clone())
     }
 
     pub fn unavailable_ttl(&self) -> Duration {
@@ -563,6 +602,47 @@ mod tests {
         let other = after.default.iter().find(|t| t.name == "EM-I215E-NVME").unwrap();
         let other_before = before.default.iter().find(|t| t.name == "EM-I215E-NVME").unwrap();
         assert_eq!(other.allocatable(), other_before.allocatable());
+    }
+
+    #[tokio::test]
+    async fn concurrent_orders_for_one_offering_take_turns() {
+        let store = CatalogStore::new(Duration::from_secs(60));
+        store.set_base(base());
+        let first = store
+            .order_slot("EM-A115X-SSD", "fr-par-2", Duration::from_secs(5))
+            .await
+            .expect("free slot");
+        // Another offering is not held up.
+        assert!(
+            store
+                .order_slot("EM-A115X-SSD", "nl-ams-1", Duration::from_millis(10))
+                .await
+                .is_some()
+        );
+        // The same offering waits for the order in flight; a bounded wait
+        // gives up and lets the caller order anyway.
+        assert!(
+            store
+                .order_slot("EM-A115X-SSD", "fr-par-2", Duration::from_millis(20))
+                .await
+                .is_none()
+        );
+        let waiter = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let slot = store
+                    .order_slot("EM-A115X-SSD", "fr-par-2", Duration::from_secs(5))
+                    .await;
+                (slot.is_some(), store.refusal("EM-A115X-SSD", "fr-par-2"))
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        store.mark_unavailable_for("EM-A115X-SSD", "fr-par-2", "out of stock");
+        drop(first);
+        let (got_slot, refusal) = waiter.await.unwrap();
+        assert!(got_slot);
+        assert_eq!(refusal.as_deref(), Some("out of stock"), "the waiter sees the refusal");
+        assert_eq!(store.refusal("EM-A115X-SSD", "nl-ams-1"), None);
     }
 
     #[tokio::test]

@@ -302,13 +302,16 @@ const SECRET_PATHS: &[&[&str]] = &[
 const FREE_FORM_MAPS: &[&str] = &["nodeLabels", "nodeAnnotations", "nodeTaints", "extraArgs"];
 
 /// A field name that holds key material or a credential wherever it appears
-/// (Talos documents and user patches alike).
-fn secret_field(name: &str) -> bool {
-    matches!(
-        name,
-        "key" | "token" | "secret" | "password" | "privateKey" | "bootstrapToken"
-    ) || ((name.ends_with("Secret") || name.ends_with("Key") || name.ends_with("Token"))
-        && name != "publicKey")
+/// (Talos documents and user patches alike). A bare `key` is only secret next
+/// to a `crt` (Talos' certificate-and-key pairs); elsewhere it is a name (a
+/// taint's key, for instance).
+fn secret_field(name: &str, siblings: &serde_yaml_ng::Mapping) -> bool {
+    match name {
+        "key" => siblings.contains_key("crt"),
+        "token" | "secret" | "password" | "privateKey" | "bootstrapToken" => true,
+        "publicKey" => false,
+        _ => name.ends_with("Secret") || name.ends_with("Key") || name.ends_with("Token"),
+    }
 }
 
 /// A value that is a private key whatever its field: PEM, or base64 of PEM
@@ -333,9 +336,16 @@ fn is_empty(value: &Yaml) -> bool {
 fn redact_tree(value: &mut Yaml, free_form: bool) {
     match value {
         Yaml::Mapping(map) => {
+            let secret: Vec<Yaml> = map
+                .iter()
+                .filter(|(k, v)| {
+                    !free_form && !is_empty(v) && secret_field(k.as_str().unwrap_or(""), map)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
             for (key, child) in map.iter_mut() {
                 let name = key.as_str().unwrap_or("");
-                if !free_form && secret_field(name) && !is_empty(child) {
+                if secret.contains(key) {
                     *child = Yaml::from(REDACTED);
                 } else {
                     redact_tree(child, FREE_FORM_MAPS.contains(&name));

@@ -19,6 +19,11 @@ use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
 use crate::nodeclass::{self, NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, CreateServerRequest, Server, ServerFilter, ServerStatus};
 
+/// How long a Create waits for another order of the same offering to be
+/// answered before ordering anyway (Create must stay fast: core's whole
+/// provisioning waits while a NodeClaim has no providerID).
+const ORDER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
     ProviderError::CreateFailed {
         reason: reason.to_string(),
@@ -403,6 +408,18 @@ impl Provider {
             tags.push(tag(TAG_NODEPOOL, pool));
         }
         tags.extend(class.spec.tags.iter().cloned());
+        // Orders for one offering take turns (bounded): a refusal seen while
+        // waiting ends this Create without a second doomed order.
+        let _slot = self
+            .catalog
+            .order_slot(&it.name, &offering.zone, ORDER_TURN_WAIT)
+            .await;
+        if let Some(reason) = self.catalog.refusal(&it.name, &offering.zone) {
+            return Err(ProviderError::InsufficientCapacity(format!(
+                "{} in {}: an order was just refused ({reason})",
+                it.name, offering.zone
+            )));
+        }
         let req = CreateServerRequest {
             offer_id,
             project_id: self.settings.project_id.clone(),
