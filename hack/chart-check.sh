@@ -6,8 +6,8 @@
 #  3. `helm template` with each ci/*-values.yaml, and the errors the chart must give
 #     for a missing cluster name, missing credentials and a malformed zone;
 #  4. every environment variable the chart gives the provider container is one
-#     `karpenter-scaleway serve` reads, and every one it gives the bridge is read by
-#     Karpenter core or the bridge;
+#     `karpenter-scaleway serve` reads (a clap flag's env, or std::env::var), and every
+#     one it gives the bridge is read by Karpenter core or the bridge;
 #  5. with KPS_KUBECONFIG: `kubectl apply --dry-run=server --validate=strict` of the
 #     rendered charts and of examples/ against that cluster. This creates the CRDs and
 #     the release namespace for real (a dry-run of a NodePool needs its CRD), so point
@@ -107,8 +107,10 @@ for values in "${values_files[@]}"; do
 		if grep -qE "^ *- name: $var\$" "$values"; then continue; fi
 		case "$container" in
 		provider)
-			# RUST_LOG is read by the tracing filter, not by clap.
+			# RUST_LOG is read by the tracing filter, not by clap; a few
+			# variables are read directly with std::env::var.
 			[[ "$var" == RUST_LOG ]] || grep -qx "$var" <<<"$provider_env" ||
+				grep -rqF "env::var(\"$var\")" controller/src ||
 				die "$name: provider env $var is not read by karpenter-scaleway serve"
 			;;
 		bridge)

@@ -420,7 +420,7 @@ impl Stack {
             &cp,
             &provider_socket,
             &logs,
-            "karpenter-bridge",
+            BRIDGE,
         )?);
 
         let secrets = secret_fingerprints(&private, &base);
@@ -572,6 +572,22 @@ spec:
         Ok(())
     }
 
+    /// SIGKILLs the bridge (Karpenter core) and starts it again with the same
+    /// environment: a restart of the Karpenter container, after which it
+    /// takes the lead again and re-announces leadership to the provider.
+    pub fn restart_bridge(&mut self) -> Result<()> {
+        let fresh_cmd = || spawn_bridge(&self.bins, &self.cp, &self.provider_socket, &self.logs, BRIDGE);
+        let i = self
+            .procs
+            .iter()
+            .position(|p| p.name() == BRIDGE)
+            .context("the bridge is not running")?;
+        self.procs[i].kill_hard();
+        let fresh = fresh_cmd()?;
+        self.procs[i] = fresh;
+        Ok(())
+    }
+
     /// SIGKILL then restart: a controller crash and its Deployment restarting it.
     pub fn crash_provider(&mut self) -> Result<()> {
         self.kill_provider()?;
@@ -685,6 +701,8 @@ impl Drop for Stack {
 
 /// The provider's process name (and log file stem).
 pub const PROVIDER: &str = "karpenter-scaleway";
+/// The bridge's (Karpenter core's) process name (and log file stem).
+pub const BRIDGE: &str = "karpenter-bridge";
 
 #[allow(clippy::too_many_arguments)]
 pub fn spawn_provider(
@@ -830,32 +848,43 @@ async fn watch_bootstrap_tokens(
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::Secret;
     use kube::runtime::watcher;
+    const TYPE: &str = "type=bootstrap.kubernetes.io/token";
     let api: Api<Secret> = Api::namespaced(client, "kube-system");
-    let config = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
-    let mut stream = std::pin::pin!(watcher(api, config));
-    while let Some(event) = stream.next().await {
-        let secrets = match event {
-            Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => vec![s],
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::debug!(error = %e, "bootstrap token watch error (retrying)");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+    let record = |s: &Secret| {
+        let value = s
+            .data
+            .as_ref()
+            .and_then(|d| d.get("token-secret"))
+            .map(|b| String::from_utf8_lossy(&b.0).to_string());
+        if let Some(v) = value.filter(|v| v.len() >= 6) {
+            let new = seen.lock().unwrap_or_else(|e| e.into_inner()).insert(v);
+            if new {
+                tracing::debug!(secret = %kube::ResourceExt::name_any(s), "bootstrap token seen");
             }
-        };
-        for s in secrets {
-            let value = s
-                .data
-                .as_ref()
-                .and_then(|d| d.get("token-secret"))
-                .map(|b| String::from_utf8_lossy(&b.0).to_string())
-                .or_else(|| {
-                    s.string_data
-                        .as_ref()
-                        .and_then(|d| d.get("token-secret").cloned())
-                });
-            if let Some(v) = value.filter(|v| v.len() >= 6) {
-                seen.lock().unwrap_or_else(|e| e.into_inner()).insert(v);
+        }
+    };
+    let mut stream = std::pin::pin!(watcher(
+        api.clone(),
+        watcher::Config::default().fields(TYPE)
+    ));
+    // A list every second as well: a token that lives between a dropped
+    // watch and its re-list would otherwise escape the scan.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            event = stream.next() => match event {
+                Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => record(&s),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "bootstrap token watch error (retrying)");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                None => return,
+            },
+            _ = tick.tick() => {
+                if let Ok(list) = api.list(&ListParams::default().fields(TYPE)).await {
+                    list.items.iter().for_each(record);
+                }
             }
         }
     }
