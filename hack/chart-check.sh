@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Checks of the Helm charts and examples/ (run by `just chart-check`, part of `just test`):
 #
-#  1. the CRD chart equals its sources (hack/chart-crds.sh check);
+#  1. the CRD chart equals its sources (hack/chart-crds.sh check), and the values
+#     table of charts/karpenter-scaleway/README.md equals values.yaml
+#     (hack/chart-values-doc.py --check);
 #  2. `helm lint --strict` of both charts (karpenter-scaleway with each ci/*-values.yaml);
 #  3. `helm template` with each ci/*-values.yaml, and the errors the chart must give
 #     for a missing cluster name, missing credentials and a malformed zone;
 #  4. every environment variable the chart gives the provider container is one
 #     `karpenter-scaleway serve` reads (a clap flag's env, or std::env::var), and every
 #     one it gives the bridge is read by Karpenter core or the bridge;
-#  5. with KPS_KUBECONFIG: `kubectl apply --dry-run=server --validate=strict` of the
-#     rendered charts and of examples/ against that cluster. This creates the CRDs and
-#     the release namespace for real (a dry-run of a NodePool needs its CRD), so point
-#     it at a test control plane such as the e2e one.
+#  5. `kubectl apply --dry-run=server --validate=strict` of the rendered charts and of
+#     examples/ against a throwaway API server (hack/apiserver.sh, built by
+#     e2e/kube/build.sh), or against KPS_KUBECONFIG. This creates the CRDs and the
+#     release namespace for real (a dry-run of a NodePool needs its CRD), so a
+#     KPS_KUBECONFIG must be a test cluster.
 #
-#   KPS_KUBECONFIG    cluster for step 5 (skipped when unset)
+#  6. on the throwaway API server: the chart's RBAC grants what the provider and core's
+#     leader election call and refuses neighbouring permissions (kubectl auth can-i).
+#
+#   KPS_KUBECONFIG    cluster for step 5 (default: a throwaway API server)
+#   KPS_CHART_DRY_RUN 0 skips step 5
 #   KPS_KUBECTL       kubectl binary (default: kubectl on PATH)
 #   KPS_PROVIDER_BIN  karpenter-scaleway binary (default: cargo run -p karpenter-scaleway)
 #   KPS_CHART_OUT     keep the rendered manifests in this directory
@@ -51,6 +58,10 @@ export KPS_PROVIDER_BIN="${provider[0]}"
 # 1. CRDs
 hack/chart-crds.sh check
 
+# The values table of the chart's README is generated from values.yaml.
+python3 -c 'import yaml' 2>/dev/null || die "python3 with PyYAML is needed to read the charts (apt-get install python3-yaml)"
+hack/chart-values-doc.py --check
+
 # 2. lint
 "$helm" lint --strict "$crd_chart" >/dev/null || die "helm lint $crd_chart"
 values_files=("$chart"/ci/*-values.yaml)
@@ -63,7 +74,7 @@ log "helm lint: $crd_chart, $chart with ${#values_files[@]} values files"
 "$helm" template karpenter-crd "$crd_chart" >"$out/karpenter-crd.yaml"
 for values in "${values_files[@]}"; do
 	name="$(basename "$values" .yaml)"
-	"$helm" template karpenter "$chart" -n "$namespace" -f "$values" >"$out/$name.yaml" ||
+	"$helm" template karpenter-scaleway "$chart" -n "$namespace" -f "$values" >"$out/$name.yaml" ||
 		die "helm template $chart -f $values"
 done
 log "helm template: rendered into $out"
@@ -73,7 +84,7 @@ expect_failure() {
 	local what="$1" want="$2"
 	shift 2
 	local err
-	if err="$("$helm" template karpenter "$chart" -n "$namespace" "$@" 2>&1 >/dev/null)"; then
+	if err="$("$helm" template karpenter-scaleway "$chart" -n "$namespace" "$@" 2>&1 >/dev/null)"; then
 		die "$what: rendered, but must fail"
 	fi
 	grep -qF -- "$want" <<<"$err" || die "$what: error does not mention '$want': $err"
@@ -87,7 +98,6 @@ expect_failure "two replicas without election" "needs replicas: 1" -f "$chart/ci
 log "helm template: refuses a missing cluster name, missing credentials, a bad zone, an unknown key, replicas without election"
 
 # 4. environment variables
-python3 -c 'import yaml' 2>/dev/null || die "python3 with PyYAML is needed to read the rendered manifests (apt-get install python3-yaml)"
 provider_env="$("${provider[@]}" serve --help | grep -o '\[env: [A-Z0-9_]*' | cut -d' ' -f2 | sort -u)"
 [[ -n "$provider_env" ]] || die "karpenter-scaleway serve --help lists no environment variables"
 karpenter_dir="$(cd bridge && go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
@@ -125,14 +135,21 @@ done
 log "env: every variable the chart sets is read by the container it is given to"
 
 # 5. server-side dry-run
-if [[ -z "${KPS_KUBECONFIG:-}" ]]; then
-	log "KPS_KUBECONFIG unset: skipped the server-side dry-run of the manifests and examples/"
+if [[ "${KPS_CHART_DRY_RUN:-1}" == 0 ]]; then
+	log "KPS_CHART_DRY_RUN=0: skipped the server-side dry-run of the manifests and examples/"
 	log "PASS"
 	exit 0
 fi
 kubectl="${KPS_KUBECTL:-kubectl}"
-command -v "$kubectl" >/dev/null || die "no kubectl ('$kubectl'); set KPS_KUBECTL"
-k() { "$kubectl" --kubeconfig "$KPS_KUBECONFIG" "$@"; }
+command -v "$kubectl" >/dev/null || die "no kubectl ('$kubectl'): set KPS_KUBECTL, or KPS_CHART_DRY_RUN=0 to skip the dry-run"
+kubeconfig="${KPS_KUBECONFIG:-}"
+if [[ -z "$kubeconfig" ]]; then
+	apiserver_dir="$out/apiserver"
+	log "starting a throwaway API server (hack/apiserver.sh) for the dry-run"
+	kubeconfig="$(hack/apiserver.sh start "$apiserver_dir" | tail -n 1)"
+	trap 'hack/apiserver.sh stop "$apiserver_dir"; [[ -n "${KPS_CHART_OUT:-}" ]] || rm -rf "$out"' EXIT
+fi
+k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
 # CRDs and the namespace for real: the dry-run of anything else needs them.
 k apply --server-side --force-conflicts -f "$out/karpenter-crd.yaml" >/dev/null
@@ -164,4 +181,58 @@ for example in examples/*.yaml; do
 	dry_run "$example"
 done
 log "server-side dry-run: both values files and $(ls examples/*.yaml | wc -l) examples accepted"
+
+# 6. RBAC, on the throwaway API server only (it installs the chart's RBAC for real):
+# what the provider calls (docs/configuration.md, "Kubernetes permissions of the
+# provider") and Karpenter core's leader election must be allowed, and a few
+# neighbouring permissions must not be.
+if [[ -n "${KPS_KUBECONFIG:-}" ]]; then
+	log "PASS (RBAC check skipped: it runs on the throwaway API server only)"
+	exit 0
+fi
+k apply -f "$out/default-values.yaml" >/dev/null
+sa="system:serviceaccount:$namespace:karpenter-scaleway"
+allowed=(
+	"get,list,watch scalewayelasticmetalnodeclasses.karpenter.scaleway.com"
+	"patch scalewayelasticmetalnodeclasses.karpenter.scaleway.com --subresource=status"
+	"get,list,patch,delete nodeclaims.karpenter.sh"
+	"get,create nodes"
+	"get secrets -n $namespace"
+	"list,watch secrets --all-namespaces"
+	"list,create,delete secrets -n kube-system"
+	"create,patch events.events.k8s.io -n default"
+	"create leases.coordination.k8s.io -n $namespace"
+	"get,update,patch leases.coordination.k8s.io/karpenter-leader-election -n $namespace"
+	"get,list,watch nodepools.karpenter.sh"
+	"create pods --subresource=eviction -n $namespace"
+)
+denied=(
+	"create,update,patch,delete secrets -n $namespace"
+	"create secrets -n default"
+	"update leases.coordination.k8s.io/another-lease -n $namespace"
+	"patch scalewayelasticmetalnodeclasses.karpenter.scaleway.com"
+	"create,delete scalewayelasticmetalnodeclasses.karpenter.scaleway.com"
+	"create,delete nodepools.karpenter.sh"
+	"create clusterrolebindings.rbac.authorization.k8s.io"
+)
+can() {
+	local verbs="$1" verb
+	shift
+	for verb in ${verbs//,/ }; do
+		k auth can-i "$verb" "$@" --as="$sa" >/dev/null 2>&1 || return 1
+	done
+}
+for rule in "${allowed[@]}"; do
+	# shellcheck disable=SC2086 # the rule is verbs, resource and flags
+	can $rule || die "RBAC: the chart does not allow '$rule' to $sa"
+done
+for rule in "${denied[@]}"; do
+	for verb in $(cut -d' ' -f1 <<<"$rule" | tr , ' '); do
+		# shellcheck disable=SC2046
+		if k auth can-i "$verb" $(cut -d' ' -f2- <<<"$rule") --as="$sa" >/dev/null 2>&1; then
+			die "RBAC: the chart allows '$verb $(cut -d' ' -f2- <<<"$rule")' to $sa, which nothing needs"
+		fi
+	done
+done
+log "RBAC: ${#allowed[@]} required permissions granted, ${#denied[@]} unneeded ones refused"
 log "PASS"

@@ -415,13 +415,7 @@ impl Stack {
             PROVIDER,
             provider_metrics_port,
         )?);
-        procs.push(spawn_bridge(
-            &bins,
-            &cp,
-            &provider_socket,
-            &logs,
-            BRIDGE,
-        )?);
+        procs.push(spawn_bridge(&bins, &cp, &provider_socket, &logs, BRIDGE)?);
 
         let secrets = secret_fingerprints(&private, &base);
         let seen_tokens = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
@@ -576,7 +570,15 @@ spec:
     /// environment: a restart of the Karpenter container, after which it
     /// takes the lead again and re-announces leadership to the provider.
     pub fn restart_bridge(&mut self) -> Result<()> {
-        let fresh_cmd = || spawn_bridge(&self.bins, &self.cp, &self.provider_socket, &self.logs, BRIDGE);
+        let fresh_cmd = || {
+            spawn_bridge(
+                &self.bins,
+                &self.cp,
+                &self.provider_socket,
+                &self.logs,
+                BRIDGE,
+            )
+        };
         let i = self
             .procs
             .iter()

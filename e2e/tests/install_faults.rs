@@ -67,27 +67,57 @@ const CASES: [Case; 6] = [
     },
 ];
 
+/// The image-write faults and the out-of-stock order: no deadline needs to expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn talos_and_emsim_faults_are_survived_or_replaced() -> Result<()> {
-    let mut opts = StackOptions::for_test("install-faults")?;
+async fn image_faults_and_out_of_stock_are_survived_or_replaced() -> Result<()> {
+    let mut opts = StackOptions::for_test("install-faults-image")?;
     opts.time_scale = 0.01;
-    opts.provider_args = PROVIDER_ARGS.iter().map(|s| s.to_string()).collect();
-    scenario::with_stack(opts, run).await
+    scenario::with_stack(opts, async |stack: &mut Stack| {
+        run(stack, &["drop", "baddl", "badwr", "oos"]).await
+    })
+    .await
 }
 
-async fn run(stack: &mut Stack) -> Result<()> {
+/// The maintenance API that never comes up: detected by the booting deadline
+/// (shortened), once -> back to rescue, twice -> the NodeClaim is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn maintenance_never_up_goes_back_to_rescue_once_then_fails() -> Result<()> {
+    // Fail with a clear message rather than a provider that exits at start.
+    let bins = e2e::stack::Binaries::from_env()?;
+    let help = std::process::Command::new(bins.rust_bin_dir.join("karpenter-scaleway"))
+        .args(["serve", "--help"])
+        .output()?;
+    ensure!(
+        String::from_utf8_lossy(&help.stdout).contains(PROVIDER_ARGS[0]),
+        "karpenter-scaleway serve has no {} flag: the booting deadline (15 min by default) \
+         cannot be shortened for this scenario",
+        PROVIDER_ARGS[0]
+    );
+    let mut opts = StackOptions::for_test("install-faults-maintenance")?;
+    opts.time_scale = 0.01;
+    opts.provider_args = PROVIDER_ARGS.iter().map(|s| s.to_string()).collect();
+    scenario::with_stack(opts, async |stack: &mut Stack| {
+        run(stack, &["mnt1", "mnt2"]).await
+    })
+    .await
+}
+
+async fn run(stack: &mut Stack, pools: &[&str]) -> Result<()> {
+    let cases: Vec<&Case> = CASES.iter().filter(|c| pools.contains(&c.pool)).collect();
     stack.create_nodeclass("default").await?;
     // 500 simulated s = 5 s between an order and its delivery.
     stack
         .emsim
         .add_fault(json!({"kind": "delivery_seconds", "seconds": 500.0}))
         .await?;
-    stack
-        .emsim
-        .add_fault(json!({"kind": "out_of_stock_after_order", "offer": OOS_OFFERS[0], "zone": ZONE, "count": 1}))
-        .await?;
+    if pools.contains(&"oos") {
+        stack
+            .emsim
+            .add_fault(json!({"kind": "out_of_stock_after_order", "offer": OOS_OFFERS[0], "zone": ZONE, "count": 1}))
+            .await?;
+    }
     let watch = ClaimWatch::start(&stack.client);
-    for case in &CASES {
+    for case in &cases {
         let offers: &[&str] = if case.pool == "oos" {
             &OOS_OFFERS
         } else {
@@ -118,7 +148,11 @@ async fn run(stack: &mut Stack) -> Result<()> {
     // Arm each talos-sim fault on the first server of its pool.
     let mut first_claim: BTreeMap<&str, String> = BTreeMap::new();
     let mut armed: BTreeMap<&str, String> = BTreeMap::new();
-    let talos_cases: Vec<&Case> = CASES.iter().filter(|c| c.talos_fault.is_some()).collect();
+    let talos_cases: Vec<&Case> = cases
+        .iter()
+        .copied()
+        .filter(|c| c.talos_fault.is_some())
+        .collect();
     while armed.len() < talos_cases.len() {
         let ready: Vec<(&Case, ClaimState)> = watch
             .wait_for(
@@ -161,7 +195,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     }
 
     // Every Deployment ends with its pod Running, on a first or replacement node.
-    for case in &CASES {
+    for case in &cases {
         scenario::wait_pods_running(stack, case.pool, 1, Duration::from_secs(300))
             .await
             .with_context(|| format!("case {}", case.pool))?;
@@ -188,7 +222,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
     };
 
     // Cases that recover on the same server.
-    for pool in ["drop", "baddl", "badwr", "mnt1"] {
+    for pool in ["drop", "baddl", "badwr", "mnt1"]
+        .into_iter()
+        .filter(|p| pools.contains(p))
+    {
         let server = &armed[pool];
         let (kind, count) = CASES
             .iter()
@@ -268,7 +305,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
     }
 
     // Cases that give the NodeClaim up: failed install, out of stock.
-    for (pool, reason) in [("mnt2", "InstallFailed"), ("oos", "InsufficientCapacity")] {
+    for (pool, reason) in [("mnt2", "InstallFailed"), ("oos", "InsufficientCapacity")]
+        .into_iter()
+        .filter(|(p, _)| pools.contains(p))
+    {
         let list = pool_claims(pool);
         ensure!(
             list.len() == 2,
@@ -340,7 +380,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
         Duration::from_millis(500),
         || async {
             let list = scenario::nodeclaim_objects(stack).await?;
-            Ok((list.len() == CASES.len()
+            Ok((list.len() == cases.len()
                 && list
                     .iter()
                     .all(|c| kubeutil::condition(c, "Initialized").as_deref() == Some("True")))
@@ -348,8 +388,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
         },
     )
     .await?;
-    let pools: Vec<&str> = CASES.iter().map(|c| c.pool).collect();
-    scenario::scale_to_zero_and_check_clean(stack, &pools, Duration::from_secs(240)).await
+    scenario::scale_to_zero_and_check_clean(stack, pools, Duration::from_secs(240)).await
 }
 
 /// emsim's boot history of a server: `rescue`/`normal`, oldest first.

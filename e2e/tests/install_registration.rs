@@ -115,6 +115,46 @@ async fn run(stack: &mut Stack) -> Result<()> {
         delivery_ends.unwrap_or(f64::NAN) * scale,
     );
 
+    // While the server is still being delivered, the early Node must keep
+    // pods off (the design's `node.kubernetes.io/not-ready:NoSchedule`): a
+    // pod bound now would sit on a machine that does not run yet, and be
+    // lost with it if the install fails. Checked a few seconds after
+    // registration so that Karpenter and the controller-manager have acted.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(stack.client.clone(), scenario::APP_NAMESPACE);
+    let bound: Vec<String> = pods
+        .list(&kube::api::ListParams::default().labels("app=slow"))
+        .await?
+        .items
+        .iter()
+        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .collect();
+    let early = nodes.get(&name).await?;
+    let early_taints: Vec<String> = early
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    let still_delivering = stack
+        .emsim
+        .servers()
+        .await?
+        .iter()
+        .any(|s| s["id"] == server_id.as_str() && s["status"] == "delivering");
+    println!(
+        "3 s after registration: server still delivering: {still_delivering}; \
+         early Node taints {early_taints:?}; pod bound to {bound:?}"
+    );
+    ensure!(
+        !still_delivering || bound.is_empty(),
+        "the pod was bound to Node {name} while its server was still being delivered \
+         (early Node taints now {early_taints:?})"
+    );
+
     // The install goes on and the node joins.
     let placed = scenario::wait_pods_running(stack, "slow", 1, Duration::from_secs(180)).await?;
     ensure!(

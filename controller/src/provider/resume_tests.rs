@@ -60,8 +60,7 @@ async fn resumes_in_flight_installs_with_the_spec_create_built() {
         report,
         vec![("default-a".to_string(), ResumeOutcome::Resumed)]
     );
-    let resumed = installer.resumed.lock().unwrap();
-    let (spec, progress) = &resumed[0];
+    let (spec, progress) = installer.resumed.lock().unwrap()[0].clone();
     assert_eq!(progress.phase, Some(Phase::Imaging));
     assert_eq!(progress.disk.as_deref(), Some("sda"));
     assert_eq!(progress.image_attempts, 1);
