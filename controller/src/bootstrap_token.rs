@@ -316,7 +316,7 @@ impl BootstrapTokens for KubeBootstrapTokens {
         let mut existing = self.list_for(claim).await.map_err(classify_kube)?;
         // The newest usable token: a retried Create or a resume renders the
         // token the node may already have been given.
-        existing.sort_by(|a, b| b.expiration.cmp(&a.expiration));
+        existing.sort_by_key(|t| std::cmp::Reverse(t.expiration));
         if let Some(token) = existing.iter().find(|t| t.usable(now)) {
             return Ok(Secret::new(format!(
                 "{}.{}",

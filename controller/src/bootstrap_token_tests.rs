@@ -17,8 +17,12 @@ async fn client_for(server: &MockServer) -> Client {
 }
 
 async fn tokens(server: &MockServer) -> KubeBootstrapTokens {
-    KubeBootstrapTokens::new(client_for(server).await, "test", Duration::from_secs(4 * 3600))
-        .expect("valid settings")
+    KubeBootstrapTokens::new(
+        client_for(server).await,
+        "test",
+        Duration::from_secs(4 * 3600),
+    )
+    .expect("valid settings")
 }
 
 fn token_secret(id: &str, secret: &str, claim: &str, expiration: DateTime<Utc>) -> Value {
@@ -79,14 +83,19 @@ async fn ensure_creates_a_well_formed_token_secret() {
                 "auth-extra-groups": "system:bootstrappers:karpenter-scaleway"
             }
         })))
-        .respond_with(|req: &Request| ResponseTemplate::new(201).set_body_raw(req.body.clone(), "application/json"))
+        .respond_with(|req: &Request| {
+            ResponseTemplate::new(201).set_body_raw(req.body.clone(), "application/json")
+        })
         .expect(1)
         .mount(&server)
         .await;
 
     let token = tokens(&server).await.ensure("default-abc12").await.unwrap();
     let (id, secret) = token.expose().split_once('.').expect("<id>.<secret>");
-    let charset = |s: &str| s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let charset = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
     assert_eq!(id.len(), 6);
     assert_eq!(secret.len(), 16);
     assert!(charset(id) && charset(secret), "{id}");
@@ -104,9 +113,10 @@ async fn ensure_creates_a_well_formed_token_secret() {
     assert_eq!(body["metadata"]["name"], format!("bootstrap-token-{id}"));
     assert_eq!(body["stringData"]["token-id"], id);
     assert_eq!(body["stringData"]["token-secret"], secret);
-    let expiration = DateTime::parse_from_rfc3339(body["stringData"]["expiration"].as_str().unwrap())
-        .unwrap()
-        .with_timezone(&Utc);
+    let expiration =
+        DateTime::parse_from_rfc3339(body["stringData"]["expiration"].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&Utc);
     let ttl = expiration - Utc::now();
     assert!(
         ttl > chrono::TimeDelta::minutes(235) && ttl <= chrono::TimeDelta::hours(4),
@@ -152,13 +162,18 @@ async fn ensure_replaces_an_expired_token() {
         .await;
     Mock::given(method("DELETE"))
         .and(path(format!("{SECRETS}/bootstrap-token-old111")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
+        )
         .expect(1)
         .mount(&server)
         .await;
     Mock::given(method("POST"))
         .and(path(SECRETS))
-        .respond_with(|req: &Request| ResponseTemplate::new(201).set_body_raw(req.body.clone(), "application/json"))
+        .respond_with(|req: &Request| {
+            ResponseTemplate::new(201).set_body_raw(req.body.clone(), "application/json")
+        })
         .expect(1)
         .mount(&server)
         .await;
@@ -183,7 +198,9 @@ async fn ensure_draws_again_on_an_id_collision_and_classifies_errors() {
         .await;
     Mock::given(method("POST"))
         .and(path(SECRETS))
-        .respond_with(|req: &Request| ResponseTemplate::new(201).set_body_raw(req.body.clone(), "application/json"))
+        .respond_with(|req: &Request| {
+            ResponseTemplate::new(201).set_body_raw(req.body.clone(), "application/json")
+        })
         .mount(&server)
         .await;
     assert!(tokens(&server).await.ensure("default-abc12").await.is_ok());
@@ -231,7 +248,10 @@ fn invalid_settings_are_refused() {
     runtime.block_on(async {
         let server = MockServer::start().await;
         let client = client_for(&server).await;
-        assert!(KubeBootstrapTokens::new(client.clone(), "my cluster", Duration::from_secs(60)).is_err());
+        assert!(
+            KubeBootstrapTokens::new(client.clone(), "my cluster", Duration::from_secs(60))
+                .is_err()
+        );
         assert!(KubeBootstrapTokens::new(client.clone(), "", Duration::from_secs(60)).is_err());
         assert!(KubeBootstrapTokens::new(client.clone(), "prod-1", Duration::ZERO).is_err());
         assert!(KubeBootstrapTokens::new(client, "prod-1", Duration::from_secs(60)).is_ok());
@@ -310,7 +330,10 @@ async fn sweep_deletes_orphans_and_skips_on_a_failed_nodeclaim_list() {
         .await;
     Mock::given(method("DELETE"))
         .and(path(format!("{SECRETS}/bootstrap-token-gone01")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
+        )
         .expect(1)
         .mount(&server)
         .await;

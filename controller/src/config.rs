@@ -176,7 +176,10 @@ mod tests {
         assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("m").is_err());
-        assert_eq!(parse_positive_duration("4h"), Ok(Duration::from_secs(4 * 3600)));
+        assert_eq!(
+            parse_positive_duration("4h"),
+            Ok(Duration::from_secs(4 * 3600))
+        );
         assert!(parse_positive_duration("0s").is_err());
     }
 

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::api::PostParams;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use tracing::{info, warn};
@@ -50,7 +50,9 @@ pub fn classify_kube(err: kube::Error) -> KubeError {
         kube::Error::Api(status) if status.code == 409 => {
             KubeError::Conflict(format!("{} {}", status.code, status.message))
         }
-        kube::Error::Api(status) => KubeError::Refused(format!("{} {}", status.code, status.message)),
+        kube::Error::Api(status) => {
+            KubeError::Refused(format!("{} {}", status.code, status.message))
+        }
         other => KubeError::Unavailable(other.to_string()),
     }
 }
@@ -94,6 +96,9 @@ struct Recorded {
     last: DateTime<Utc>,
 }
 
+/// (NodeClaim uid, type, reason, note): what makes two Events the same.
+type EventKey = (String, String, String, String);
+
 /// Nodes and NodeClaims in the cluster the provider serves.
 #[derive(Clone)]
 pub struct KubeNodes {
@@ -102,7 +107,7 @@ pub struct KubeNodes {
     events: Api<Event>,
     tokens: Arc<dyn BootstrapTokens>,
     reporting_instance: String,
-    recorded: Arc<Mutex<HashMap<(String, String, String, String), Recorded>>>,
+    recorded: Arc<Mutex<HashMap<EventKey, Recorded>>>,
 }
 
 impl KubeNodes {
@@ -133,7 +138,12 @@ impl KubeNodes {
         let uid = object.metadata.uid.clone().unwrap_or_default();
         let type_ = if event.warning { "Warning" } else { "Normal" };
         let note = truncate(&event.message, EVENT_NOTE_MAX);
-        let key = (uid.clone(), type_.to_string(), event.reason.clone(), note.clone());
+        let key = (
+            uid.clone(),
+            type_.to_string(),
+            event.reason.clone(),
+            note.clone(),
+        );
         let now = Utc::now();
 
         let repeat = {
@@ -161,7 +171,10 @@ impl KubeNodes {
             }
         }
 
-        let name = format!("{claim}.{:x}", now.timestamp_nanos_opt().unwrap_or_default());
+        let name = format!(
+            "{claim}.{:x}",
+            now.timestamp_nanos_opt().unwrap_or_default()
+        );
         let object = Event {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -189,7 +202,14 @@ impl KubeNodes {
         self.recorded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Recorded { name, count: 1, last: now });
+            .insert(
+                key,
+                Recorded {
+                    name,
+                    count: 1,
+                    last: now,
+                },
+            );
         Ok(())
     }
 }
@@ -421,7 +441,9 @@ mod tests {
             .await;
         Mock::given(method("POST"))
             .and(path(EVENTS))
-            .and(body_partial_json(json!({"reason": "InstallRetry", "type": "Warning"})))
+            .and(body_partial_json(
+                json!({"reason": "InstallRetry", "type": "Warning"}),
+            ))
             .respond_with(echo(201))
             .expect(1)
             .mount(&server)
@@ -459,7 +481,10 @@ mod tests {
             .find(|r| r.method.as_str() == "PATCH")
             .expect("a PATCH");
         assert!(
-            patched.url.path().starts_with(&format!("{EVENTS}/np-abc12.")),
+            patched
+                .url
+                .path()
+                .starts_with(&format!("{EVENTS}/np-abc12.")),
             "{}",
             patched.url
         );
@@ -520,7 +545,10 @@ mod tests {
             .headers
             .get("content-type")
             .map(|v| v.to_str().unwrap().to_string());
-        assert_eq!(content_type.as_deref(), Some("application/merge-patch+json"));
+        assert_eq!(
+            content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
     }
 
     #[tokio::test]
@@ -535,7 +563,10 @@ mod tests {
         let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
         assert_eq!(nodes.joined("np-abc12").await, Ok(()));
         assert!(tokens.tokens.lock().unwrap().is_empty());
-        assert_eq!(*tokens.deleted.lock().unwrap(), vec!["np-abc12".to_string()]);
+        assert_eq!(
+            *tokens.deleted.lock().unwrap(),
+            vec!["np-abc12".to_string()]
+        );
     }
 
     #[test]

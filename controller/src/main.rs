@@ -140,12 +140,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
-    let tokens = KubeBootstrapTokens::new(
-        client.clone(),
-        &args.cluster_name,
-        args.bootstrap_token_ttl,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let tokens =
+        KubeBootstrapTokens::new(client.clone(), &args.cluster_name, args.bootstrap_token_ttl)
+            .map_err(anyhow::Error::msg)?;
     let token_port: Arc<dyn BootstrapTokens> = Arc::new(tokens.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
 

@@ -82,7 +82,10 @@ impl NodeRegistrar for KubeNodeRegistrar {
                         reg.name
                     )));
                 };
-                let theirs = existing.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+                let theirs = existing
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref());
                 if theirs == Some(reg.provider_id.as_str()) {
                     debug!(node = %reg.name, "Node already registered");
                     Ok(())
@@ -223,7 +226,10 @@ mod tests {
             .register(&registration())
             .await
             .unwrap_err();
-        assert!(matches!(err, KubeError::Conflict(ref m) if m.contains("other")), "{err:?}");
+        assert!(
+            matches!(err, KubeError::Conflict(ref m) if m.contains("other")),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]

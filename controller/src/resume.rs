@@ -36,10 +36,7 @@ pub async fn resume_pass(provider: &Provider, claims: &NodeClaimList) {
         .filter(|(_, o)| matches!(o, ResumeOutcome::Retry(_)))
         .count();
     if resumed + retry > 0 {
-        info!(
-            nodeclaims = listed.len(),
-            resumed, retry, "resume pass"
-        );
+        info!(nodeclaims = listed.len(), resumed, retry, "resume pass");
     }
 }
 

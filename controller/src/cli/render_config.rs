@@ -138,7 +138,10 @@ fn single_requirement(view: &NodeClaimView, key: &str) -> Option<String> {
         .map(|r| r.values[0].clone())
 }
 
-fn resolve_offer(req: &RenderRequest<'_>, view: &NodeClaimView) -> Result<String, RenderConfigError> {
+fn resolve_offer(
+    req: &RenderRequest<'_>,
+    view: &NodeClaimView,
+) -> Result<String, RenderConfigError> {
     if let Some(offer) = req.offer {
         return Ok(offer.to_string());
     }

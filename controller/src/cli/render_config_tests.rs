@@ -50,8 +50,8 @@ fn class() -> NodeClassSpec {
         zones: vec!["fr-par-2".into()],
         billing: Billing::Hourly,
         image: TalosImage {
-            url_template: "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz"
-                .into(),
+            url_template:
+                "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz".into(),
             version: "v1.13.9".into(),
             schematic: "abc".into(),
             sha256: None,
@@ -133,9 +133,12 @@ fn output_describes_the_node() {
         labels["topology.kubernetes.io/zone"].as_str(),
         Some("fr-par-2")
     );
-    let taints = at(main, &["machine", "kubelet", "extraConfig", "registerWithTaints"])
-        .as_sequence()
-        .unwrap();
+    let taints = at(
+        main,
+        &["machine", "kubelet", "extraConfig", "registerWithTaints"],
+    )
+    .as_sequence()
+    .unwrap();
     let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
     assert!(keys.contains(&"dedicated"), "{keys:?}");
     assert!(keys.contains(&"cilium.io/agent-not-ready"), "{keys:?}");
@@ -200,7 +203,12 @@ fn secrets_are_redacted_unless_asked() {
         &["cluster", "secretboxEncryptionSecret"],
         &["cluster", "aescbcEncryptionSecret"],
     ] {
-        assert_eq!(at(main, path).as_str(), Some(REDACTED), "{}", path.join("."));
+        assert_eq!(
+            at(main, path).as_str(),
+            Some(REDACTED),
+            "{}",
+            path.join(".")
+        );
     }
     // Public material and plain settings stay readable.
     assert_eq!(
@@ -226,12 +234,27 @@ fn redaction_spares_user_labels_and_public_keys() {
     let text = "machine:\n  nodeLabels:\n    token: visible\n  features:\n    publicKey: PUB\n    someToken: hidden\n  pair:\n    crt: CRT\n    key: hidden\n  taint:\n    key: dedicated\n";
     let out = redact(text).unwrap();
     let doc = &docs(&out)[0];
-    assert_eq!(at(doc, &["machine", "nodeLabels", "token"]).as_str(), Some("visible"));
-    assert_eq!(at(doc, &["machine", "features", "publicKey"]).as_str(), Some("PUB"));
-    assert_eq!(at(doc, &["machine", "features", "someToken"]).as_str(), Some(REDACTED));
-    assert_eq!(at(doc, &["machine", "pair", "key"]).as_str(), Some(REDACTED));
+    assert_eq!(
+        at(doc, &["machine", "nodeLabels", "token"]).as_str(),
+        Some("visible")
+    );
+    assert_eq!(
+        at(doc, &["machine", "features", "publicKey"]).as_str(),
+        Some("PUB")
+    );
+    assert_eq!(
+        at(doc, &["machine", "features", "someToken"]).as_str(),
+        Some(REDACTED)
+    );
+    assert_eq!(
+        at(doc, &["machine", "pair", "key"]).as_str(),
+        Some(REDACTED)
+    );
     assert_eq!(at(doc, &["machine", "pair", "crt"]).as_str(), Some("CRT"));
-    assert_eq!(at(doc, &["machine", "taint", "key"]).as_str(), Some("dedicated"));
+    assert_eq!(
+        at(doc, &["machine", "taint", "key"]).as_str(),
+        Some("dedicated")
+    );
     // Base64 of a PEM private key, as Talos stores keys, under any field name.
     let pem = base64::engine::general_purpose::STANDARD
         .encode("-----BEGIN ED25519 PRIVATE KEY-----\nAAAA\n-----END ED25519 PRIVATE KEY-----\n");
@@ -253,11 +276,23 @@ fn launched_claims_use_their_provider_id_and_labels() {
         Some("scaleway://baremetal/nl-ams-1/srv-42")
     );
     assert_eq!(
-        at(main, &["machine", "nodeLabels", "karpenter.scaleway.com/instance-cpu"]).as_str(),
+        at(
+            main,
+            &[
+                "machine",
+                "nodeLabels",
+                "karpenter.scaleway.com/instance-cpu"
+            ]
+        )
+        .as_str(),
         Some("16")
     );
     assert_eq!(
-        at(main, &["machine", "nodeLabels", "topology.kubernetes.io/zone"]).as_str(),
+        at(
+            main,
+            &["machine", "nodeLabels", "topology.kubernetes.io/zone"]
+        )
+        .as_str(),
         Some("nl-ams-1")
     );
     // The claim's disk type label wins over the offer name's suffix.

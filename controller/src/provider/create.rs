@@ -110,7 +110,11 @@ pub fn install_spec(
         base_machine_config: secrets.base_machine_config,
         machine_config_patches: class.machine_config_patches.clone(),
         offer_name: placement.offer_name.clone(),
-        image_sha256: class.image.sha256.as_ref().and_then(|m| m.get(arch).cloned()),
+        image_sha256: class
+            .image
+            .sha256
+            .as_ref()
+            .and_then(|m| m.get(arch).cloned()),
         bootstrap_token,
     })
 }
@@ -140,7 +144,12 @@ pub(super) fn node_registration(
             effect: "NoSchedule".to_string(),
         },
     ];
-    for taint in view.taints.iter().chain(&view.startup_taints).chain(&required) {
+    for taint in view
+        .taints
+        .iter()
+        .chain(&view.startup_taints)
+        .chain(&required)
+    {
         // The API server refuses two taints with the same key and effect.
         if !taints
             .iter()
@@ -437,7 +446,9 @@ impl Provider {
                     offer = %it.name, billing = ?billing, price = offering.price, "ordered server");
                 Ok((server, it.clone()))
             }
-            Err(e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_))) => {
+            Err(
+                e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_)),
+            ) => {
                 // NotFound: the offer vanished since the catalog was read.
                 let reason = match e {
                     ApiError::OutOfStock(_) => "out of stock",
@@ -446,7 +457,8 @@ impl Provider {
                 };
                 warn!(nodeclaim = %view.name, zone = %offering.zone, offer = %it.name, error = %e,
                     "order refused; the offering is unavailable until the TTL passes");
-                self.catalog.mark_unavailable_for(&it.name, &offering.zone, reason);
+                self.catalog
+                    .mark_unavailable_for(&it.name, &offering.zone, reason);
                 Err(ProviderError::InsufficientCapacity(format!(
                     "{} in {}: {e}",
                     it.name, offering.zone

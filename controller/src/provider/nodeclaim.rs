@@ -46,6 +46,40 @@ fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// Karpenter core writes a NodePool's `Gt 7` into its NodeClaims as `Gte 8`
+/// (and `Lt` as `Lte`), so both spellings arrive here. On integers,
+/// `>= n` is `> n-1` and `<= n` is `< n+1`.
+fn operator_and_values(
+    key: &str,
+    op: &str,
+    values: Vec<String>,
+) -> Result<(Operator, Vec<String>), String> {
+    let shifted = |delta: i64, op: Operator| -> Result<(Operator, Vec<String>), String> {
+        let shifted = values
+            .iter()
+            .map(|v| {
+                v.trim()
+                    .parse::<i64>()
+                    .ok()
+                    .and_then(|n| n.checked_add(delta))
+                    .map(|n| n.to_string())
+                    .ok_or_else(|| {
+                        format!(
+                            "requirement {key} {op_name} needs an integer, got {v:?}",
+                            op_name = if delta < 0 { "Gte" } else { "Lte" }
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((op, shifted))
+    };
+    match op {
+        "Gte" => shifted(-1, Operator::Gt),
+        "Lte" => shifted(1, Operator::Lt),
+        other => Ok((operator(other)?, values)),
+    }
+}
+
 fn operator(op: &str) -> Result<Operator, String> {
     Ok(match op {
         "In" => Operator::In,
@@ -92,8 +126,8 @@ pub fn parse(claim: &Value) -> Result<NodeClaimView, String> {
             .get("key")
             .and_then(Value::as_str)
             .ok_or("requirement without key")?;
-        let op = operator(r.get("operator").and_then(Value::as_str).unwrap_or(""))?;
-        let values = r
+        let op_name = r.get("operator").and_then(Value::as_str).unwrap_or("");
+        let values: Vec<String> = r
             .get("values")
             .and_then(Value::as_array)
             .map(|a| {
@@ -102,6 +136,7 @@ pub fn parse(claim: &Value) -> Result<NodeClaimView, String> {
                     .collect()
             })
             .unwrap_or_default();
+        let (op, values) = operator_and_values(key, op_name, values)?;
         requirements.push(Requirement {
             key: key.to_string(),
             operator: op,
@@ -233,6 +268,23 @@ mod tests {
         assert_eq!(v.taints[0].value.as_deref(), Some("ml"));
         assert_eq!(v.startup_taints[0].value, None);
         assert_eq!(v.provider_id, None);
+    }
+
+    #[test]
+    fn reads_gte_and_lte_as_core_writes_them() {
+        // Core turns a NodePool's `Gt 7` into `Gte 8` in the NodeClaim.
+        let mut c = claim();
+        c["spec"]["requirements"][2] = json!({"key": "karpenter.scaleway.com/instance-cpu", "operator": "Gte", "values": ["8"]});
+        c["spec"]["requirements"][1] = json!({"key": "karpenter.scaleway.com/instance-memory", "operator": "Lte", "values": ["65536"]});
+        let v = parse(&c).unwrap();
+        assert_eq!(v.requirements[2].operator, Operator::Gt);
+        assert_eq!(v.requirements[2].values, vec!["7".to_string()]);
+        assert_eq!(v.requirements[1].operator, Operator::Lt);
+        assert_eq!(v.requirements[1].values, vec!["65537".to_string()]);
+
+        c["spec"]["requirements"][2]["values"] = json!(["eight"]);
+        let err = parse(&c).unwrap_err();
+        assert!(err.contains("needs an integer"), "{err}");
     }
 
     #[test]

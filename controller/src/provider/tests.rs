@@ -111,9 +111,9 @@ impl NodeRegistrar for FakeRegistrar {
         }
         let mut nodes = self.nodes.lock().unwrap();
         match nodes.get(&node.name) {
-            Some(existing) if existing.provider_id != node.provider_id => Err(
-                KubeError::Conflict(format!("Node {} belongs to another machine", node.name)),
-            ),
+            Some(existing) if existing.provider_id != node.provider_id => Err(KubeError::Conflict(
+                format!("Node {} belongs to another machine", node.name),
+            )),
             Some(_) => Ok(()),
             None => {
                 nodes.insert(node.name.clone(), node.clone());
@@ -377,11 +377,18 @@ async fn out_of_stock_marks_the_offering_and_answers_insufficient_capacity() {
     let orders = f.api.count(Op::CreateServer);
     let err = f
         .provider
-        .create(claim("default-d", &["EM-A115X-SSD", "EM-I215E-NVME", "EM-T620E-H100"]))
+        .create(claim(
+            "default-d",
+            &["EM-A115X-SSD", "EM-I215E-NVME", "EM-T620E-H100"],
+        ))
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::InsufficientCapacity(_)));
-    assert_eq!(f.api.count(Op::CreateServer), orders, "no order for sold-out offerings");
+    assert_eq!(
+        f.api.count(Op::CreateServer),
+        orders,
+        "no order for sold-out offerings"
+    );
 }
 
 #[tokio::test]
@@ -610,7 +617,8 @@ fn provider_ids() {
 async fn create_registers_the_node_and_passes_the_per_node_token() {
     let f = fixture();
     let mut c = claim("default-a", &["EM-A115X-SSD"]);
-    c["spec"]["startupTaints"] = json!([{"key": "cilium.io/agent-not-ready", "effect": "NoExecute"}]);
+    c["spec"]["startupTaints"] =
+        json!([{"key": "cilium.io/agent-not-ready", "effect": "NoExecute"}]);
     f.classes
         .classes
         .lock()
@@ -627,7 +635,10 @@ async fn create_registers_the_node_and_passes_the_per_node_token() {
     let node = nodes.get("default-a").expect("Node registered by Create");
     assert_eq!(node.provider_id, pid);
     assert_eq!(node.labels["karpenter.sh/nodepool"], "default");
-    assert_eq!(node.labels["node.kubernetes.io/instance-type"], "EM-A115X-SSD");
+    assert_eq!(
+        node.labels["node.kubernetes.io/instance-type"],
+        "EM-A115X-SSD"
+    );
     assert_eq!(node.labels["topology.kubernetes.io/zone"], ZONE);
     let taints: Vec<(&str, &str)> = node
         .taints
@@ -695,7 +706,11 @@ async fn registration_failure_fails_create_and_the_retry_adopts() {
         .create(claim("default-a", &["EM-A115X-SSD"]))
         .await
         .unwrap();
-    assert_eq!(f.api.count(Op::CreateServer), 1, "the retry adopts the server");
+    assert_eq!(
+        f.api.count(Op::CreateServer),
+        1,
+        "the retry adopts the server"
+    );
     assert_eq!(f.installer.started.lock().unwrap().len(), 1);
     assert!(f.nodes.nodes.lock().unwrap().contains_key("default-a"));
 }
