@@ -90,6 +90,13 @@ test: proto-check lint unit chart-check e2e
 bench-install *ARGS: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-bench-install {{ARGS}}
 
+# Karpenter's scheduler over the EM catalog (1000 pods), in-process vs through the bridge + Rust provider; GetInstanceTypes latency (docs/figures.md)
+bench-catalog ROUNDS="30":
+    cargo build -p emsim -p karpenter-scaleway --bins
+    mkdir -p {{root}}/.work
+    cd bridge && go test -run '^$' -bench 'Scheduling' -benchtime {{ROUNDS}}x ./pkg/cloudprovider | tee {{root}}/.work/bench-catalog.txt
+    cd bridge && go test -run '^$' -bench 'GetInstanceTypes' ./pkg/cloudprovider | tee -a {{root}}/.work/bench-catalog.txt
+
 # The whole system against the simulators, with a live view
 demo *ARGS: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo {{ARGS}}

@@ -100,10 +100,17 @@ mod tests {
         assert_eq!(offer, "EM-A115X-SSD");
         assert_eq!(r.cpu_millis, 3_870);
         assert_eq!(r.memory_bytes, 30_504_712 * 1024);
-        assert!(observed_allocatable(&node("scaleway://baremetal/fr-par-2/abc", "False")).is_none());
+        assert!(
+            observed_allocatable(&node("scaleway://baremetal/fr-par-2/abc", "False")).is_none()
+        );
         assert!(observed_allocatable(&node("kind://docker/kind/n1", "True")).is_none());
         let mut bad = node("scaleway://baremetal/fr-par-2/abc", "True");
-        bad.status.as_mut().unwrap().allocatable.as_mut().unwrap()
+        bad.status
+            .as_mut()
+            .unwrap()
+            .allocatable
+            .as_mut()
+            .unwrap()
             .insert("memory".into(), Quantity("lots".into()));
         assert!(observed_allocatable(&bad).is_none());
     }

@@ -212,8 +212,14 @@ async fn sold_out_offer(stack: &Stack) -> Result<()> {
         let first = scale_and_wait(stack, "ice", 1).await?;
         ensure!(first[0].instance_type == NEXT, "landed on {first:?}");
         let events = ice_events(stack).await?;
-        ensure!(events.len() == 1, "InsufficientCapacityError Events: {events:?}");
-        ensure!(events[0].contains(CHEAP), "Event does not name the offer: {events:?}");
+        ensure!(
+            events.len() == 1,
+            "InsufficientCapacityError Events: {events:?}"
+        );
+        ensure!(
+            events[0].contains(CHEAP),
+            "Event does not name the offer: {events:?}"
+        );
 
         // 2. More demand inside the TTL window: no new order for the sold-out offer.
         let second = scale_and_wait(stack, "ice", 2).await?;
@@ -221,11 +227,20 @@ async fn sold_out_offer(stack: &Stack) -> Result<()> {
             second.iter().all(|c| c.instance_type == NEXT),
             "inside the TTL: {second:?}"
         );
-        ensure!(t0.elapsed() < TTL, "step 2 took longer than the TTL; the check proves nothing");
-        ensure!(refused_orders(stack).await? == 1, "a second order inside the TTL window");
+        ensure!(
+            t0.elapsed() < TTL,
+            "step 2 took longer than the TTL; the check proves nothing"
+        );
+        ensure!(
+            refused_orders(stack).await? == 1,
+            "a second order inside the TTL window"
+        );
 
         // 3. The TTL passes with the stock still empty: exactly one more refused order.
-        tokio::time::sleep((t0 + TTL + Duration::from_secs(1)).saturating_duration_since(Instant::now())).await;
+        tokio::time::sleep(
+            (t0 + TTL + Duration::from_secs(1)).saturating_duration_since(Instant::now()),
+        )
+        .await;
         scenario::scale(stack, "ice", 3).await?;
         let t1 = until_refused(stack, 2).await?;
         let third = scale_and_wait(stack, "ice", 3).await?;
@@ -233,15 +248,30 @@ async fn sold_out_offer(stack: &Stack) -> Result<()> {
             third.iter().all(|c| c.instance_type == NEXT),
             "after one refusal per window: {third:?}"
         );
-        ensure!(refused_orders(stack).await? == 2, "more than one order in the second window");
+        ensure!(
+            refused_orders(stack).await? == 2,
+            "more than one order in the second window"
+        );
 
         // 4. Stock is back; once the TTL has passed the offer is chosen again.
-        stack.emsim.set_stock(ZONE, CHEAP, json!("available")).await?;
-        tokio::time::sleep((t1 + TTL + Duration::from_secs(1)).saturating_duration_since(Instant::now())).await;
+        stack
+            .emsim
+            .set_stock(ZONE, CHEAP, json!("available"))
+            .await?;
+        tokio::time::sleep(
+            (t1 + TTL + Duration::from_secs(1)).saturating_duration_since(Instant::now()),
+        )
+        .await;
         let fourth = scale_and_wait(stack, "ice", 4).await?;
         let cheap: Vec<&Claim> = fourth.iter().filter(|c| c.instance_type == CHEAP).collect();
-        ensure!(cheap.len() == 1, "the restocked offer was not chosen again: {fourth:?}");
-        ensure!(refused_orders(stack).await? == 2, "an order was refused after the restock");
+        ensure!(
+            cheap.len() == 1,
+            "the restocked offer was not chosen again: {fourth:?}"
+        );
+        ensure!(
+            refused_orders(stack).await? == 2,
+            "an order was refused after the restock"
+        );
         let delivered = orders_by_offer(stack).await?;
         ensure!(
             delivered.get(CHEAP) == Some(&1) && delivered.get(NEXT) == Some(&3),
@@ -278,13 +308,18 @@ async fn weights(stack: &Stack) -> Result<()> {
         let placed =
             scenario::wait_pods_running(stack, "weights", 2, Duration::from_secs(180)).await?;
         ensure!(
-            claims.iter().all(|c| c.nodepool == "fallback" && c.instance_type == "EM-B112X-SSD"),
+            claims
+                .iter()
+                .all(|c| c.nodepool == "fallback" && c.instance_type == "EM-B112X-SSD"),
             "NodeClaims: {claims:?}"
         );
         let nodes: std::collections::BTreeSet<&String> = placed.values().collect();
         let claim_names: std::collections::BTreeSet<&String> =
             claims.iter().map(|c| &c.name).collect();
-        ensure!(nodes == claim_names, "pods on {placed:?}, claims {claims:?}");
+        ensure!(
+            nodes == claim_names,
+            "pods on {placed:?}, claims {claims:?}"
+        );
         ensure!(
             refused_orders(stack).await? == 1,
             "the preferred pool's offer was ordered more than once"

@@ -90,3 +90,30 @@ func TestLeadershipAnnouncedOnElectionAndRetried(t *testing.T) {
 	}
 	waitFor(t, "leadership re-announced", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) == 2 })
 }
+
+// A provider restarted next to a running bridge may receive no call for a long
+// time; the heartbeat is how it learns it leads and resumes installs in flight.
+func TestLeadershipReannouncedEveryHeartbeat(t *testing.T) {
+	var acks atomic.Int32
+	fake := &fakeProvider{}
+	fake.setLeadership = func(_ context.Context, r *pb.SetLeadershipRequest) (*pb.SetLeadershipResponse, error) {
+		if !r.GetLeader() {
+			t.Errorf("announced leader=false")
+		}
+		acks.Add(1)
+		return &pb.SetLeadershipResponse{}, nil
+	}
+	socket := socketPath(t)
+	serve(t, socket, fake)
+	client := dial(t, socket)
+
+	leadership := NewLeadership(client, "bridge-0", time.Second)
+	leadership.heartbeat = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	elected := make(chan struct{})
+	close(elected)
+	go leadership.Run(ctx, elected)
+
+	waitFor(t, "three announcements without any refusal", func() bool { return acks.Load() >= 3 })
+}

@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use super::resources::MAX_PODS;
 use super::{
-    Billing, CAPACITY_TYPE_ON_DEMAND, HOURS_PER_MONTH, InstanceType, LABEL_ARCH, LABEL_CAPACITY_TYPE,
-    LABEL_INSTANCE_BANDWIDTH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_DISK_SIZE,
+    Billing, CAPACITY_TYPE_ON_DEMAND, HOURS_PER_MONTH, InstanceType, LABEL_ARCH,
+    LABEL_CAPACITY_TYPE, LABEL_INSTANCE_BANDWIDTH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_DISK_SIZE,
     LABEL_INSTANCE_DISK_TYPE, LABEL_INSTANCE_GPU_COUNT, LABEL_INSTANCE_GPU_NAME,
     LABEL_INSTANCE_MEMORY, LABEL_INSTANCE_RANGE, LABEL_INSTANCE_TYPE, LABEL_OS, MonthlyTwin,
     Offering, Overhead, Resources,
 };
-use super::resources::MAX_PODS;
 use crate::scaleway::Offer;
 
 /// An offer left out of the catalog, and why.
@@ -219,9 +219,10 @@ pub fn instance_types(
             it.offerings.push(offering);
         }
         for m in monthly {
-            let paired = offers
-                .iter()
-                .any(|o| !o.is_monthly() && (o.monthly_offer_id.as_deref() == Some(&m.id) || o.name == m.name));
+            let paired = offers.iter().any(|o| {
+                !o.is_monthly()
+                    && (o.monthly_offer_id.as_deref() == Some(&m.id) || o.name == m.name)
+            });
             if !paired {
                 excluded.push(Excluded {
                     offer: m.name.clone(),
@@ -244,12 +245,18 @@ impl Offering {
     pub fn bill(&mut self, billing: Billing) {
         self.billing = billing;
         let (price, reason) = match (billing, &self.monthly) {
-            (Billing::Hourly, _) => (self.hourly_price, stock_reason(self.enabled, &self.stock, "")),
+            (Billing::Hourly, _) => (
+                self.hourly_price,
+                stock_reason(self.enabled, &self.stock, ""),
+            ),
             (Billing::Monthly, Some(m)) => (
                 m.price_per_month / HOURS_PER_MONTH,
                 stock_reason(m.enabled, &m.stock, "monthly offer "),
             ),
-            (Billing::Monthly, None) => (self.hourly_price, Some("no monthly offer in this zone".into())),
+            (Billing::Monthly, None) => (
+                self.hourly_price,
+                Some("no monthly offer in this zone".into()),
+            ),
         };
         self.price = price;
         self.available = reason.is_none();
@@ -440,8 +447,7 @@ mod tests {
     fn monthly_only_offer_is_left_out() {
         let mut offers = api_pair(serde_json::Value::Null);
         offers.remove(0);
-        let (types, excluded) =
-            instance_types(&BTreeMap::from([("fr-par-2".to_string(), offers)]));
+        let (types, excluded) = instance_types(&BTreeMap::from([("fr-par-2".to_string(), offers)]));
         assert!(types.is_empty());
         assert_eq!(excluded.len(), 1);
         assert!(excluded[0].reason.contains("monthly only"));
@@ -456,7 +462,10 @@ mod tests {
         assert!(o.available, "the hourly offer is fine");
         o.bill(Billing::Monthly);
         assert!(!o.available);
-        assert_eq!(o.unavailable_reason.as_deref(), Some("monthly offer disabled"));
+        assert_eq!(
+            o.unavailable_reason.as_deref(),
+            Some("monthly offer disabled")
+        );
 
         // The RISC-V-free sample H100 has a twin but its stock is empty.
         let (types, _) = catalog();
@@ -464,7 +473,10 @@ mod tests {
         assert_eq!(h100.unavailable_reason.as_deref(), Some("stock empty"));
         h100.bill(Billing::Monthly);
         assert!(!h100.available);
-        assert_eq!(h100.price, 9.589, "no twin in this test set: hourly price kept");
+        assert_eq!(
+            h100.price, 9.589,
+            "no twin in this test set: hourly price kept"
+        );
         assert_eq!(
             h100.unavailable_reason.as_deref(),
             Some("no monthly offer in this zone")

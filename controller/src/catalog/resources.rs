@@ -398,7 +398,10 @@ mod tests {
         assert_eq!(parse_quantity_milli("32"), Some(32_000));
         assert_eq!(parse_quantity_milli("0.5"), Some(500));
         assert_eq!(parse_quantity_milli("1e3"), Some(1_000_000));
-        assert_eq!(parse_quantity_milli("256Gi"), Some(256 * 1000 * u128::from(GI)));
+        assert_eq!(
+            parse_quantity_milli("256Gi"),
+            Some(256 * 1000 * u128::from(GI))
+        );
         assert_eq!(parse_quantity_milli("1k"), Some(1_000_000));
         assert_eq!(parse_quantity_milli("-1"), None);
         assert_eq!(parse_quantity_milli("12 parsecs"), None);

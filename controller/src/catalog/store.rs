@@ -77,6 +77,9 @@ impl From<(Vec<String>, Billing)> for ClassView {
     }
 }
 
+/// (offer name, zone).
+type OfferingKey = (String, String);
+
 /// An offering refused for lack of stock or quota.
 #[derive(Debug, Clone)]
 struct Refusal {
@@ -103,7 +106,7 @@ pub struct CatalogStore {
     tx: watch::Sender<Arc<Snapshot>>,
     unavailable_ttl: Duration,
     /// One lock per (offer, zone), held while an order for it is in flight.
-    order_locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    order_locks: Mutex<HashMap<OfferingKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl CatalogStore {
@@ -331,7 +334,8 @@ fn view(inputs: &Inputs, now: Instant, zones: &[String], billing: Billing) -> Ve
                     o.available = false;
                     let until = chrono::DateTime::<chrono::Utc>::from(r.until_wall)
                         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-                    o.unavailable_reason = Some(format!("order refused ({}) until {until}", r.reason));
+                    o.unavailable_reason =
+                        Some(format!("order refused ({}) until {until}", r.reason));
                 }
             }
             (!it.offerings.is_empty()).then_some(it)
@@ -377,7 +381,10 @@ pub(crate) struct RefreshState {
 /// Reads the offers of both billing periods of one zone; an error in either
 /// fails the zone (a catalog without monthly prices would misprice monthly
 /// NodeClasses).
-pub async fn read_zone(api: &dyn ElasticMetal, zone: &str) -> Result<Vec<Offer>, crate::scaleway::ApiError> {
+pub async fn read_zone(
+    api: &dyn ElasticMetal,
+    zone: &str,
+) -> Result<Vec<Offer>, crate::scaleway::ApiError> {
     let (hourly, monthly) = futures::join!(
         api.list_offers(zone, SubscriptionPeriod::Hourly),
         api.list_offers(zone, SubscriptionPeriod::Monthly)
@@ -404,9 +411,10 @@ pub(crate) async fn refresh_once(
             }
             Err(error) => {
                 all_ok = false;
-                let kept = state.last_good.get(zone).map(|(_, at)| {
-                    now.duration_since(*at).unwrap_or_default().as_secs()
-                });
+                let kept = state
+                    .last_good
+                    .get(zone)
+                    .map(|(_, at)| now.duration_since(*at).unwrap_or_default().as_secs());
                 warn!(zone, %error, kept_last_good_age_s = ?kept, "listing offers failed; serving the last good offers of this zone");
             }
         }
@@ -458,8 +466,8 @@ mod tests {
         instance_types(&by_zone).0
     }
 
-    fn offering<'a>(
-        s: &'a Snapshot,
+    fn offering(
+        s: &Snapshot,
         class: Option<&str>,
         name: &str,
         zone: &str,
@@ -508,7 +516,10 @@ mod tests {
         let o = offering(&s, None, "EM-A115X-SSD", "fr-par-2").unwrap();
         assert!(!o.available);
         let why = o.unavailable_reason.unwrap();
-        assert!(why.starts_with("order refused (out of stock) until "), "{why}");
+        assert!(
+            why.starts_with("order refused (out of stock) until "),
+            "{why}"
+        );
         assert_eq!(
             offering_available(&s, None, "EM-A115X-SSD", "nl-ams-1"),
             Some(true)
@@ -587,7 +598,11 @@ mod tests {
         let store = CatalogStore::new(Duration::from_secs(60));
         store.set_base(base());
         let before = store.snapshot();
-        let it = before.default.iter().find(|t| t.name == "EM-A115X-SSD").unwrap();
+        let it = before
+            .default
+            .iter()
+            .find(|t| t.name == "EM-A115X-SSD")
+            .unwrap();
         let predicted = it.allocatable();
         let mut seen = predicted;
         seen.memory_bytes -= 1 << 30;
@@ -596,11 +611,30 @@ mod tests {
         store.observe_allocatable("EM-A115X-SSD", predicted);
         let after = store.snapshot();
         assert_eq!(after.revision, before.revision + 1);
-        let it = after.default.iter().find(|t| t.name == "EM-A115X-SSD").unwrap();
-        assert_eq!(it.allocatable().memory_bytes, predicted.memory_bytes - (1 << 30));
-        assert_eq!(it.capacity.memory_bytes, 32 << 30, "capacity is the hardware");
-        let other = after.default.iter().find(|t| t.name == "EM-I215E-NVME").unwrap();
-        let other_before = before.default.iter().find(|t| t.name == "EM-I215E-NVME").unwrap();
+        let it = after
+            .default
+            .iter()
+            .find(|t| t.name == "EM-A115X-SSD")
+            .unwrap();
+        assert_eq!(
+            it.allocatable().memory_bytes,
+            predicted.memory_bytes - (1 << 30)
+        );
+        assert_eq!(
+            it.capacity.memory_bytes,
+            32 << 30,
+            "capacity is the hardware"
+        );
+        let other = after
+            .default
+            .iter()
+            .find(|t| t.name == "EM-I215E-NVME")
+            .unwrap();
+        let other_before = before
+            .default
+            .iter()
+            .find(|t| t.name == "EM-I215E-NVME")
+            .unwrap();
         assert_eq!(other.allocatable(), other_before.allocatable());
     }
 
@@ -641,7 +675,11 @@ mod tests {
         drop(first);
         let (got_slot, refusal) = waiter.await.unwrap();
         assert!(got_slot);
-        assert_eq!(refusal.as_deref(), Some("out of stock"), "the waiter sees the refusal");
+        assert_eq!(
+            refusal.as_deref(),
+            Some("out of stock"),
+            "the waiter sees the refusal"
+        );
         assert_eq!(store.refusal("EM-A115X-SSD", "nl-ams-1"), None);
     }
 

@@ -142,8 +142,7 @@ async fn serve(
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .try_init();
     // The unavailable-offerings cache is fed by orders; none happen here.
@@ -198,10 +197,21 @@ pub fn table(types: &[InstanceType], excluded: &[Excluded], read_at: SystemTime)
     let mut out = format!("offers read at {read_at}\n");
     for (zone, mut rows) in zones {
         rows.sort_by(|(a, ao), (b, bo)| ao.price.total_cmp(&bo.price).then(a.name.cmp(&b.name)));
-        let mut lines = vec![[
-            "NAME", "ARCH", "CPU", "MEMORY", "DISK", "GPUS", "EUR/H", "STOCK", "AVAILABLE", "WHY",
-        ]
-        .map(String::from)];
+        let mut lines = vec![
+            [
+                "NAME",
+                "ARCH",
+                "CPU",
+                "MEMORY",
+                "DISK",
+                "GPUS",
+                "EUR/H",
+                "STOCK",
+                "AVAILABLE",
+                "WHY",
+            ]
+            .map(String::from),
+        ];
         for (it, o) in rows {
             let disk = it
                 .labels
@@ -309,12 +319,25 @@ mod tests {
         let zones = vec!["fr-par-2".to_string(), "nl-ams-1".to_string()];
         let (types, excluded, at) = read(&api, &zones).await.unwrap();
         let out = table(&types, &excluded, at);
-        assert!(out.contains("zone fr-par-2") && out.contains("zone nl-ams-1"), "{out}");
+        assert!(
+            out.contains("zone fr-par-2") && out.contains("zone nl-ams-1"),
+            "{out}"
+        );
         let h100 = out
             .lines()
             .find(|l| l.starts_with("EM-T620E-H100"))
             .unwrap();
-        for cell in ["amd64", "64", "384Gi", "3840GB nvme", "2x nvidia-h100", "9.5890", "empty", "no", "stock empty"] {
+        for cell in [
+            "amd64",
+            "64",
+            "384Gi",
+            "3840GB nvme",
+            "2x nvidia-h100",
+            "9.5890",
+            "empty",
+            "no",
+            "stock empty",
+        ] {
             assert!(h100.contains(cell), "{cell} missing in {h100:?}");
         }
         let a115 = out.lines().find(|l| l.starts_with("EM-A115X-SSD")).unwrap();

@@ -223,9 +223,10 @@ async fn create_errors_follow_the_table() {
     // An order refused for stock: RESOURCE_EXHAUSTED with the catalog
     // revision that holds the mark.
     let before = h.fixture.catalog.snapshot().revision;
-    h.fixture
-        .api
-        .fail_next(Op::CreateServer, ApiError::OutOfStock("EM-A115X-SSD".into()));
+    h.fixture.api.fail_next(
+        Op::CreateServer,
+        ApiError::OutOfStock("EM-A115X-SSD".into()),
+    );
     let err = h
         .create(claim("default-a", &["EM-A115X-SSD"]))
         .await
@@ -329,7 +330,10 @@ async fn instance_types_and_watch() {
         .unwrap()
         .unwrap();
     assert!(!first.default_catalog.is_empty());
-    assert!(first.offers_read_at_unix > 1_700_000_000, "offers read time sent");
+    assert!(
+        first.offers_read_at_unix > 1_700_000_000,
+        "offers read time sent"
+    );
     h.fixture.catalog.mark_unavailable("EM-A115X-SSD", ZONE);
     let second = tokio::time::timeout(Duration::from_secs(5), stream.message())
         .await

@@ -346,7 +346,10 @@ async fn lists_hourly_offers_and_ssh_keys() {
         .mount(&mock)
         .await;
     let c = client(&mock);
-    let got = c.list_offers(ZONE, SubscriptionPeriod::Hourly).await.unwrap();
+    let got = c
+        .list_offers(ZONE, SubscriptionPeriod::Hourly)
+        .await
+        .unwrap();
     assert_eq!(got.len(), 4);
     assert_eq!(got[0].price_per_hour.as_ref().unwrap().as_f64(), 0.091);
     let keys = c.list_ssh_keys("proj").await.unwrap();
