@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::conditions::{self, Observations, SecretCheck, SshKeyCheck};
 use super::{NodeClassSpec, ScalewayElasticMetalNodeClass, SecretKeyRef};
-use crate::catalog::CatalogStore;
+use crate::catalog::{self, CatalogStore, ClassView};
 use crate::scaleway::ElasticMetal;
 
 type NodeClass = ScalewayElasticMetalNodeClass;
@@ -166,12 +166,23 @@ async fn check_ssh_key(ctx: &Context, key_id: &str) -> SshKeyCheck {
 }
 
 /// The zones of every cached NodeClass, for the per-NodeClass catalogs.
+/// What the catalog needs of a NodeClass: its zones and how it is billed.
+fn class_view(spec: &NodeClassSpec) -> ClassView {
+    let billing = match spec.billing {
+        super::Billing::Hourly => catalog::Billing::Hourly,
+        super::Billing::Monthly => catalog::Billing::Monthly,
+    };
+    ClassView::from((spec.zones.clone(), billing))
+}
+
+/// Tells the catalog each NodeClass's zones and billing, so that Karpenter
+/// compares monthly classes at their amortised monthly price.
 fn publish_node_classes(ctx: &Context) {
-    let classes: BTreeMap<String, Vec<String>> = ctx
+    let classes: BTreeMap<String, ClassView> = ctx
         .store
         .state()
         .iter()
-        .map(|nc| (nc.name_any(), nc.spec.zones.clone()))
+        .map(|nc| (nc.name_any(), class_view(&nc.spec)))
         .collect();
     ctx.catalog.set_node_classes(classes);
 }
@@ -225,6 +236,23 @@ fn error_policy(nc: Arc<NodeClass>, error: &ReconcileError, _ctx: Arc<Context>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_catalog_learns_zones_and_billing() {
+        let mut spec: NodeClassSpec = serde_json::from_value(json!({
+            "zones": ["fr-par-2"],
+            "billing": "monthly",
+            "image": {"urlTemplate": "https://x/{arch}.raw.xz", "version": "v1"},
+            "rescueSshKey": {"iamKeyId": "k", "privateKeySecretRef": {"name": "rescue", "namespace": "karpenter", "key": "id"}},
+            "machineConfigSecretRef": {"name": "talos", "namespace": "karpenter", "key": "worker.yaml"}
+        }))
+        .unwrap();
+        let view = class_view(&spec);
+        assert_eq!(view.zones, vec!["fr-par-2".to_string()]);
+        assert_eq!(view.billing, catalog::Billing::Monthly);
+        spec.billing = super::super::Billing::Hourly;
+        assert_eq!(class_view(&spec).billing, catalog::Billing::Hourly);
+    }
 
     #[test]
     fn secret_references() {
