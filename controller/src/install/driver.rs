@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::machine::{self, Action, FailureClass, Observation, Plan, State, Transition};
@@ -25,6 +25,11 @@ const DELETE_ATTEMPTS: u32 = 8;
 const CLEANUP_ATTEMPTS: u32 = 5;
 /// The longest pause between two cleanup attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The least time an SSH probe of a rebooting server may take: TCP connect,
+/// handshake and login, across the internet. A probe is bounded by the
+/// larger of this and the probe interval (and by the call timeout), so that
+/// one lost in a dead route does not hold up the next status poll for long.
+const MIN_PROBE_TIME: Duration = Duration::from_secs(5);
 
 pub(super) async fn run(engine: InstallEngine, spec: InstallSpec, progress: Option<Progress>) {
     let span = info_span!("install", server_id = %spec.server_id, node = %spec.node_name);
@@ -122,20 +127,26 @@ impl Driver<'_> {
             }
         }
         self.save(&state).await;
+        // A new order is not delivered at once; a resumed install first looks
+        // at where things stand.
+        let mut due = match &progress {
+            None => now + plan.poll_interval,
+            Some(_) => now,
+        };
         loop {
-            if action.is_poll() {
-                sleep(settings.poll_interval).await;
-            }
+            sleep_until(due).await;
             let obs = self.perform(&plan, &state, &action).await;
             let transition = machine::advance(&plan, &state, obs, Instant::now());
             self.record(&state, &transition).await;
             let Transition {
                 state: next_state,
                 action: next_action,
+                due: next_due,
                 ..
             } = transition;
             state = next_state;
             action = next_action;
+            due = next_due;
             if !matches!(action, Action::Run { .. } | Action::ConnectSsh { .. })
                 && let Some(session) = self.session.take()
             {
@@ -305,6 +316,32 @@ impl Driver<'_> {
                     }
                     Ok(Err(err)) => {
                         debug!(error = %err, "rescue SSH not available yet");
+                        Observation::SshFailed(err)
+                    }
+                    Err(elapsed) => Observation::SshFailed(RescueError::Timeout(elapsed)),
+                }
+            }
+            Action::ProbeSsh { host, user } => {
+                let target = SshTarget {
+                    host: host.clone(),
+                    port: settings.ssh_port,
+                    user: user.clone(),
+                };
+                let key = self.spec.rescue_private_key.expose();
+                let limit = settings
+                    .call_timeout
+                    .min(plan.probe_interval.max(MIN_PROBE_TIME));
+                match bounded(limit, deps.rescue.connect(&target, key, None)).await {
+                    Ok(Ok(session)) => {
+                        // Not trusted, nothing runs on it: the status read
+                        // that follows says whether this is the rescue system.
+                        let host_key = session.host_key().to_string();
+                        session.close().await;
+                        info!(%host, %user, "SSH answers while the API still reports the rescue reboot under way; confirming with the API");
+                        Observation::SshConnected { host_key }
+                    }
+                    Ok(Err(err)) => {
+                        debug!(error = %err, "rescue SSH not up yet");
                         Observation::SshFailed(err)
                     }
                     Err(elapsed) => Observation::SshFailed(RescueError::Timeout(elapsed)),

@@ -352,6 +352,7 @@ pub fn world_with(rescue: FakeRescue, talos: FakeTalos, always_ready: bool) -> W
     let capacity = Arc::new(FakeCapacity::default());
     let settings = InstallSettings {
         poll_interval: Duration::from_secs(10),
+        probe_interval: Duration::from_secs(2),
         ssh_port: 2222,
         talos_port: 50000,
         ..InstallSettings::default()

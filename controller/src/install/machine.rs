@@ -32,6 +32,12 @@ pub enum Step {
     RetryRebootRescue,
     /// Polling until the server runs the rescue image and has its address.
     AwaitRescue,
+    /// The API shows the rescue reboot under way, with the address and the
+    /// rescue user: probing SSH between two status polls.
+    ProbeRescueSsh,
+    /// The rescue system answered SSH before the API reported the reboot
+    /// done: polling until the API confirms the server is up in rescue.
+    ConfirmRescue,
     /// Resumed in rescue or imaging: is the server still in rescue mode?
     ResumeRescue,
     /// Opening an SSH session (again after a lost one).
@@ -85,6 +91,9 @@ pub struct State {
     /// Set when an ApplyConfiguration may have taken effect without us
     /// hearing the answer (or the controller restarted in maintenance).
     pub apply_uncertain_since: Option<Instant>,
+    /// When the server's status was last read while SSH probes run between
+    /// status polls ([`Step::ProbeRescueSsh`]).
+    pub status_polled: Option<Instant>,
 }
 
 impl State {
@@ -104,6 +113,7 @@ impl State {
             checksum_mismatches: 0,
             api_failures: 0,
             apply_uncertain_since: None,
+            status_polled: None,
         }
     }
 
@@ -141,12 +151,18 @@ pub enum Observation {
     NodeFailed(NodePortError),
 }
 
-/// The one thing to do next. Polls (`PollServer`, `ConnectSsh`, `ProbeTalos`,
-/// `PollNode`) are performed after the poll interval.
+/// The one thing to do next, due at [`Transition::due`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     PollServer,
     RebootRescue,
+    /// Is the rescue system up yet? An SSH login that is closed at once: its
+    /// host key is not trusted and nothing runs on it, because only the API
+    /// can say that what answered is the rescue system.
+    ProbeSsh {
+        host: String,
+        user: String,
+    },
     ConnectSsh {
         host: String,
         user: String,
@@ -173,25 +189,13 @@ pub enum Action {
     Finish,
 }
 
-impl Action {
-    /// Actions that wait for something outside to change; the driver sleeps one
-    /// poll interval before performing them.
-    pub fn is_poll(&self) -> bool {
-        matches!(
-            self,
-            Action::PollServer
-                | Action::ConnectSsh { .. }
-                | Action::ProbeTalos { .. }
-                | Action::PollNode
-        )
-    }
-}
-
 /// The outcome of one observation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
     pub state: State,
     pub action: Action,
+    /// When to perform the action (see `machine_cadence.rs`).
+    pub due: Instant,
     /// Events to record on the NodeClaim, in order.
     pub events: Vec<InstallEvent>,
 }
@@ -231,9 +235,11 @@ pub fn advance(plan: &Plan, state: &State, obs: Observation, now: Instant) -> Tr
     {
         events.push(phase_event(message));
     }
+    let due = cadence::due(plan, state, &next, &action, now);
     Transition {
         state: next,
         action,
+        due,
         events,
     }
 }
@@ -370,6 +376,7 @@ fn transition(
         (
             Step::AwaitDelivery
             | Step::AwaitRescue
+            | Step::ConfirmRescue
             | Step::ResumeRescue
             | Step::ResumeBooting
             | Step::ResumeMaintenance
@@ -411,8 +418,27 @@ fn transition(
 
         (Step::AwaitRescue, Observation::Server(server)) => match rescue_login(&server) {
             Some((host, user)) => connect_to(state, host, user),
+            None => match cadence::rescue_booting(&server) {
+                Some((host, user)) => cadence::probe_rescue(state, host, user, now),
+                None => (state.clone(), Action::PollServer),
+            },
+        },
+        (Step::ConfirmRescue, Observation::Server(server)) => match rescue_login(&server) {
+            Some((host, user)) => connect_to(state, host, user),
             None => (state.clone(), Action::PollServer),
         },
+        (Step::ProbeRescueSsh, Observation::SshConnected { .. }) => {
+            (stay(state, Step::ConfirmRescue), Action::PollServer)
+        }
+        (Step::ProbeRescueSsh, Observation::SshFailed(RescueError::InvalidKey(msg))) => fail(
+            state,
+            now,
+            format!("the rescue private key is invalid: {msg}"),
+            FailureClass::Rescue,
+        ),
+        (Step::ProbeRescueSsh, Observation::SshFailed(_)) => {
+            cadence::probe_failed(plan, state, now)
+        }
         (Step::ResumeRescue, Observation::Server(server)) => match rescue_login(&server) {
             Some((host, user)) => connect_to(state, host, user),
             // Not in rescue (any more): the rescue boot starts over.
@@ -670,6 +696,7 @@ fn connect_to(state: &State, host: String, user: String) -> (State, Action) {
     let next = State {
         host: Some(host.clone()),
         user: Some(user.clone()),
+        status_polled: None,
         ..stay(state, Step::Connect)
     };
     (next, Action::ConnectSsh { host, user })
@@ -753,6 +780,9 @@ mod imaging;
 
 #[path = "machine_events.rs"]
 mod events;
+
+#[path = "machine_cadence.rs"]
+mod cadence;
 
 pub use events::phase_message;
 pub(super) use events::{phase_event, retry_event};

@@ -383,29 +383,3 @@ fn plan_refuses_unknown_image_formats() {
     let plan = Plan::new(&spec, &InstallSettings::default()).expect("plan");
     assert_eq!(plan.compression, Compression::Xz);
 }
-
-#[test]
-fn polls_are_the_waiting_actions() {
-    assert!(Action::PollServer.is_poll());
-    assert!(Action::PollNode.is_poll());
-    assert!(
-        Action::ProbeTalos {
-            host: String::new()
-        }
-        .is_poll()
-    );
-    assert!(
-        Action::ConnectSsh {
-            host: String::new(),
-            user: String::new()
-        }
-        .is_poll()
-    );
-    assert!(!Action::RebootRescue.is_poll());
-    assert!(
-        !Action::Run {
-            command: String::new()
-        }
-        .is_poll()
-    );
-}

@@ -23,6 +23,11 @@ pub struct Plan {
     /// How long the maintenance API may stay unreachable after an apply whose
     /// outcome is unknown before the config is assumed applied.
     pub apply_grace: Duration,
+    /// Cadence of the Elastic Metal status polls.
+    pub poll_interval: Duration,
+    /// Cadence of the local probes (rescue SSH, Talos, Node), never longer
+    /// than `poll_interval`.
+    pub probe_interval: Duration,
     /// For Events.
     pub server_id: String,
     pub zone: String,
@@ -57,6 +62,8 @@ impl Plan {
             rescue_returns: settings.rescue_returns,
             api_failures: settings.api_failure_budget.max(1),
             apply_grace: settings.apply_grace,
+            poll_interval: settings.poll_interval,
+            probe_interval: settings.probe_interval.min(settings.poll_interval),
             server_id: spec.server_id.clone(),
             zone: spec.zone.clone(),
             offer_name: spec.offer_name.clone(),

@@ -22,6 +22,8 @@ fn plan() -> Plan {
         image_url: URL.to_string(),
         compression: Compression::Xz,
         install_disk: None,
+        poll_interval: Duration::from_secs(15),
+        probe_interval: Duration::from_secs(2),
         deadlines: Deadlines {
             delivery: Duration::from_secs(600),
             rescue: Duration::from_secs(300),
@@ -193,13 +195,27 @@ fn happy_path_walks_every_phase() {
     // Still on the old boot: wait.
     let (s, a) = next(&p, &s, server(ServerStatus::Ready, BootType::Normal), t(5));
     assert_eq!((s.step, a), (Step::AwaitRescue, Action::PollServer));
+    // Rebooting into rescue: SSH is probed, but a login that gets in is only
+    // a reason to read the status again.
     let (s, a) = next(
         &p,
         &s,
         server(ServerStatus::Stopping, BootType::Rescue),
         t(6),
     );
-    assert_eq!(a, Action::PollServer);
+    assert_eq!(
+        (s.step, a),
+        (
+            Step::ProbeRescueSsh,
+            Action::ProbeSsh {
+                host: "127.77.0.10".into(),
+                user: "rescue".into()
+            }
+        )
+    );
+    let (s, a) = next(&p, &s, connected(), t(7));
+    assert_eq!((s.step, a), (Step::ConfirmRescue, Action::PollServer));
+    assert_eq!(s.host_key, None, "a probe's host key is not trusted");
     let (s, a) = next(&p, &s, server(ServerStatus::Ready, BootType::Rescue), t(7));
     assert_eq!(
         a,
@@ -460,8 +476,21 @@ fn rescue_needs_ready_rescue_boot_address_and_user() {
     no_user.rescue_server = None;
     let (_, a) = next(&p, &s, Observation::Server(no_user), t0);
     assert_eq!(a, Action::PollServer);
-    let (_, a) = next(&p, &s, server(ServerStatus::Starting, BootType::Rescue), t0);
-    assert_eq!(a, Action::PollServer);
+    // Still starting: probed over SSH, never logged into for imaging.
+    let (s2, a) = next(&p, &s, server(ServerStatus::Starting, BootType::Rescue), t0);
+    assert_eq!(s2.step, Step::ProbeRescueSsh);
+    assert!(matches!(a, Action::ProbeSsh { .. }), "{a:?}");
+    // Rebooting, but the API does not name the rescue user yet: no probe.
+    let Observation::Server(mut anonymous) = server(ServerStatus::Stopping, BootType::Rescue)
+    else {
+        unreachable!()
+    };
+    anonymous.rescue_server = None;
+    let (s3, a) = next(&p, &s, Observation::Server(anonymous), t0);
+    assert_eq!((s3.step, a), (Step::AwaitRescue, Action::PollServer));
+    // Rebooting into the normal image: nothing to probe.
+    let (s4, a) = next(&p, &s, server(ServerStatus::Stopping, BootType::Normal), t0);
+    assert_eq!((s4.step, a), (Step::AwaitRescue, Action::PollServer));
 }
 
 #[test]
@@ -519,3 +548,6 @@ mod verify;
 
 #[path = "machine_recovery_tests.rs"]
 mod recovery;
+
+#[path = "machine_cadence_tests.rs"]
+mod cadence;

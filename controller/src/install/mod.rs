@@ -386,8 +386,16 @@ impl Deadlines {
 /// Tunables of the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallSettings {
-    /// Pause between two polls of the same thing (server status, SSH, Talos, Node).
+    /// Pause between two reads of a server's status from the Elastic Metal
+    /// API while waiting for delivery or a reboot: the API is remote and
+    /// rate-limited, so this stays at the cadence of the SDK's wait helper.
     pub poll_interval: Duration,
+    /// Pause between two cheap probes of things close to us: an SSH connect to
+    /// the rescue system, the Talos maintenance API, the Node's readiness in
+    /// the Kubernetes API. Capped by `poll_interval`. Probes that follow a
+    /// change making them possible (the API shows the server in rescue, a
+    /// resumed install found its server up) run at once.
+    pub probe_interval: Duration,
     pub ssh_port: u16,
     pub talos_port: u16,
     pub deadlines: Deadlines,
@@ -415,6 +423,7 @@ impl Default for InstallSettings {
     fn default() -> Self {
         InstallSettings {
             poll_interval: Duration::from_secs(10),
+            probe_interval: Duration::from_secs(2),
             ssh_port: 22,
             talos_port: 50000,
             deadlines: Deadlines::default(),
