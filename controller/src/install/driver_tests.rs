@@ -289,3 +289,6 @@ mod recovery;
 
 #[path = "driver_resume_tests.rs"]
 mod resume;
+
+#[path = "driver_cadence_tests.rs"]
+mod cadence;
