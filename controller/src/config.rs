@@ -124,9 +124,13 @@ pub struct ServeArgs {
     /// Port of the Talos maintenance API.
     #[arg(long, env = "TALOS_API_PORT", default_value_t = 50000)]
     pub talos_api_port: u16,
-    /// Pause between two polls of an install (server status, SSH, Talos, Node).
+    /// Pause between two reads of an installing server's status from the
+    /// Elastic Metal API (rate-limited; the SDK's wait helper uses 15 s).
     #[arg(long, env = "POLL_INTERVAL", default_value = "15s", value_parser = parse_duration)]
     pub poll_interval: Duration,
+    /// Install engine timing: local probes, per-phase deadlines.
+    #[command(flatten)]
+    pub install: InstallArgs,
     /// Address of the HTTP endpoint serving `/healthz` and `/metrics`; off when unset.
     #[arg(long, env = "METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -142,6 +146,58 @@ pub struct ServeArgs {
     /// run at startup and on becoming the leader).
     #[arg(long, env = "RESUME_INTERVAL", default_value = "60s", value_parser = parse_positive_duration)]
     pub resume_interval: Duration,
+}
+
+/// Install engine timing. The deadline defaults are those of
+/// `install::Deadlines::default()` (a test keeps them equal).
+#[derive(Debug, Clone, Args)]
+pub struct InstallArgs {
+    /// Pause between two cheap local probes during an install: SSH to the
+    /// rescue system, the Talos maintenance API, the Node's readiness. Capped
+    /// by `--poll-interval`.
+    #[arg(long, env = "PROBE_INTERVAL", default_value = "2s", value_parser = parse_positive_duration)]
+    pub probe_interval: Duration,
+    /// Order placed until the server is delivered (`ready`).
+    #[arg(long, env = "DELIVERY_DEADLINE", default_value = "30m", value_parser = parse_positive_duration)]
+    pub delivery_deadline: Duration,
+    /// Rescue reboot requested until an SSH session is open.
+    #[arg(long, env = "RESCUE_DEADLINE", default_value = "15m", value_parser = parse_positive_duration)]
+    pub rescue_deadline: Duration,
+    /// One image write: disk detection, download, write, sync and read-back.
+    #[arg(long, env = "IMAGING_DEADLINE", default_value = "20m", value_parser = parse_positive_duration)]
+    pub imaging_deadline: Duration,
+    /// Normal reboot requested until the Talos maintenance API answers;
+    /// passing it sends the server back to rescue once.
+    #[arg(long, env = "BOOTING_DEADLINE", default_value = "10m", value_parser = parse_positive_duration)]
+    pub booting_deadline: Duration,
+    /// Maintenance API up until the machine config is accepted.
+    #[arg(long, env = "MAINTENANCE_DEADLINE", default_value = "5m", value_parser = parse_positive_duration)]
+    pub maintenance_deadline: Duration,
+    /// Machine config applied until the Node is Ready.
+    #[arg(long, env = "JOIN_DEADLINE", default_value = "15m", value_parser = parse_positive_duration)]
+    pub join_deadline: Duration,
+    /// After an ApplyConfiguration whose answer was lost, how long the
+    /// maintenance API may stay silent before the config is taken as applied.
+    #[arg(long, env = "APPLY_GRACE", default_value = "2m", value_parser = parse_positive_duration)]
+    pub apply_grace: Duration,
+}
+
+impl InstallArgs {
+    /// The per-phase deadlines.
+    pub fn deadlines(&self) -> Result<crate::install::Deadlines, String> {
+        let mut deadlines = crate::install::Deadlines::default();
+        for (name, value) in [
+            ("delivery", self.delivery_deadline),
+            ("rescue", self.rescue_deadline),
+            ("imaging", self.imaging_deadline),
+            ("booting", self.booting_deadline),
+            ("maintenance", self.maintenance_deadline),
+            ("join", self.join_deadline),
+        ] {
+            deadlines.set(name, value)?;
+        }
+        Ok(deadlines)
+    }
 }
 
 impl ServeArgs {
@@ -181,6 +237,27 @@ mod tests {
             Ok(Duration::from_secs(4 * 3600))
         );
         assert!(parse_positive_duration("0s").is_err());
+    }
+
+    #[test]
+    fn install_flag_defaults_are_the_engine_defaults() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            install: InstallArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["test"]).expect("defaults parse");
+        let engine = crate::install::InstallSettings::default();
+        assert_eq!(cli.install.deadlines(), Ok(engine.deadlines.clone()));
+        assert_eq!(cli.install.apply_grace, engine.apply_grace);
+        assert_eq!(cli.install.probe_interval, engine.probe_interval);
+
+        let cli = <Cli as clap::Parser>::try_parse_from(["test", "--booting-deadline", "4s"])
+            .expect("parses");
+        let deadlines = cli.install.deadlines().expect("valid");
+        assert_eq!(deadlines.booting, Duration::from_secs(4));
+        assert_eq!(deadlines.join, engine.deadlines.join);
+        assert!(<Cli as clap::Parser>::try_parse_from(["test", "--join-deadline", "0s"]).is_err());
     }
 
     #[test]

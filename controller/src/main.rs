@@ -180,8 +180,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         nodes: Arc::new(KubeNodes::new(client.clone(), token_port.clone())),
         settings: InstallSettings {
             poll_interval: args.poll_interval,
+            probe_interval: args.install.probe_interval,
             ssh_port: args.rescue_ssh_port,
             talos_port: args.talos_api_port,
+            deadlines: args.install.deadlines().map_err(anyhow::Error::msg)?,
+            apply_grace: args.install.apply_grace,
             ..InstallSettings::default()
         },
     });
@@ -198,7 +201,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             cluster_name: args.cluster_name.clone(),
             project_id: args.scaleway.project_id.clone(),
             zones,
-            max_order_attempts: 3,
         },
     ));
     let leadership = Leadership::default();

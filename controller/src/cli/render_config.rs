@@ -246,6 +246,9 @@ pub fn render(req: &RenderRequest<'_>) -> Result<String, RenderConfigError> {
         offer_name: offer.clone(),
         arch,
         type_labels,
+        // The offer's hardware is not read here (no Scaleway API call); the
+        // header says what Create adds.
+        kubelet_reservations: None,
     };
     let spec = install_spec(
         &view,
@@ -276,6 +279,9 @@ pub fn render(req: &RenderRequest<'_>) -> Result<String, RenderConfigError> {
             "# Not launched: the server id in the provider-id is a placeholder ({PLACEHOLDER_SERVER_ID}).\n"
         ));
     }
+    out.push_str(
+        "# Not shown: the kubelet's maxPods, kubeReserved, systemReserved and evictionHard, which Create sets from the offer's hardware.\n",
+    );
     out.push_str(&format!(
         "# cluster.token is a placeholder ({PLACEHOLDER_TOKEN}): Create mints one bootstrap token per node.\n"
     ));

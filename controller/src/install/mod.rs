@@ -111,6 +111,10 @@ pub struct InstallSpec {
     /// This node's own bootstrap token `<id>.<secret>`: the `cluster.token`
     /// of its rendered machine config.
     pub bootstrap_token: Secret,
+    /// The kubelet reservations for the offer's hardware, the ones the
+    /// catalog's overhead was computed from; `None` when the hardware is not
+    /// known (then the base config's or Talos' defaults apply).
+    pub kubelet_reservations: Option<crate::catalog::KubeletReservations>,
 }
 
 /// The prefix of the NodeClaim annotations that persist an install's progress.
@@ -547,5 +551,6 @@ pub fn node_settings(spec: &InstallSpec, disk: &str, mac: &str) -> NodeSettings 
         primary_mac: mac.to_string(),
         patches: spec.machine_config_patches.clone(),
         bootstrap_token: spec.bootstrap_token.expose().to_string(),
+        kubelet_reservations: spec.kubelet_reservations,
     }
 }

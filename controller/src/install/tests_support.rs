@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{InstallSpec, Secret, Taint};
+use crate::catalog::{KubeletReservations, Resources};
 
 pub const BASE_CONFIG: &str = include_str!("../talos/testdata/worker-v1.13.yaml");
 
@@ -43,5 +44,12 @@ pub fn spec(image_url: &str) -> InstallSpec {
         offer_name: "EM-A115X-SSD".into(),
         image_sha256: None,
         bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
+        kubelet_reservations: Some(KubeletReservations::for_capacity(&Resources {
+            cpu_millis: 16_000,
+            memory_bytes: 64 << 30,
+            ephemeral_storage_bytes: 1_000_000_000_000,
+            pods: 110,
+            nvidia_gpus: 0,
+        })),
     }
 }

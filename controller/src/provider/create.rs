@@ -14,7 +14,7 @@ use super::{
     KubeError, NodeClassRecord, NodeRegistration, Provider, ProviderError, TAG_NODECLAIM,
     TAG_NODECLASS, TAG_NODEPOOL, candidates, provider_id, tag,
 };
-use crate::catalog::{Billing, InstanceType, Snapshot};
+use crate::catalog::{Billing, InstanceType, KubeletReservations, Snapshot};
 use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
 use crate::nodeclass::{self, NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, CreateServerRequest, Server, ServerFilter, ServerStatus};
@@ -63,6 +63,11 @@ pub struct Placement {
     pub arch: String,
     /// The instance type's node labels in `zone` ([`InstanceType::node_labels`]).
     pub type_labels: BTreeMap<String, String>,
+    /// The kubelet reservations for the type's hardware: the numbers its
+    /// catalog overhead was computed from, written into the machine config
+    /// so that the Node's allocatable keeps the catalog's promise. `None`
+    /// when the hardware is unknown (`render-config` without a catalog).
+    pub kubelet_reservations: Option<KubeletReservations>,
 }
 
 impl Placement {
@@ -73,6 +78,7 @@ impl Placement {
             offer_name: it.name.clone(),
             arch: it.arch.clone(),
             type_labels: it.node_labels(zone),
+            kubelet_reservations: Some(KubeletReservations::for_capacity(&it.capacity)),
         }
     }
 }
@@ -116,6 +122,7 @@ pub fn install_spec(
             .as_ref()
             .and_then(|m| m.get(arch).cloned()),
         bootstrap_token,
+        kubelet_reservations: placement.kubelet_reservations,
     })
 }
 

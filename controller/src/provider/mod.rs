@@ -191,9 +191,6 @@ pub struct ProviderSettings {
     pub project_id: String,
     /// Zones this provider serves (NodeClass zones are intersected with these).
     pub zones: Vec<String>,
-    /// How many offerings Create tries, cheapest first, when orders fail for
-    /// lack of stock or quota.
-    pub max_order_attempts: usize,
 }
 
 pub struct Provider {

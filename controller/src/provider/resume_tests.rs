@@ -25,7 +25,6 @@ fn restarted(f: &Fixture) -> (Provider, Arc<RecordingInstaller>) {
             cluster_name: "test".into(),
             project_id: crate::provider::tests::PROJECT.into(),
             zones: vec![ZONE.into(), "nl-ams-1".into()],
-            max_order_attempts: 3,
         },
     );
     (provider, installer)
@@ -75,6 +74,8 @@ async fn resumes_in_flight_installs_with_the_spec_create_built() {
     assert_eq!(spec.offer_name, first.offer_name);
     assert_eq!(spec.bootstrap_token, first.bootstrap_token);
     assert_eq!(spec.base_machine_config, first.base_machine_config);
+    assert!(first.kubelet_reservations.is_some());
+    assert_eq!(spec.kubelet_reservations, first.kubelet_reservations);
     assert_eq!(*f.tokens.created.lock().unwrap(), 1);
 
     // The next pass leaves it to the engine that now runs it.

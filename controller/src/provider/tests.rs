@@ -208,7 +208,6 @@ pub(crate) fn fixture() -> Fixture {
             cluster_name: "test".into(),
             project_id: PROJECT.into(),
             zones: vec![ZONE.into(), "nl-ams-1".into()],
-            max_order_attempts: 3,
         },
     ));
     Fixture {
@@ -294,6 +293,15 @@ async fn create_orders_the_cheapest_offering_and_starts_the_install() {
         "EM-A115X-SSD"
     );
     assert_eq!(spec.taints.len(), 1);
+    // The kubelet reserves what the catalog's overhead assumed for this
+    // 4-thread offer: 6% + 1% + 2 × 0.5% of a thread, and as many pods as
+    // the NodeClaim's allocatable promises.
+    let reservations = spec.kubelet_reservations.expect("reservations set");
+    assert_eq!(reservations.kube_reserved.cpu_millis, 80);
+    assert_eq!(
+        out["status"]["allocatable"]["pods"],
+        reservations.max_pods.to_string().as_str()
+    );
 }
 
 #[tokio::test]

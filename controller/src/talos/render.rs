@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
+use crate::catalog::KubeletReservations;
+
 /// The alias given to the primary NIC (selected by its MAC address) so that
 /// NodeClass patches can configure it whatever name Talos gives the link.
 pub const PRIMARY_LINK_ALIAS: &str = "net0";
@@ -45,6 +47,11 @@ pub struct NodeSettings {
     /// This node's own bootstrap token `<id>.<secret>` (the kubelet's
     /// `cluster.token`). Secret: never logged.
     pub bootstrap_token: String,
+    /// The kubelet's `maxPods`, `kubeReserved`, `systemReserved` and
+    /// `evictionHard`: the same numbers the catalog subtracted from the
+    /// offer's capacity, so the Node's allocatable is what Karpenter was
+    /// promised. `None` leaves the base config's (or Talos') defaults.
+    pub kubelet_reservations: Option<KubeletReservations>,
 }
 
 impl std::fmt::Debug for NodeSettings {
@@ -58,6 +65,7 @@ impl std::fmt::Debug for NodeSettings {
             .field("primary_mac", &self.primary_mac)
             .field("patches", &self.patches.len())
             .field("bootstrap_token", &"<redacted>")
+            .field("kubelet_reservations", &self.kubelet_reservations)
             .finish()
     }
 }
@@ -295,6 +303,18 @@ fn apply_node_settings(config: &mut Mapping, node: &NodeSettings) -> Result<(), 
     }
     if !taints.is_empty() {
         extra_config.insert("registerWithTaints".into(), Value::Sequence(taints));
+    }
+    // Before the NodeClass patches, so a user can still override them (at
+    // the cost of the allocatable Karpenter schedules against).
+    if let Some(reservations) = &node.kubelet_reservations {
+        extra_config.insert("maxPods".into(), reservations.max_pods.into());
+        for (key, quantities) in reservations.kubelet_config_maps() {
+            let map: Mapping = quantities
+                .into_iter()
+                .map(|(name, quantity)| (Value::from(name), Value::from(quantity)))
+                .collect();
+            extra_config.insert(key.into(), Value::Mapping(map));
+        }
     }
 
     let install = mapping_at(config, &["machine", "install"])?;

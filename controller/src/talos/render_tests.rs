@@ -29,6 +29,23 @@ fn node() -> NodeSettings {
         primary_mac: "A0:36:9F:00:00:02".into(),
         patches: vec![],
         bootstrap_token: "k8s0a1.0123456789abcdef".into(),
+        kubelet_reservations: None,
+    }
+}
+
+/// A 16-thread, 64 GiB server's reservations, as Create computes them.
+fn reserved_node() -> NodeSettings {
+    NodeSettings {
+        kubelet_reservations: Some(KubeletReservations::for_capacity(
+            &crate::catalog::Resources {
+                cpu_millis: 16_000,
+                memory_bytes: 64 << 30,
+                ephemeral_storage_bytes: 960_000_000_000,
+                pods: 110,
+                nvidia_gpus: 0,
+            },
+        )),
+        ..node()
     }
 }
 
@@ -305,4 +322,84 @@ fn debug_output_redacts_the_bootstrap_token() {
     let debug = format!("{:?}", node());
     assert!(!debug.contains("0123456789abcdef"), "{debug}");
     assert!(debug.contains("<redacted>"), "{debug}");
+}
+
+#[test]
+fn kubelet_reservations_land_in_extra_config_next_to_the_taints() {
+    let out = render_machine_config(BASE, &reserved_node()).expect("renders");
+    let docs = docs(&out);
+    // The v1.13 multi-document form is unchanged by the extra settings.
+    assert_eq!(docs.len(), 3, "{out}");
+    assert!(out.starts_with("version: v1alpha1\n"), "{out}");
+    let extra = at(&docs[0], &["machine", "kubelet", "extraConfig"]);
+    assert_eq!(extra["maxPods"], yaml("110"));
+    // cpu: 6% + 1% + 2 × 0.5% + 12 × 0.25% of a thread = 110m;
+    // memory: 255Mi + 11Mi × 110 pods = 1465Mi.
+    assert_eq!(
+        extra["kubeReserved"],
+        yaml("{cpu: 110m, memory: 1465Mi, ephemeral-storage: 1Gi}")
+    );
+    assert_eq!(
+        extra["systemReserved"],
+        yaml("{cpu: 50m, memory: 384Mi, ephemeral-storage: 256Mi}")
+    );
+    assert_eq!(
+        extra["evictionHard"],
+        yaml("{memory.available: 100Mi, nodefs.available: 10%}")
+    );
+    // Quantities are strings, as the KubeletConfiguration expects them.
+    assert!(extra["kubeReserved"]["cpu"].is_string());
+    assert_eq!(
+        extra["registerWithTaints"].as_sequence().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        at(&docs[0], &["machine", "kubelet", "image"]),
+        &yaml("ghcr.io/siderolabs/kubelet:v1.35.0")
+    );
+}
+
+#[test]
+fn kubelet_reservations_agree_with_the_catalog_overhead_inputs() {
+    let node = reserved_node();
+    let reservations = node.kubelet_reservations.expect("set");
+    let out = render_machine_config(BASE, &node).expect("renders");
+    let extra = at(&docs(&out)[0], &["machine", "kubelet", "extraConfig"]).clone();
+    for (key, quantities) in reservations.kubelet_config_maps() {
+        let expected: Mapping = quantities
+            .into_iter()
+            .map(|(k, v)| (Value::from(k), Value::from(v)))
+            .collect();
+        assert_eq!(extra[key], Value::Mapping(expected), "{key}");
+    }
+}
+
+#[test]
+fn without_reservations_the_base_kubelet_settings_are_left_alone() {
+    let out = render_machine_config(BASE, &node()).expect("renders");
+    let docs = docs(&out);
+    let extra = at(&docs[0], &["machine", "kubelet", "extraConfig"]);
+    for key in ["maxPods", "kubeReserved", "systemReserved", "evictionHard"] {
+        assert!(extra.get(key).is_none(), "{key} in {out}");
+    }
+}
+
+#[test]
+fn a_patch_overrides_kubelet_reservations_key_by_key() {
+    let mut n = reserved_node();
+    n.patches = vec![
+        "machine:\n  kubelet:\n    extraConfig:\n      maxPods: 250\n      kubeReserved:\n        memory: 4Gi\n".into(),
+    ];
+    let out = render_machine_config(BASE, &n).expect("renders");
+    let docs = docs(&out);
+    let extra = at(&docs[0], &["machine", "kubelet", "extraConfig"]);
+    assert_eq!(extra["maxPods"], yaml("250"));
+    assert_eq!(
+        extra["kubeReserved"],
+        yaml("{cpu: 110m, memory: 4Gi, ephemeral-storage: 1Gi}")
+    );
+    assert_eq!(
+        extra["systemReserved"],
+        yaml("{cpu: 50m, memory: 384Mi, ephemeral-storage: 256Mi}")
+    );
 }
