@@ -17,7 +17,8 @@ type Options struct {
 	// within a second; Create in particular must never hold core's
 	// provisioning loop for long.
 	CallTimeout time.Duration
-	// ListTimeout bounds List and GetInstanceTypes (PROVIDER_LIST_TIMEOUT).
+	// ListTimeout bounds List (PROVIDER_LIST_TIMEOUT); GetInstanceTypes is
+	// answered from memory (see CatalogMaxStaleness).
 	ListTimeout time.Duration
 	// StartupTimeout is how long the bridge waits for the provider to answer
 	// Info at startup before it gives up and exits (PROVIDER_STARTUP_TIMEOUT).
