@@ -57,6 +57,9 @@ pub enum Step {
     ResumeMaintenance,
     /// Waiting for the Talos maintenance API to answer.
     ProbeTalos,
+    /// The config may have been applied with the answer lost, and the
+    /// maintenance API is silent: a Ready Node would settle it.
+    ConfirmApplied,
     ApplyConfig,
     AwaitNode,
     Done,
@@ -131,7 +134,8 @@ pub enum Observation {
     ApiFailed(ApiError),
     /// A reboot call was accepted.
     Rebooted,
-    /// An SSH session is open; the server presented this host key.
+    /// An SSH login succeeded (after [`Action::ProbeSsh`], the session was
+    /// closed at once); the server presented this host key.
     SshConnected {
         host_key: String,
     },
@@ -416,17 +420,12 @@ fn transition(
             (state.clone(), Action::PollServer)
         }
 
-        (Step::AwaitRescue, Observation::Server(server)) => match rescue_login(&server) {
-            Some((host, user)) => connect_to(state, host, user),
-            None => match cadence::rescue_booting(&server) {
-                Some((host, user)) => cadence::probe_rescue(state, host, user, now),
-                None => (state.clone(), Action::PollServer),
-            },
-        },
-        (Step::ConfirmRescue, Observation::Server(server)) => match rescue_login(&server) {
-            Some((host, user)) => connect_to(state, host, user),
-            None => (state.clone(), Action::PollServer),
-        },
+        (Step::AwaitRescue, Observation::Server(server)) => {
+            rescue::status_seen(state, &server, now, true)
+        }
+        (Step::ConfirmRescue, Observation::Server(server)) => {
+            rescue::status_seen(state, &server, now, false)
+        }
         (Step::ProbeRescueSsh, Observation::SshConnected { .. }) => {
             (stay(state, Step::ConfirmRescue), Action::PollServer)
         }
@@ -436,9 +435,7 @@ fn transition(
             format!("the rescue private key is invalid: {msg}"),
             FailureClass::Rescue,
         ),
-        (Step::ProbeRescueSsh, Observation::SshFailed(_)) => {
-            cadence::probe_failed(plan, state, now)
-        }
+        (Step::ProbeRescueSsh, Observation::SshFailed(_)) => rescue::probe_failed(plan, state, now),
         (Step::ResumeRescue, Observation::Server(server)) => match rescue_login(&server) {
             Some((host, user)) => connect_to(state, host, user),
             // Not in rescue (any more): the rescue boot starts over.
@@ -628,8 +625,25 @@ fn transition(
                 };
                 (next, Action::PollNode)
             }
-            _ => (state.clone(), probe(state)),
+            // Talos leaves maintenance mode once configured; the node may
+            // even have joined already (a restart right after the apply).
+            Some(_) => (stay(state, Step::ConfirmApplied), Action::PollNode),
+            None => (state.clone(), probe(state)),
         },
+        (Step::ConfirmApplied, Observation::Node(Some(true))) => {
+            events.push(phase_event(format!(
+                "maintenance: Node {} is Ready, so the machine config whose apply had no answer was applied",
+                plan.node_name
+            )));
+            let next = State {
+                apply_uncertain_since: None,
+                ..go(state, Phase::Configured, Step::AwaitNode, now)
+            };
+            (next, Action::PollNode)
+        }
+        (Step::ConfirmApplied, Observation::Node(_) | Observation::NodeFailed(_)) => {
+            (stay(state, Step::ProbeTalos), probe(state))
+        }
 
         (Step::ApplyConfig, Observation::ConfigApplied) => {
             let next = State {
@@ -678,28 +692,6 @@ fn transition(
             FailureClass::Internal,
         ),
     }
-}
-
-/// The address and user to log into a server running its rescue image.
-fn rescue_login(server: &Server) -> Option<(String, String)> {
-    let user = server
-        .rescue_server
-        .as_ref()
-        .map(|r| r.user.clone())
-        .filter(|u| !u.is_empty())?;
-    (server.status == ServerStatus::Ready && server.boot_type == BootType::Rescue)
-        .then(|| server.ipv4().map(|host| (host.to_string(), user)))
-        .flatten()
-}
-
-fn connect_to(state: &State, host: String, user: String) -> (State, Action) {
-    let next = State {
-        host: Some(host.clone()),
-        user: Some(user.clone()),
-        status_polled: None,
-        ..stay(state, Step::Connect)
-    };
-    (next, Action::ConnectSsh { host, user })
 }
 
 fn host_key_changed(state: &State, trusted: &str, presented: &str) -> String {
@@ -783,6 +775,10 @@ mod events;
 
 #[path = "machine_cadence.rs"]
 mod cadence;
+
+#[path = "machine_rescue.rs"]
+mod rescue;
+use rescue::{connect_to, rescue_login};
 
 pub use events::phase_message;
 pub(super) use events::{phase_event, retry_event};

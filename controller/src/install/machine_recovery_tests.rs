@@ -197,6 +197,57 @@ fn out_of_stock_after_the_order_is_its_own_class() {
 }
 
 #[test]
+fn a_ready_node_settles_an_apply_in_doubt_without_waiting_for_the_grace() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = State {
+        apply_uncertain_since: Some(t0),
+        ..at(
+            &imaging(t0, Step::ProbeTalos, 1),
+            Phase::Maintenance,
+            Step::ProbeTalos,
+        )
+    };
+    let (s, a) = next(&p, &s, down(), t0 + Duration::from_secs(1));
+    assert_eq!((s.step, a), (Step::ConfirmApplied, Action::PollNode));
+    let failed = Observation::NodeFailed(NodePortError::Unavailable("etcd".into()));
+    let (s, a) = next(&p, &s, failed, t0 + Duration::from_secs(1));
+    assert!(matches!(a, Action::ProbeTalos { .. }), "{a:?}");
+    let (s, _) = next(&p, &s, down(), t0 + Duration::from_secs(3));
+    let t = advance(
+        &p,
+        &s,
+        Observation::Node(Some(true)),
+        t0 + Duration::from_secs(3),
+    );
+    assert_eq!(
+        (t.state.phase, t.state.step, &t.action),
+        (Phase::Configured, Step::AwaitNode, &Action::PollNode)
+    );
+    assert_eq!(
+        t.due,
+        t0 + Duration::from_secs(3),
+        "the join is recorded at once"
+    );
+    assert_eq!(t.state.apply_uncertain_since, None);
+    assert_eq!(
+        events(&t)[0],
+        (
+            "InstallPhase",
+            false,
+            "maintenance: Node default-abc12 is Ready, so the machine config whose apply had no answer was applied"
+        )
+    );
+    let (s, a) = next(
+        &p,
+        &t.state,
+        Observation::Node(Some(true)),
+        t0 + Duration::from_secs(3),
+    );
+    assert_eq!((s.phase, a), (Phase::Joined, Action::Finish));
+}
+
+#[test]
 fn a_lost_apply_answer_followed_by_silence_means_configured() {
     let p = plan();
     let t0 = Instant::now();
@@ -208,9 +259,21 @@ fn a_lost_apply_answer_followed_by_silence_means_configured() {
             Step::ProbeTalos,
         )
     };
+    // Within the grace: is the Node Ready already? Not yet: probe Talos again.
     let (s1, a) = next(&p, &s, down(), t0 + Duration::from_secs(59));
-    assert_eq!(s1.phase, Phase::Maintenance);
+    assert_eq!(
+        (s1.phase, s1.step, a),
+        (Phase::Maintenance, Step::ConfirmApplied, Action::PollNode)
+    );
+    let (s1, a) = next(
+        &p,
+        &s1,
+        Observation::Node(None),
+        t0 + Duration::from_secs(59),
+    );
+    assert_eq!((s1.phase, s1.step), (Phase::Maintenance, Step::ProbeTalos));
     assert!(matches!(a, Action::ProbeTalos { .. }), "{a:?}");
+    assert_eq!(s1.apply_uncertain_since, Some(t0));
     // Past the maintenance deadline but within the grace: still waiting.
     let late = State {
         since: t0 - Duration::from_secs(100),

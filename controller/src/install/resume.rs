@@ -21,7 +21,7 @@ use super::machine::{Action, FailureClass, State, Step};
 /// | ready | issuing the rescue reboot again |
 /// | rescue, imaging | waiting for the server in rescue mode, reconnecting (same host key) and writing the image from scratch; not in rescue any more → a new rescue boot |
 /// | booting | looking at the server: still booted into rescue → the normal reboot, else probing Talos |
-/// | maintenance | probing Talos and applying the config; a maintenance API that stays down for the apply grace means the config was applied just before the restart |
+/// | maintenance | probing Talos and applying the config; a Ready Node, or a maintenance API that stays down for the apply grace, means the config was applied just before the restart |
 /// | configured | waiting for the Node |
 /// | joined | nothing ([`Action::Finish`]) |
 /// | failed | the cleanup again ([`Action::Fail`]) |
