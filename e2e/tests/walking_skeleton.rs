@@ -149,9 +149,9 @@ async fn run(stack: &Stack) -> Result<()> {
     );
     // The write is verified by reading the disk back before the reboot.
     ensure!(
-        commands
-            .iter()
-            .any(|c| c.contains("dd if=/dev/") && c.contains("count_bytes") && c.contains("sha256sum")),
+        commands.iter().any(|c| c.contains("dd if=/dev/")
+            && c.contains("count_bytes")
+            && c.contains("sha256sum")),
         "no read-back verification in rescue: {commands:?}"
     );
     ensure!(
