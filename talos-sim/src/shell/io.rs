@@ -54,6 +54,17 @@ pub const SIGPIPE_STATUS: i32 = 128 + 13;
 /// Exit status of a process killed by SIGHUP (its session went away).
 pub const SIGHUP_STATUS: i32 = 128 + 1;
 
+/// How long a process killed by the `ssh_drop_during_dd` network cut takes to
+/// "die": long enough for the cut to close its connection first, so that, as
+/// over a real cut link, the client never receives an exit status.
+pub const LINK_DOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The exit of a process whose session was cut; call from a blocking thread.
+pub fn hung_up_by_link_down() -> i32 {
+    std::thread::sleep(LINK_DOWN_GRACE);
+    SIGHUP_STATUS
+}
+
 /// A command's standard output or error. `Output::null()` is `/dev/null`.
 #[derive(Clone, Default)]
 pub struct Output(Option<mpsc::Sender<Bytes>>);

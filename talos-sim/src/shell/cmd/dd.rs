@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use super::text::parse_count;
 use crate::disk::Disk;
 use crate::shell::diskwrite::{DiskWriter, WriteError};
-use crate::shell::io::{Input, Output, SIGHUP_STATUS, SIGPIPE_STATUS, Stdio};
+use crate::shell::io::{Input, Output, SIGPIPE_STATUS, Stdio, hung_up_by_link_down};
 use crate::shell::{Device, FaultHooks, ShellEnv};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -340,7 +340,7 @@ fn copy(
             }
             Err(SinkError::BrokenPipe) => return SIGPIPE_STATUS,
             // The session is gone and dd with it (SIGHUP).
-            Err(SinkError::LinkDown) => return SIGHUP_STATUS,
+            Err(SinkError::LinkDown) => return hung_up_by_link_down(),
             Err(SinkError::Io(done, e)) => {
                 counters.bytes += done;
                 if done > 0 {

@@ -3,7 +3,7 @@
 //! (through the same writer as `dd of=`).
 
 use crate::shell::diskwrite::{DiskWriter, WriteError};
-use crate::shell::io::{SIGHUP_STATUS, SIGPIPE_STATUS, Stdio};
+use crate::shell::io::{SIGPIPE_STATUS, Stdio, hung_up_by_link_down};
 use crate::shell::{Device, ShellEnv};
 
 use super::Flags;
@@ -92,7 +92,7 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
                 };
                 match writer.write(&chunk) {
                     Ok(()) => {}
-                    Err(WriteError::LinkDown) => return SIGHUP_STATUS,
+                    Err(WriteError::LinkDown) => return hung_up_by_link_down(),
                     Err(WriteError::NoSpace { .. }) => {
                         io.stderr
                             .blocking_say(format!("tee: {name}: No space left on device\n"));
