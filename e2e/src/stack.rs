@@ -17,6 +17,11 @@ use crate::procs::{Proc, free_port};
 use crate::sims::{EmsimAdmin, TalosSimAdmin};
 use crate::{kubeutil, talosconfig, wait};
 
+mod addresses;
+mod cluster;
+pub use addresses::AddressBlock;
+use cluster::{apply_secret, install_crds, wait_crds_established};
+
 /// Where the binaries under test are. Every path can be overridden by env so CI
 /// can point at cached builds.
 #[derive(Debug, Clone)]
@@ -128,87 +133,6 @@ impl StackOptions {
             provider_args: Vec::new(),
         })
     }
-}
-
-/// The first and last second octet of the loopback blocks handed to stacks:
-/// `127.100.0.0/16` ..= `127.250.0.0/16`, clear of emsim's default
-/// `127.77.0.0/16` (a hand-started emsim or demo) and of `127.0.0.0/16`.
-const FIRST_BLOCK: u8 = 100;
-const LAST_BLOCK: u8 = 250;
-
-/// A loopback `/16` reserved for one stack's simulated servers: emsim hands
-/// out server addresses from it and talos-sim listens on them (SSH, Talos
-/// API), so two stacks with different blocks never contend for an address
-/// even though both use the same ports.
-///
-/// The reservation is an exclusive `flock` on `<tmp>/kps-e2e-blocks/127.N.lock`,
-/// held for the stack's lifetime. flock locks belong to the open file, so
-/// they exclude other stacks of the same process as well as other processes,
-/// and the kernel drops them when the holder dies, so a crashed run leaves no
-/// stale reservation.
-#[derive(Debug)]
-pub struct AddressBlock {
-    octet: u8,
-    _lock: std::fs::File,
-}
-
-impl AddressBlock {
-    pub fn reserve() -> Result<AddressBlock> {
-        let dir = std::env::temp_dir().join("kps-e2e-blocks");
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        // Start at a block derived from the pid so that concurrent processes
-        // rarely probe the same locks first.
-        let span = u32::from(LAST_BLOCK - FIRST_BLOCK) + 1;
-        let start = std::process::id() % span;
-        for i in 0..span {
-            let octet = FIRST_BLOCK + ((start + i) % span) as u8;
-            let path = dir.join(format!("127.{octet}.lock"));
-            let file = std::fs::File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("opening {}", path.display()))?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(std::fs::TryLockError::WouldBlock) => continue,
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(e).with_context(|| format!("locking {}", path.display()));
-                }
-            }
-            // Something outside our locks (a hand-started simulator) may
-            // still listen in the block: check the addresses talos-sim takes.
-            if !block_is_free(octet) {
-                continue;
-            }
-            tracing::info!(block = %format!("127.{octet}.0.0/16"), "address block reserved");
-            return Ok(AddressBlock { octet, _lock: file });
-        }
-        bail!(
-            "every loopback block 127.{FIRST_BLOCK}..=127.{LAST_BLOCK} is in use (locks in {})",
-            dir.display()
-        )
-    }
-
-    /// `127.N.0.0/16`, emsim's `--ip-range`.
-    pub fn cidr(&self) -> String {
-        format!("127.{}.0.0/16", self.octet)
-    }
-
-    pub fn octet(&self) -> u8 {
-        self.octet
-    }
-}
-
-/// True when nothing listens on the SSH or Talos port of the first server
-/// addresses emsim hands out (`.10` onwards) in `127.octet.0.0/16`.
-fn block_is_free(octet: u8) -> bool {
-    (10..14).all(|host| {
-        [SSH_PORT, TALOS_PORT].iter().all(|port| {
-            std::net::TcpListener::bind((std::net::Ipv4Addr::new(127, octet, 0, host), *port))
-                .is_ok()
-        })
-    })
 }
 
 pub const PROJECT_ID: &str = "4d7a1a49-7bcb-4b3e-9c2e-1f0d5c1e2b3a";
@@ -768,65 +692,6 @@ pub fn spawn_bridge(
             .env("BATCH_MAX_DURATION", "5s"),
         logs,
     )
-}
-
-async fn apply_secret(client: &Client, name: &str, key: &str, value: &str) -> Result<()> {
-    use base64::Engine;
-    let data = base64::engine::general_purpose::STANDARD.encode(value);
-    kubeutil::apply_yaml(
-        client,
-        &format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\ntype: Opaque\ndata:\n  {key}: {data}\n"),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn install_crds(client: &Client, dir: &Path) -> Result<()> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| {
-            format!(
-                "reading Karpenter CRDs from {} (run `just karpenter-crds`)",
-                dir.display()
-            )
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        bail!("no CRDs in {}", dir.display());
-    }
-    for f in files {
-        kubeutil::apply_yaml(client, &std::fs::read_to_string(&f)?).await?;
-    }
-    Ok(())
-}
-
-async fn wait_crds_established(client: &Client) -> Result<()> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    wait::until(
-        "CRDs Established",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || {
-            let api = api.clone();
-            async move {
-                let crds = api.list(&ListParams::default()).await?;
-                let all = crds.items.iter().all(|c| {
-                    c.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter()
-                                .any(|c| c.type_ == "Established" && c.status == "True")
-                        })
-                });
-                Ok(all.then_some(()))
-            }
-        },
-    )
-    .await
 }
 
 /// Whether this talos-sim build has the `--kubeconfig` flag of the kubelet
