@@ -20,7 +20,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
-use crate::provider::{BootstrapTokens, KubeError};
+use crate::provider::{BootstrapTokens, KubeError, UNINITIALIZED_TAINT_KEY};
 
 /// `reportingController` of our Events (and the `source` kubectl shows).
 pub const REPORTING_CONTROLLER: &str = "karpenter-scaleway";
@@ -128,6 +128,40 @@ impl KubeNodes {
             reporting_instance,
             recorded: Arc::default(),
         }
+    }
+
+    /// Removes the `uninitialized` taint the early registration put on the
+    /// Node, so that Karpenter can mark the NodeClaim Initialized and pods
+    /// can land. The replace is guarded by the Node's resourceVersion: a
+    /// concurrent change (the kubelet, a user adding a taint) makes it fail
+    /// with a conflict, retried from a fresh read, never clobbered.
+    async fn remove_uninitialized_taint(&self, node_name: &str) -> Result<(), NodePortError> {
+        let Some(node) = self.nodes.get_opt(node_name).await.map_err(classify)? else {
+            return Ok(());
+        };
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let kept: Vec<_> = taints
+            .iter()
+            .filter(|t| t.key != UNINITIALIZED_TAINT_KEY)
+            .cloned()
+            .collect();
+        if kept.len() == taints.len() {
+            return Ok(());
+        }
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "spec": {"taints": kept},
+        });
+        self.nodes
+            .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(classify)?;
+        info!(node = %node_name, taint = UNINITIALIZED_TAINT_KEY, "node initialised: taint removed");
+        Ok(())
     }
 
     async fn record(&self, claim: &str, event: &InstallEvent) -> Result<(), kube::Error> {
@@ -302,6 +336,8 @@ impl NodePort for KubeNodes {
     }
 
     async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
+        // The Node is named after its NodeClaim (provider/create.rs).
+        self.remove_uninitialized_taint(claim).await?;
         self.tokens.delete(claim).await.map_err(|e| match e {
             KubeError::Unavailable(m) => NodePortError::Unavailable(m),
             KubeError::Refused(m) | KubeError::Conflict(m) => NodePortError::Refused(m),
@@ -560,6 +596,21 @@ mod tests {
             .lock()
             .unwrap()
             .insert("np-abc12".into(), "abc123.0123456789abcdef".into());
+        // A Node without the taint (registered by its kubelet) is not patched.
+        Mock::given(method("GET"))
+            .and(path("/api/v1/nodes/np-abc12"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "np-abc12", "resourceVersion": "7"},
+                "spec": {}
+            })))
+            .mount(&server)
+            .await;
+        Mock::given(method("PATCH"))
+            .respond_with(ResponseTemplate::new(500))
+            .expect(0)
+            .mount(&server)
+            .await;
         let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
         assert_eq!(nodes.joined("np-abc12").await, Ok(()));
         assert!(tokens.tokens.lock().unwrap().is_empty());
@@ -567,6 +618,74 @@ mod tests {
             *tokens.deleted.lock().unwrap(),
             vec!["np-abc12".to_string()]
         );
+    }
+
+    #[tokio::test]
+    async fn joined_removes_only_the_uninitialized_taint_guarded_by_resource_version() {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/api/v1/nodes/np-abc12"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "np-abc12", "resourceVersion": "42"},
+                "spec": {"taints": [
+                    {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"},
+                    {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+                ]}
+            })))
+            .mount(&server)
+            .await;
+        Mock::given(method("PATCH"))
+            .and(path("/api/v1/nodes/np-abc12"))
+            .and(body_partial_json(json!({
+                "metadata": {"resourceVersion": "42"},
+                "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}
+            })))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": "np-abc12"}
+            })))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let tokens = Arc::new(FakeTokens::default());
+        let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
+        assert_eq!(nodes.joined("np-abc12").await, Ok(()));
+        assert_eq!(
+            *tokens.deleted.lock().unwrap(),
+            vec!["np-abc12".to_string()]
+        );
+    }
+
+    #[tokio::test]
+    async fn joined_retries_when_the_node_changed_underneath() {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/api/v1/nodes/np-abc12"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "np-abc12", "resourceVersion": "42"},
+                "spec": {"taints": [
+                    {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
+                ]}
+            })))
+            .mount(&server)
+            .await;
+        Mock::given(method("PATCH"))
+            .and(path("/api/v1/nodes/np-abc12"))
+            .respond_with(ResponseTemplate::new(409).set_body_json(json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "the object has been modified", "reason": "Conflict", "code": 409
+            })))
+            .mount(&server)
+            .await;
+        let tokens = Arc::new(FakeTokens::default());
+        let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
+        assert!(matches!(
+            nodes.joined("np-abc12").await,
+            Err(NodePortError::Unavailable(_))
+        ));
+        // The token stays until the taint is gone: the retry deletes both.
+        assert!(tokens.deleted.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -19,8 +19,9 @@ const DELIVERY_S: f64 = 1200.0;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_delivery_nodeclaim_registered_early_and_node_joins() -> Result<()> {
     let mut opts = StackOptions::for_test("install-registration")?;
-    // 20 simulated minutes = 12 s.
-    opts.time_scale = 0.01;
+    // 20 simulated minutes = 24 s: room for the checks below to run while
+    // the server is still being delivered, even on a slow CI machine.
+    opts.time_scale = 0.02;
     scenario::with_stack(opts, run).await
 }
 
@@ -101,6 +102,12 @@ async fn run(stack: &mut Stack) -> Result<()> {
     ensure!(
         !kubeutil::node_ready(&node),
         "the early Node is Ready before the server was delivered"
+    );
+    ensure!(
+        taints
+            .iter()
+            .any(|t| t == "node.cloudprovider.kubernetes.io/uninitialized:NoSchedule"),
+        "the early Node lacks the uninitialized taint that keeps pods off it: {taints:?}"
     );
     let delivery_ends = server["pending"]["at"]
         .as_str()

@@ -127,8 +127,12 @@ pub fn install_spec(
 }
 
 /// The Node registered before the install: the labels the kubelet would
-/// register, and taints that keep every pod off it until the kubelet reports
-/// Ready (`not-ready`) and Karpenter has synced the NodeClaim (`unregistered`).
+/// register, and taints that keep every pod off it until the install is done
+/// (`uninitialized`, removed by the install engine once the Node is Ready)
+/// and Karpenter has synced the NodeClaim (`unregistered`). `not-ready` is
+/// there too, but the node lifecycle controller drops it from a Node that has
+/// no Ready condition yet, which is why it is not enough on its own: without
+/// `uninitialized`, pods were bound to a server still being delivered.
 /// The NodeClaim's taints and startup taints are included because a kubelet
 /// adopting an existing Node does not apply its own `registerWithTaints`.
 pub(super) fn node_registration(
@@ -148,6 +152,11 @@ pub(super) fn node_registration(
         Taint {
             key: NOT_READY_TAINT_KEY.to_string(),
             value: None,
+            effect: "NoSchedule".to_string(),
+        },
+        Taint {
+            key: UNINITIALIZED_TAINT_KEY.to_string(),
+            value: Some("true".to_string()),
             effect: "NoSchedule".to_string(),
         },
     ];
@@ -175,6 +184,11 @@ pub(super) fn node_registration(
 
 /// The taint the node lifecycle controller removes once the kubelet reports Ready.
 pub const NOT_READY_TAINT_KEY: &str = "node.kubernetes.io/not-ready";
+/// The taint a cloud provider removes once it has initialised a Node (the
+/// value `true` is part of Karpenter's known ephemeral taint). We are that
+/// cloud provider: the install engine removes it when the node has joined,
+/// and Karpenter marks the NodeClaim Initialized only after that.
+pub const UNINITIALIZED_TAINT_KEY: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 impl Provider {
     pub async fn create(&self, mut claim: Value) -> Result<Value, ProviderError> {

@@ -19,7 +19,9 @@ use crate::install::{InstallEngine, InstallSpec, Progress, Secret, Taint};
 use crate::nodeclass::{NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, ElasticMetal, Server};
 
-pub use create::{ClassSecrets, NOT_READY_TAINT_KEY, Placement, install_spec};
+pub use create::{
+    ClassSecrets, NOT_READY_TAINT_KEY, Placement, UNINITIALIZED_TAINT_KEY, install_spec,
+};
 pub use resume::{ResumeOutcome, ResumeReport};
 pub use select::{candidates, satisfies};
 

@@ -660,6 +660,10 @@ async fn create_registers_the_node_and_passes_the_per_node_token() {
             ("cilium.io/agent-not-ready", "NoExecute"),
             ("karpenter.sh/unregistered", "NoExecute"),
             ("node.kubernetes.io/not-ready", "NoSchedule"),
+            (
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                "NoSchedule"
+            ),
         ]
     );
 
