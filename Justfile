@@ -58,9 +58,11 @@ lint:
     cargo clippy --workspace --all-targets -- -D warnings
     test -z "$(cd bridge && gofmt -l $(git ls-files '*.go' | grep -v '^gen/' || true))"
 
-# End-to-end: real control plane + real Karpenter core + simulators
+# End-to-end: real control plane + real Karpenter core + simulators. The
+# scenarios run KPS_E2E_JOBS (default 2) at a time, each on its own stack
+# (hack/e2e-run.py); `cargo test -p e2e --test <name>` runs one.
 e2e: build
-    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" cargo test -p e2e -- --test-threads=1 --nocapture
+    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" python3 hack/e2e-run.py
 
 # Same scenarios against an existing cluster (e.g. `just kind-up` first)
 e2e-kind: build

@@ -1,6 +1,7 @@
 //! `/healthz` and Prometheus metrics over HTTP: catalog gauges, leadership,
-//! and the install engine's phase durations and outcomes. API calls by class
-//! and GC decisions come with the observability issue.
+//! the install engine's phase durations and outcomes, failed Lists and the
+//! orphan sweeper's passes and decisions. API calls by class come with the
+//! observability issue.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -64,6 +65,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         f64::from(u8::from(state.leadership.is_leader())),
     );
     install_metrics().render(&mut out);
+    safety_metrics().render(&mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -173,6 +175,144 @@ impl InstallMetrics {
         for (result, count) in &inner.outcomes {
             let _ = writeln!(out, "{name}{{result=\"{result}\"}} {count}");
         }
+    }
+}
+
+/// Why a List failed (`karpenter_scaleway_list_failures_total{reason}`).
+pub const LIST_FAILURE_REASONS: [&str; 6] = [
+    "api_unavailable",
+    "rate_limited",
+    "timeout",
+    "auth",
+    "inconsistent",
+    "kube_unavailable",
+];
+
+/// How a sweeper pass ended (`karpenter_scaleway_sweeper_passes_total{result}`).
+pub const SWEEPER_PASS_RESULTS: [&str; 2] = ["completed", "list_failed"];
+
+#[derive(Default)]
+struct SafetyCounters {
+    list_failures: BTreeMap<String, u64>,
+    sweeper_passes: BTreeMap<String, u64>,
+    /// By (decision, reason).
+    sweeper_decisions: BTreeMap<(String, String), u64>,
+    sweeper_delete_failures: u64,
+}
+
+/// The garbage-collection safety metrics: Lists that failed rather than
+/// answer a partial list, and every decision of the orphan sweeper. Process-
+/// wide, like [`InstallMetrics`].
+#[derive(Default)]
+pub struct SafetyMetrics {
+    inner: Mutex<SafetyCounters>,
+}
+
+static SAFETY_METRICS: LazyLock<SafetyMetrics> = LazyLock::new(SafetyMetrics::default);
+
+/// The process-wide GC safety metrics.
+pub fn safety_metrics() -> &'static SafetyMetrics {
+    &SAFETY_METRICS
+}
+
+impl SafetyMetrics {
+    /// A List answered an error; `reason` is one of [`LIST_FAILURE_REASONS`].
+    pub fn count_list_failure(&self, reason: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *inner.list_failures.entry(reason.to_string()).or_default() += 1;
+    }
+
+    /// A sweeper pass ended; `result` is one of [`SWEEPER_PASS_RESULTS`].
+    pub fn count_sweeper_pass(&self, result: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *inner.sweeper_passes.entry(result.to_string()).or_default() += 1;
+    }
+
+    /// One server's decision in one pass.
+    pub fn count_sweeper_decision(&self, decision: &str, reason: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *inner
+            .sweeper_decisions
+            .entry((decision.to_string(), reason.to_string()))
+            .or_default() += 1;
+    }
+
+    /// A deletion the sweeper decided was refused by the API (retried next pass).
+    pub fn count_sweeper_delete_failure(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.sweeper_delete_failures += 1;
+    }
+
+    /// Appends the Prometheus text form. Known label values are written at
+    /// zero so that a rate() or an alert sees the series before the first
+    /// failure.
+    pub fn render(&self, out: &mut String) {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let name = "karpenter_scaleway_list_failures_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} List calls that failed rather than answer a partial list, by reason.\n# TYPE {name} counter"
+        );
+        for reason in LIST_FAILURE_REASONS {
+            let count = inner.list_failures.get(reason).copied().unwrap_or(0);
+            let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {count}");
+        }
+        let name = "karpenter_scaleway_sweeper_passes_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Orphan sweeper passes, by result (list_failed: no decision was taken).\n# TYPE {name} counter"
+        );
+        for result in SWEEPER_PASS_RESULTS {
+            let count = inner.sweeper_passes.get(result).copied().unwrap_or(0);
+            let _ = writeln!(out, "{name}{{result=\"{result}\"}} {count}");
+        }
+        let name = "karpenter_scaleway_sweeper_decisions_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Orphan sweeper decisions, one per server per pass.\n# TYPE {name} counter"
+        );
+        for ((decision, reason), count) in &inner.sweeper_decisions {
+            let _ = writeln!(
+                out,
+                "{name}{{decision=\"{decision}\",reason=\"{reason}\"}} {count}"
+            );
+        }
+        let name = "karpenter_scaleway_sweeper_delete_failures_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Deletions decided by the orphan sweeper that the API refused (retried next pass).\n# TYPE {name} counter\n{name} {}",
+            inner.sweeper_delete_failures
+        );
+    }
+}
+
+#[cfg(test)]
+mod safety_metrics_tests {
+    use super::*;
+
+    #[test]
+    fn list_failures_and_sweeper_decisions_render_as_prometheus_text() {
+        let m = SafetyMetrics::default();
+        m.count_list_failure("inconsistent");
+        m.count_list_failure("inconsistent");
+        m.count_sweeper_pass("list_failed");
+        m.count_sweeper_decision("spared", "claimed");
+        m.count_sweeper_decision("would_delete", "orphaned");
+        m.count_sweeper_decision("spared", "claimed");
+        m.count_sweeper_delete_failure();
+        let mut out = String::new();
+        m.render(&mut out);
+        let has = |line: &str| assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+        has("# TYPE karpenter_scaleway_list_failures_total counter");
+        has("karpenter_scaleway_list_failures_total{reason=\"inconsistent\"} 2");
+        has("karpenter_scaleway_list_failures_total{reason=\"rate_limited\"} 0");
+        has("karpenter_scaleway_sweeper_passes_total{result=\"list_failed\"} 1");
+        has("karpenter_scaleway_sweeper_passes_total{result=\"completed\"} 0");
+        has("karpenter_scaleway_sweeper_decisions_total{decision=\"spared\",reason=\"claimed\"} 2");
+        has(
+            "karpenter_scaleway_sweeper_decisions_total{decision=\"would_delete\",reason=\"orphaned\"} 1",
+        );
+        has("karpenter_scaleway_sweeper_delete_failures_total 1");
     }
 }
 

@@ -22,7 +22,12 @@ struct Served {
     downloads: Arc<AtomicU64>,
     bytes_per_second: Option<u64>,
     transfers: Arc<Mutex<Vec<Transfer>>>,
+    /// Images served for one `{version}` only (see [`ImageServer::serve_version`]).
+    by_version: VersionImages,
 }
+
+/// Version -> file bytes, for the versions that have their own image.
+type VersionImages = Arc<Mutex<std::collections::BTreeMap<String, Arc<Vec<u8>>>>>;
 
 /// One download as the server saw it: wall-clock start (request received)
 /// and end (last byte handed to the socket, or the client went away).
@@ -44,6 +49,7 @@ pub struct ImageServer {
     pub bytes_per_second: Option<u64>,
     downloads: Arc<AtomicU64>,
     transfers: Arc<Mutex<Vec<Transfer>>>,
+    by_version: VersionImages,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -72,12 +78,14 @@ impl ImageServer {
         let downloads = Arc::new(AtomicU64::new(0));
         let transfers = Arc::new(Mutex::new(Vec::new()));
         let size = bytes.len() as u64;
+        let by_version = VersionImages::default();
         let state = Served {
             bytes: Arc::new(bytes),
             file_name: Arc::new(file_name.clone()),
             downloads: downloads.clone(),
             bytes_per_second,
             transfers: transfers.clone(),
+            by_version: by_version.clone(),
         };
         let app = Router::new()
             .route("/image/{schematic}/{version}/{file}", get(serve))
@@ -94,6 +102,7 @@ impl ImageServer {
             bytes_per_second,
             downloads,
             transfers,
+            by_version,
             task,
         })
     }
@@ -124,6 +133,50 @@ impl ImageServer {
     }
 }
 
+impl ImageServer {
+    /// From now on, serves `file` (rather than the image given at start) for
+    /// URLs whose `{version}` is `version`: a second Talos release, so that a
+    /// scenario can tell which release a disk holds. The file must have the
+    /// compression (extension) of the start image, as one URL template
+    /// serves both.
+    pub fn serve_version(&self, version: &str, file: &Path) -> Result<()> {
+        let name = file
+            .file_name()
+            .context("image path")?
+            .to_string_lossy()
+            .to_string();
+        let ext = |n: &str| n.ends_with(".raw.zst");
+        anyhow::ensure!(
+            ext(&name) == ext(&self.file_name),
+            "{name} is not compressed like {}",
+            self.file_name
+        );
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        self.by_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(version.to_string(), Arc::new(bytes));
+        Ok(())
+    }
+}
+
+/// The sha256 that the header of a talos-sim `.raw.xz` image announces for
+/// its payload: what talos-sim reports for a disk holding that image.
+pub fn payload_sha256(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut dec = liblzma::read::XzDecoder::new(f);
+    let mut header = vec![0u8; 4096];
+    dec.read_exact(&mut header)?;
+    let text = String::from_utf8_lossy(&header);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("payload-sha256: ")
+                .map(|s| s.trim_matches('\0').trim().to_string())
+        })
+        .context("image header without payload-sha256")
+}
+
 impl Drop for ImageServer {
     fn drop(&mut self) {
         self.task.abort();
@@ -132,8 +185,19 @@ impl Drop for ImageServer {
 
 async fn serve(
     State(s): State<Served>,
-    UrlPath((_schematic, _version, file)): UrlPath<(String, String, String)>,
+    UrlPath((_schematic, version, file)): UrlPath<(String, String, String)>,
 ) -> impl IntoResponse {
+    // A version with its own image (a second Talos release) gets that one.
+    let own = s
+        .by_version
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&version)
+        .cloned();
+    let s = match own {
+        Some(bytes) => Served { bytes, ..s },
+        None => s,
+    };
     // Any metal-<arch> name maps to the one image; the arch check is talos-sim's job.
     let wanted_ext = if s.file_name.ends_with(".raw.zst") {
         ".raw.zst"

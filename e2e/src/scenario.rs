@@ -357,3 +357,48 @@ where
     );
     result
 }
+
+/// A NodePool like [`Stack::nodepool_yaml`] whose only disruption is drift
+/// (consolidation never runs: `consolidateAfter: Never`), within one budget
+/// of `budget_nodes` (a count or a percentage).
+pub fn nodepool_yaml_drift_only(
+    name: &str,
+    nodeclass: &str,
+    extra_requirements: &str,
+    budget_nodes: &str,
+) -> Result<String> {
+    let base = Stack::nodepool_yaml(name, nodeclass, extra_requirements);
+    let (head, _) = base
+        .split_once("  disruption:\n")
+        .context("Stack::nodepool_yaml without a disruption block")?;
+    Ok(format!(
+        "{head}  disruption:\n    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: Never\n    budgets:\n      - nodes: \"{budget_nodes}\"\n"
+    ))
+}
+
+/// Makes a talos-sim image of Talos `version` (amd64, the stack's image size
+/// and compression) in the work dir; returns its path and the payload sha256
+/// that talos-sim reports for a disk holding it.
+pub fn make_talos_image(stack: &Stack, version: &str) -> Result<(std::path::PathBuf, String)> {
+    let dir = stack.opts.work_dir.join(format!("image-{version}"));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(&stack.image.file_name);
+    let status = std::process::Command::new(stack.bins.rust_bin_dir.join("talos-sim"))
+        .args(["make-image", "--version", version, "--arch", "amd64"])
+        .args(["--size", &stack.opts.image_size])
+        .arg("--out")
+        .arg(&path)
+        .status()
+        .context("running talos-sim make-image")?;
+    anyhow::ensure!(status.success(), "talos-sim make-image failed: {status}");
+    let sha = crate::image::payload_sha256(&path)?;
+    Ok((path, sha))
+}
+
+/// True when the Node carries a taint with this key.
+pub fn node_has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
+}

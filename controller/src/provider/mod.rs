@@ -166,6 +166,14 @@ pub trait BootstrapTokens: Send + Sync + 'static {
     async fn delete(&self, claim: &str) -> Result<(), KubeError>;
 }
 
+/// Every NodeClaim in the cluster, as Kubernetes JSON, fresh from the API
+/// server (all pages, or an error). List uses it to prove that a server it
+/// did not see is really gone before core may garbage-collect its NodeClaim.
+#[async_trait]
+pub trait NodeClaimSource: Send + Sync + 'static {
+    async fn list(&self) -> Result<Vec<serde_json::Value>, KubeError>;
+}
+
 /// The Node object Create registers right after ordering (see
 /// `create.rs`, "Registration deadline").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +210,9 @@ pub struct Provider {
     installer: Arc<dyn Installer>,
     cluster: ClusterPorts,
     settings: ProviderSettings,
+    /// The NodeClaims List cross-checks against (see `lifecycle.rs`);
+    /// `serve` always sets it ([`Provider::with_node_claims`]).
+    node_claims: Option<Arc<dyn NodeClaimSource>>,
 }
 
 /// The Kubernetes objects Create and Delete manage besides the server.
@@ -227,7 +238,16 @@ impl Provider {
             installer,
             cluster,
             settings,
+            node_claims: None,
         }
+    }
+
+    /// The NodeClaims List proves absence against: a NodeClaim whose server
+    /// is missing from the listing is looked up before List may leave it
+    /// out. Without it (unit tests of other calls), List trusts the listing.
+    pub fn with_node_claims(mut self, source: Arc<dyn NodeClaimSource>) -> Self {
+        self.node_claims = Some(source);
+        self
     }
 
     pub fn catalog(&self) -> &Arc<CatalogStore> {
