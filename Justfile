@@ -27,7 +27,7 @@ karpenter-crds:
     cd bridge && cp "$(go list -m -f '{{{{.Dir}}' sigs.k8s.io/karpenter)"/pkg/apis/crds/*.yaml {{KPS_KARPENTER_CRDS}}/
     chmod u+w {{KPS_KARPENTER_CRDS}}/*.yaml
 
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler (v1.35), cached
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (v1.35), cached
 kube-bins:
     e2e/kube/build.sh | tail -n 1
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checks of the Helm charts and examples/ (run by `just chart-check`, part of `just test`):
 #
-#  1. the CRD chart equals its sources (hack/chart-crds.sh check), and the values
+#  1. the CRD chart equals its sources (hack/chart-crds.sh check), the values
 #     table of charts/karpenter-scaleway/README.md equals values.yaml
-#     (hack/chart-values-doc.py --check);
+#     (hack/chart-values-doc.py --check), and docs/nodeclass-reference.md equals
+#     what hack/nodeclass-doc.py generates from `karpenter-scaleway crd`;
 #  2. `helm lint --strict` of both charts (karpenter-scaleway with each ci/*-values.yaml);
 #  3. `helm template` with each ci/*-values.yaml, and the errors the chart must give
 #     for a missing cluster name, missing credentials and a malformed zone;
@@ -21,7 +22,8 @@
 #
 #   KPS_KUBECONFIG    cluster for step 5 (default: a throwaway API server)
 #   KPS_CHART_DRY_RUN 0 skips step 5
-#   KPS_KUBECTL       kubectl binary (default: kubectl on PATH)
+#   KPS_KUBECTL       kubectl binary (default: the kubectl v1.35 built with the
+#                     control plane by e2e/kube/build.sh, not the host's)
 #   KPS_PROVIDER_BIN  karpenter-scaleway binary (default: cargo run -p karpenter-scaleway)
 #   KPS_CHART_OUT     keep the rendered manifests in this directory
 set -euo pipefail
@@ -61,6 +63,9 @@ hack/chart-crds.sh check
 # The values table of the chart's README is generated from values.yaml.
 python3 -c 'import yaml' 2>/dev/null || die "python3 with PyYAML is needed to read the charts (apt-get install python3-yaml)"
 hack/chart-values-doc.py --check
+# The NodeClass field reference is generated from the CRD schema (the same
+# `karpenter-scaleway crd` output the CRD chart was just checked against).
+hack/nodeclass-doc.py --check
 
 # 2. lint
 "$helm" lint --strict "$crd_chart" >/dev/null || die "helm lint $crd_chart"
@@ -140,8 +145,15 @@ if [[ "${KPS_CHART_DRY_RUN:-1}" == 0 ]]; then
 	log "PASS"
 	exit 0
 fi
-kubectl="${KPS_KUBECTL:-kubectl}"
+# kubectl of the control plane's version (v1.35), built and cached with it: the
+# host's kubectl may be older and validate differently (--validate=strict).
+if [[ -n "${KPS_KUBECTL:-}" ]]; then
+	kubectl="$KPS_KUBECTL"
+else
+	kubectl="$(e2e/kube/build.sh | tail -n 1)/kubectl"
+fi
 command -v "$kubectl" >/dev/null || die "no kubectl ('$kubectl'): set KPS_KUBECTL, or KPS_CHART_DRY_RUN=0 to skip the dry-run"
+log "kubectl: $("$kubectl" version --client 2>/dev/null | head -n 1) ($kubectl)"
 kubeconfig="${KPS_KUBECONFIG:-}"
 if [[ -z "$kubeconfig" ]]; then
 	apiserver_dir="$out/apiserver"

@@ -4,35 +4,20 @@
 //! `karpenter.sh/v1` kind, reached through the dynamic API so that this crate
 //! does not need Karpenter's types.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use k8s_openapi::api::events::v1::{Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
-use kube::api::PostParams;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
+pub use crate::k8s_events::REPORTING_CONTROLLER;
+use crate::k8s_events::{EventRecorder, NewEvent};
 use crate::provider::{BootstrapTokens, KubeError, UNINITIALIZED_TAINT_KEY};
-
-/// `reportingController` of our Events (and the `source` kubectl shows).
-pub const REPORTING_CONTROLLER: &str = "karpenter-scaleway";
-/// Events about cluster-scoped objects go to `default`, as client-go's
-/// recorder puts them; `kubectl describe nodeclaim` finds them by
-/// `regarding` whatever their namespace.
-const EVENT_NAMESPACE: &str = "default";
-/// The same Event repeated within this window is counted (an `EventSeries`)
-/// instead of written again, so that a retry loop cannot flood etcd.
-const EVENT_SERIES_WINDOW: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
-/// `note` is limited to 1 kB by the API server.
-const EVENT_NOTE_MAX: usize = 1024;
 
 /// The `karpenter.sh/v1` NodeClaim API resource.
 pub fn node_claim_resource() -> ApiResource {
@@ -88,45 +73,31 @@ impl NodeClaimList {
     }
 }
 
-/// An Event already written, counted again when it repeats.
-#[derive(Debug, Clone)]
-struct Recorded {
-    name: String,
-    count: i32,
-    last: DateTime<Utc>,
+/// The provider's List proves absence against these NodeClaims.
+#[async_trait]
+impl crate::provider::NodeClaimSource for NodeClaimList {
+    async fn list(&self) -> Result<Vec<Value>, KubeError> {
+        NodeClaimList::list(self).await.map_err(classify_kube)
+    }
 }
-
-/// (NodeClaim uid, type, reason, note): what makes two Events the same.
-type EventKey = (String, String, String, String);
 
 /// Nodes and NodeClaims in the cluster the provider serves.
 #[derive(Clone)]
 pub struct KubeNodes {
     nodes: Api<Node>,
     node_claims: Api<DynamicObject>,
-    events: Api<Event>,
+    events: EventRecorder,
     tokens: Arc<dyn BootstrapTokens>,
-    reporting_instance: String,
-    recorded: Arc<Mutex<HashMap<EventKey, Recorded>>>,
 }
 
 impl KubeNodes {
     /// `tokens` are the per-node bootstrap tokens deleted once a node joined.
     pub fn new(client: Client, tokens: Arc<dyn BootstrapTokens>) -> Self {
-        // The pod name when the chart sets POD_NAME, else the host name (a
-        // pod's host name is its name).
-        let reporting_instance = std::env::var("POD_NAME")
-            .or_else(|_| std::env::var("HOSTNAME"))
-            .ok()
-            .filter(|v| !v.is_empty() && v.len() <= 128)
-            .unwrap_or_else(|| REPORTING_CONTROLLER.to_string());
         KubeNodes {
             nodes: Api::all(client.clone()),
             node_claims: Api::all_with(client.clone(), &node_claim_resource()),
-            events: Api::namespaced(client, EVENT_NAMESPACE),
+            events: EventRecorder::new(client),
             tokens,
-            reporting_instance,
-            recorded: Arc::default(),
         }
     }
 
@@ -170,100 +141,32 @@ impl KubeNodes {
             return Ok(());
         };
         let uid = object.metadata.uid.clone().unwrap_or_default();
-        let type_ = if event.warning { "Warning" } else { "Normal" };
-        let note = truncate(&event.message, EVENT_NOTE_MAX);
-        let key = (
-            uid.clone(),
-            type_.to_string(),
-            event.reason.clone(),
-            note.clone(),
-        );
-        let now = Utc::now();
-
-        let repeat = {
-            let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
-            recorded.retain(|_, r| now - r.last < EVENT_SERIES_WINDOW);
-            recorded.get_mut(&key).map(|r| {
-                r.count += 1;
-                r.last = now;
-                r.clone()
-            })
-        };
-        if let Some(r) = repeat {
-            let patch = serde_json::json!({
-                "series": EventSeries { count: r.count, last_observed_time: micro_time(now) }
-            });
-            match self
-                .events
-                .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                // Deleted meanwhile (events have a TTL): write a new one.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e),
-            }
-        }
-
-        let name = format!(
-            "{claim}.{:x}",
-            now.timestamp_nanos_opt().unwrap_or_default()
-        );
-        let object = Event {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(EVENT_NAMESPACE.into()),
-                ..Default::default()
-            },
-            event_time: Some(micro_time(now)),
-            action: Some("Install".into()),
-            reason: Some(event.reason.clone()),
-            note: Some(note),
-            type_: Some(type_.into()),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.reporting_instance.clone()),
-            regarding: Some(ObjectReference {
-                api_version: Some("karpenter.sh/v1".into()),
-                kind: Some("NodeClaim".into()),
-                name: Some(claim.to_string()),
-                uid: Some(uid),
-                resource_version: object.metadata.resource_version.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        self.events.create(&PostParams::default(), &object).await?;
-        self.recorded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                key,
-                Recorded {
-                    name,
-                    count: 1,
-                    last: now,
+        // (NodeClaim uid, type, reason, note): what makes two Events the same.
+        let series_key = [
+            uid.as_str(),
+            if event.warning { "Warning" } else { "Normal" },
+            event.reason.as_str(),
+            event.message.as_str(),
+        ]
+        .join("\u{1f}");
+        self.events
+            .record(NewEvent {
+                regarding: ObjectReference {
+                    api_version: Some("karpenter.sh/v1".into()),
+                    kind: Some("NodeClaim".into()),
+                    name: Some(claim.to_string()),
+                    uid: Some(uid),
+                    resource_version: object.metadata.resource_version.clone(),
+                    ..Default::default()
                 },
-            );
-        Ok(())
+                warning: event.warning,
+                action: "Install".into(),
+                reason: event.reason.clone(),
+                note: event.message.clone(),
+                series_key,
+            })
+            .await
     }
-}
-
-fn micro_time(t: DateTime<Utc>) -> MicroTime {
-    let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
-        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
-    MicroTime(ts)
-}
-
-/// At most `max` bytes, cut on a character boundary.
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }
 
 /// Classifies kube errors once: 5xx, 429, 409 and transport failures may pass;
@@ -686,11 +589,5 @@ mod tests {
         ));
         // The token stays until the taint is gone: the retry deletes both.
         assert!(tokens.deleted.lock().unwrap().is_empty());
-    }
-
-    #[test]
-    fn notes_are_cut_on_a_character_boundary() {
-        assert_eq!(truncate("abc", 10), "abc");
-        assert_eq!(truncate("ééé", 3), "é");
     }
 }

@@ -16,13 +16,16 @@ use karpenter_scaleway::catalog::{CatalogStore, run_refresher};
 use karpenter_scaleway::cli::catalog::{self as catalog_cli, CatalogArgs};
 use karpenter_scaleway::cli::render_config::{self, RenderConfigArgs};
 use karpenter_scaleway::config::{LogFormat, ServeArgs};
+use karpenter_scaleway::drift_stamp::{NodeClaimStamper, run_restamper};
 use karpenter_scaleway::grpc::{self, CloudProviderService, Leadership};
 use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
 use karpenter_scaleway::k8s_nodes::{KubeNodes, NodeClaimList};
 use karpenter_scaleway::metrics;
 use karpenter_scaleway::node_registration::KubeNodeRegistrar;
 use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
-use karpenter_scaleway::provider::{BootstrapTokens, ClusterPorts, Provider, ProviderSettings};
+use karpenter_scaleway::provider::{
+    BootstrapTokens, ClusterPorts, Provider, ProviderSettings, repair_policies,
+};
 use karpenter_scaleway::rescue::RusshShell;
 use karpenter_scaleway::resume::run_resumer;
 use karpenter_scaleway::scaleway::{
@@ -172,21 +175,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // NodeClassNotReady, and core would delete the NodeClaim.
     wait_for_nodeclass_cache(&client, &store).await;
 
+    let install_settings = InstallSettings {
+        poll_interval: args.poll_interval,
+        probe_interval: args.install.probe_interval,
+        ssh_port: args.rescue_ssh_port,
+        talos_port: args.talos_api_port,
+        deadlines: args.install.deadlines().map_err(anyhow::Error::msg)?,
+        apply_grace: args.install.apply_grace,
+        ..InstallSettings::default()
+    };
+    // Node repair must never cut an install: the policies follow the deadlines.
+    let repair = repair_policies(&install_settings);
     let engine = InstallEngine::new(EngineDeps {
         elastic_metal: api.clone(),
         capacity: catalog.clone(),
         rescue: Arc::new(RusshShell::default()),
         talos: Arc::new(GrpcTalos::default()),
         nodes: Arc::new(KubeNodes::new(client.clone(), token_port.clone())),
-        settings: InstallSettings {
-            poll_interval: args.poll_interval,
-            probe_interval: args.install.probe_interval,
-            ssh_port: args.rescue_ssh_port,
-            talos_port: args.talos_api_port,
-            deadlines: args.install.deadlines().map_err(anyhow::Error::msg)?,
-            apply_grace: args.install.apply_grace,
-            ..InstallSettings::default()
-        },
+        settings: install_settings,
     });
     let provider = Arc::new(Provider::new(
         api,
@@ -210,11 +216,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let leadership = leadership.clone();
         Arc::new(move || leadership.is_leader())
     };
-    let node_claims = NodeClaimList::new(client);
+    let node_claims = NodeClaimList::new(client.clone());
     let sweeper = tokio::spawn(run_sweeper(
         tokens,
         node_claims.clone(),
         args.bootstrap_token_sweep_interval,
+        is_leader.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let restamper = tokio::spawn(run_restamper(
+        provider.clone(),
+        node_claims.clone(),
+        NodeClaimStamper::new(client.clone()),
+        args.resume_interval,
         is_leader.clone(),
         stopped(stop_rx.clone()),
     ));
@@ -241,7 +255,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         info!("termination signal received; shutting down");
         let _ = on_signal.send(true);
     });
-    let service = CloudProviderService::new(provider, leadership);
+    let service = CloudProviderService::new(provider, leadership, repair);
     let served = grpc::serve(&args.socket, service, stopped(stop_rx.clone())).await;
     // The gRPC server also ends on its own errors: stop everything else.
     let _ = stop_tx.send(true);
@@ -250,6 +264,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _ = reconciler.await;
     let _ = sweeper.await;
     let _ = resumer.await;
+    let _ = restamper.await;
     if let Some(m) = metrics_server {
         match m.await {
             Ok(Err(e)) => warn!(error = %e, "metrics endpoint failed"),

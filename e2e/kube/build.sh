@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler from the
-# Go modules pinned in this directory into a per-machine cache, and prints the bin
-# directory as the last line of stdout. The cache key covers everything that
-# changes the binaries (go.mod, go.sum, the cmd sources, this script, the Go
-# toolchain), so an unchanged tree returns at once and any change rebuilds.
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+# from the Go modules pinned in this directory into a per-machine cache, and prints
+# the bin directory as the last line of stdout. kubectl is built here so that the
+# repository's scripts (hack/chart-check.sh, hack/apiserver.sh) use the client of
+# the control plane's version, not whichever one the host has. The cache key covers
+# everything that changes the binaries (go.mod, go.sum, the cmd sources, this
+# script, the Go toolchain), so an unchanged tree returns at once and any change
+# rebuilds.
 #
 #   KPS_CACHE_DIR   cache root (default: $HOME/.cache/karpenter-provider-scaleway)
 set -euo pipefail
@@ -11,7 +14,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 cache_root="${KPS_CACHE_DIR:-${HOME}/.cache/karpenter-provider-scaleway}"
 
 log() { printf 'kube/build.sh: %s\n' "$*" >&2; }

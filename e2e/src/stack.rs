@@ -1,12 +1,14 @@
 //! The whole system under test: a control plane (local binaries or an existing
 //! kubeconfig), emsim, talos-sim, the image server, the Rust provider and the
-//! Karpenter bridge, wired together as a user would deploy them.
+//! Karpenter bridge, wired together as a user would deploy them: the provider
+//! and the bridge are installed from the rendered `karpenter-scaleway` chart
+//! (see `stack/chart.rs`), one process per container of each replica.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -18,9 +20,14 @@ use crate::sims::{EmsimAdmin, TalosSimAdmin};
 use crate::{kubeutil, talosconfig, wait};
 
 mod addresses;
+pub mod chart;
 mod cluster;
+mod replica;
+mod secrets;
 pub use addresses::AddressBlock;
 use cluster::{apply_secret, install_crds, wait_crds_established};
+pub use replica::Replica;
+use replica::{ReplicaInputs, ScratchDir, http_get, metric_value};
 
 /// Where the binaries under test are. Every path can be overridden by env so CI
 /// can point at cached builds.
@@ -100,8 +107,15 @@ pub struct StackOptions {
     /// talos-sim `--install-delay-ms`: ApplyConfiguration answered -> reboot.
     pub talos_install_delay: Option<Duration>,
     /// Extra `karpenter-scaleway serve` arguments (e.g. shorter install
-    /// deadlines for a scenario that waits for one to expire).
+    /// deadlines for a scenario that waits for one to expire), after the
+    /// chart's; a flag given here wins over the chart's env.
     pub provider_args: Vec<String>,
+    /// Extra environment of every bridge process, over the chart's.
+    pub bridge_env: Vec<(String, String)>,
+    /// Replicas of the chart's Deployment (`replicas` value): each is a
+    /// provider and a bridge process; Karpenter's leader election picks the
+    /// one that acts.
+    pub replicas: usize,
 }
 
 impl StackOptions {
@@ -131,6 +145,8 @@ impl StackOptions {
             image_bytes_per_second: None,
             talos_install_delay: None,
             provider_args: Vec::new(),
+            bridge_env: Vec::new(),
+            replicas: 1,
         })
     }
 }
@@ -140,6 +156,7 @@ pub const ORGANIZATION_ID: &str = "0b8b3c2e-6d57-4f0e-9d9c-5e4b1c1f8a77";
 /// A key in the shape of a Scaleway secret key (a UUID). Test-only.
 pub const SECRET_KEY: &str = "6e0b2c4d-8f1a-4b3c-9d2e-7a5f1c3b9e8d";
 pub const ACCESS_KEY: &str = "SCWE2EACCESSKEY00000";
+/// The release namespace of the chart, where the NodeClass Secrets live too.
 pub const NAMESPACE: &str = "karpenter";
 pub const ZONE: &str = "fr-par-2";
 pub const SSH_PORT: u16 = 2222;
@@ -158,12 +175,21 @@ pub struct Stack {
     /// bootstrap token secret): none may appear in any component's log.
     secrets: Vec<String>,
     pub bins: Binaries,
+    /// The socket of the first replica's provider.
     pub provider_socket: PathBuf,
     /// This stack's loopback block (emsim `--ip-range`), held until drop.
     pub addresses: AddressBlock,
     emsim_url: String,
-    provider_metrics_port: u16,
+    /// The Deployment's pods, as processes (see [`Replica`]).
+    replicas: Vec<Replica>,
+    /// Replicas killed by [`Stack::kill_replica`] and not started again.
+    down: std::collections::BTreeSet<usize>,
+    /// The leader election Lease (namespace, name), from the bridge's env.
+    lease: (String, String),
     logs: PathBuf,
+    /// Holds the replicas' sockets and kubeconfigs; removed after the
+    /// processes stopped (fields drop after `Drop::drop`).
+    _scratch: ScratchDir,
     /// Bootstrap token secrets seen in the cluster during the run (per-node
     /// tokens live only from Create to join, so they are collected as they
     /// appear); checked by [`Stack::assert_no_secrets_in_logs`].
@@ -325,26 +351,57 @@ impl Stack {
         apply_secret(&client, "talos-worker-config", "worker.yaml", &base.yaml).await?;
         apply_secret(&client, "rescue-ssh-key", "ssh-privatekey", &private).await?;
 
-        // The provider and the bridge, sharing a Unix socket as the two
-        // containers of the Deployment do.
-        let provider_socket = opts.work_dir.join("provider.sock");
-        let provider_metrics_port = free_port()?;
-        procs.push(spawn_provider(
-            &bins,
-            &opts,
-            &cp,
-            &emsim_url,
-            &provider_socket,
-            &logs,
-            PROVIDER,
-            provider_metrics_port,
-        )?);
-        procs.push(spawn_bridge(&bins, &cp, &provider_socket, &logs, BRIDGE)?);
+        // The provider and the bridge, installed from the chart.
+        chart::apply_credentials(&client, NAMESPACE, ACCESS_KEY, SECRET_KEY, PROJECT_ID).await?;
+        let values = opts.work_dir.join("chart-values.stack.yaml");
+        std::fs::write(&values, stack_values(&opts, &emsim_url)?)?;
+        let helm = chart::helm_binary(&repo_root())?;
+        let rendered = chart::render(
+            &helm,
+            &repo_root().join("charts/karpenter-scaleway"),
+            NAMESPACE,
+            &[repo_root().join("e2e/chart-values.yaml"), values],
+            &opts.work_dir.join("chart.yaml"),
+        )?;
+        rendered.apply(&client).await?;
+        let scratch = ScratchDir::new()?;
+        let (replicas, sa_tokens) = replica::resolve(&ReplicaInputs {
+            client: &client,
+            rendered: &rendered,
+            bins: &bins,
+            scratch: scratch.path(),
+            server_url: cp.server_url(),
+            ca_pem: cp.ca_pem(),
+            provider_args: &opts.provider_args,
+            bridge_env: &opts.bridge_env,
+        })
+        .await?;
+        let first = replicas
+            .first()
+            .context("the chart rendered a Deployment with 0 replicas")?;
+        let lease = (
+            first
+                .bridge
+                .env("LEADER_ELECTION_NAMESPACE")
+                .unwrap_or(&rendered.namespace)
+                .to_string(),
+            first
+                .bridge
+                .env("LEADER_ELECTION_NAME")
+                .unwrap_or("karpenter-leader-election")
+                .to_string(),
+        );
+        let provider_socket = first.socket();
+        for r in &replicas {
+            procs.push(Proc::spawn(&r.provider_proc, &mut r.provider.command(), &logs)?);
+            procs.push(Proc::spawn(&r.bridge_proc, &mut r.bridge.command(), &logs)?);
+        }
 
-        let secrets = secret_fingerprints(&private, &base);
+        let mut secrets = secrets::fingerprints(SECRET_KEY, &private, &base);
+        secrets.extend(sa_tokens);
         let seen_tokens = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
         let token_watch = tokio::spawn(watch_bootstrap_tokens(client.clone(), seen_tokens.clone()));
-        let stack = Stack {
+        let mut stack = Stack {
             opts,
             cp,
             client,
@@ -358,12 +415,18 @@ impl Stack {
             provider_socket,
             addresses,
             emsim_url,
-            provider_metrics_port,
+            replicas,
+            down: Default::default(),
+            lease,
             logs,
+            _scratch: scratch,
             seen_tokens,
             token_watch,
             procs,
         };
+        for i in 0..stack.replicas.len() {
+            stack.wait_replica_started(i).await?;
+        }
         Ok(stack)
     }
 
@@ -453,12 +516,40 @@ spec:
         self.procs.iter_mut().find(|p| p.name() == name)
     }
 
-    /// SIGKILLs the provider (its whole process group), as a crash or a node
-    /// loss would: no shutdown code runs. The bridge keeps running and
+    /// The Deployment's replicas, in order (the first one's processes are
+    /// named [`PROVIDER`] and [`BRIDGE`]).
+    pub fn replicas(&self) -> &[Replica] {
+        &self.replicas
+    }
+
+    fn replica(&self, i: usize) -> Result<&Replica> {
+        self.replicas
+            .get(i)
+            .with_context(|| format!("no replica {i} (the stack runs {})", self.replicas.len()))
+    }
+
+    /// Replaces process `name` with a fresh `cmd` (the old one is stopped
+    /// if still running); the log is appended to the same file and the
+    /// place in the teardown order is kept.
+    fn respawn(&mut self, name: &str, mut cmd: Command) -> Result<()> {
+        let fresh = Proc::spawn(name, &mut cmd, &self.logs)?;
+        match self.procs.iter().position(|p| p.name() == name) {
+            Some(i) => {
+                let mut old = std::mem::replace(&mut self.procs[i], fresh);
+                old.stop(Duration::from_secs(5));
+            }
+            None => self.procs.push(fresh),
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs the first replica's provider (its whole process group), as
+    /// a crash would: no shutdown code runs. The bridge keeps running and
     /// reconnects to the socket once a provider serves it again.
     pub fn kill_provider(&mut self) -> Result<()> {
+        let name = self.replica(0)?.provider_proc.clone();
         let p = self
-            .proc_mut(PROVIDER)
+            .proc_mut(&name)
             .context("the provider is not running")?;
         let pid = p.pid();
         p.kill_hard();
@@ -466,58 +557,165 @@ spec:
         Ok(())
     }
 
-    /// Starts the provider again with exactly the arguments, environment,
-    /// socket and metrics port of the first start (log appended to the same
-    /// file). The killed process is replaced in place, so teardown order holds.
+    /// Starts the first replica's provider again with exactly the
+    /// arguments, environment, socket and ports of the first start (log
+    /// appended to the same file), as the kubelet restarts a container.
     pub fn start_provider(&mut self) -> Result<()> {
-        let fresh = spawn_provider(
-            &self.bins,
-            &self.opts,
-            &self.cp,
-            &self.emsim_url,
-            &self.provider_socket,
-            &self.logs,
-            PROVIDER,
-            self.provider_metrics_port,
-        )?;
-        match self.procs.iter().position(|p| p.name() == PROVIDER) {
-            Some(i) => {
-                let mut old = std::mem::replace(&mut self.procs[i], fresh);
-                old.stop(Duration::from_secs(5));
-            }
-            None => self.procs.insert(0, fresh),
-        }
-        Ok(())
+        let r = self.replica(0)?;
+        let (name, cmd) = (r.provider_proc.clone(), r.provider.command());
+        self.respawn(&name, cmd)
     }
 
-    /// SIGKILLs the bridge (Karpenter core) and starts it again with the same
-    /// environment: a restart of the Karpenter container, after which it
-    /// takes the lead again and re-announces leadership to the provider.
+    /// SIGKILLs the first replica's bridge (Karpenter core) and starts it
+    /// again with the same environment: a restart of the Karpenter
+    /// container. The new process is a new leader election candidate: the
+    /// killed one never released the Lease, so it leads again only once
+    /// the Lease expired (about 15 s) and then re-announces leadership to
+    /// the provider.
     pub fn restart_bridge(&mut self) -> Result<()> {
-        let fresh_cmd = || {
-            spawn_bridge(
-                &self.bins,
-                &self.cp,
-                &self.provider_socket,
-                &self.logs,
-                BRIDGE,
-            )
-        };
-        let i = self
-            .procs
-            .iter()
-            .position(|p| p.name() == BRIDGE)
-            .context("the bridge is not running")?;
-        self.procs[i].kill_hard();
-        let fresh = fresh_cmd()?;
-        self.procs[i] = fresh;
-        Ok(())
+        let r = self.replica(0)?;
+        let (name, cmd) = (r.bridge_proc.clone(), r.bridge.command());
+        self.proc_mut(&name)
+            .context("the bridge is not running")?
+            .kill_hard();
+        self.respawn(&name, cmd)
     }
 
     /// SIGKILL then restart: a controller crash and its Deployment restarting it.
     pub fn crash_provider(&mut self) -> Result<()> {
         self.kill_provider()?;
         self.start_provider()
+    }
+
+    /// SIGKILLs both processes of replica `i` at once, as the loss of its
+    /// node would: nothing of the pod runs any more, the Lease is not
+    /// released.
+    pub fn kill_replica(&mut self, i: usize) -> Result<()> {
+        let r = self.replica(i)?.clone();
+        let names = [r.bridge_proc.as_str(), r.provider_proc.as_str()];
+        // Signal both before reaping either, so neither outlives the other.
+        for p in self.procs.iter().filter(|p| names.contains(&p.name())) {
+            p.signal(nix::sys::signal::Signal::SIGKILL);
+        }
+        for name in names {
+            self.proc_mut(name)
+                .with_context(|| format!("{name} is not running"))?
+                .kill_hard();
+        }
+        self.down.insert(i);
+        tracing::info!(replica = i, pod = %r.pod_name, "replica SIGKILLed");
+        Ok(())
+    }
+
+    /// Starts replica `i` again (the same pod: name, sockets, ports) and
+    /// waits for its containers' startup probes.
+    pub async fn start_replica(&mut self, i: usize) -> Result<()> {
+        let r = self.replica(i)?.clone();
+        self.respawn(&r.provider_proc, r.provider.command())?;
+        self.respawn(&r.bridge_proc, r.bridge.command())?;
+        self.down.remove(&i);
+        self.wait_replica_started(i).await
+    }
+
+    /// Waits until the startup probes of replica `i`'s containers pass (the
+    /// provider's first: the bridge waits for it), failing early with the
+    /// log tail if a process exits.
+    async fn wait_replica_started(&mut self, i: usize) -> Result<()> {
+        let r = self.replica(i)?.clone();
+        for (name, c) in [(&r.provider_proc, &r.provider), (&r.bridge_proc, &r.bridge)] {
+            let Some(probe) = c.startup_probe.clone() else {
+                continue;
+            };
+            let url = format!("http://127.0.0.1:{}{}", probe.port, probe.path);
+            let start = std::time::Instant::now();
+            loop {
+                let p = self
+                    .proc_mut(name)
+                    .with_context(|| format!("{name} was never started"))?;
+                if !p.is_running() {
+                    bail!("{name} exited before its startup probe passed:\n{}", p.log_tail(40));
+                }
+                if let Ok((status, _)) = http_get(&url).await
+                    && (200..400).contains(&status)
+                {
+                    tracing::info!(%name, elapsed_ms = start.elapsed().as_millis() as u64, "startup probe passed");
+                    break;
+                }
+                if start.elapsed() > probe.budget {
+                    bail!(
+                        "{name}: startup probe {url} still failing after {:?} (the kubelet would restart the container):\n{}",
+                        probe.budget,
+                        p.log_tail(40)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `holderIdentity` of Karpenter's leader election Lease (None
+    /// while nobody holds it). On one host every candidate has the same
+    /// host name prefix, so the identity tells *that* the leader changed,
+    /// not which replica leads: see [`Stack::leaders`].
+    pub async fn lease_holder(&self) -> Result<Option<String>> {
+        use k8s_openapi::api::coordination::v1::Lease;
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.lease.0);
+        Ok(api
+            .get_opt(&self.lease.1)
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty()))
+    }
+
+    /// The provider's `/metrics` of replica `i`.
+    pub async fn provider_metrics(&self, i: usize) -> Result<String> {
+        let url = self.replica(i)?.provider_metrics_url()?;
+        let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
+        ensure!(status == 200, "GET {url} answered {status}");
+        Ok(text)
+    }
+
+    /// Karpenter core's `/metrics` of replica `i`.
+    pub async fn bridge_metrics(&self, i: usize) -> Result<String> {
+        let url = self.replica(i)?.bridge_metrics_url()?;
+        let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
+        ensure!(status == 200, "GET {url} answered {status}");
+        Ok(text)
+    }
+
+    /// The running replicas whose provider reports that it leads
+    /// (`karpenter_scaleway_leader 1`, set when its bridge told it so). More
+    /// than one would be two replicas acting at once.
+    pub async fn leaders(&self) -> Result<Vec<usize>> {
+        let mut out = Vec::new();
+        for i in (0..self.replicas.len()).filter(|i| !self.down.contains(i)) {
+            let text = self.provider_metrics(i).await?;
+            let v = metric_value(&text, "karpenter_scaleway_leader")
+                .context("the provider's /metrics has no karpenter_scaleway_leader")?;
+            if v == 1.0 {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits until the Lease is held and exactly one running replica's
+    /// provider leads; returns that replica. Fails at once if two lead.
+    pub async fn wait_leader(&self, timeout: Duration) -> Result<usize> {
+        wait::until(
+            "one replica holding the lease and leading its provider",
+            timeout,
+            Duration::from_millis(250),
+            || async {
+                let leaders = self.leaders().await?;
+                ensure!(leaders.len() <= 1, "replicas {leaders:?} all lead");
+                let held = self.lease_holder().await?.is_some();
+                Ok(leaders.first().copied().filter(|_| held))
+            },
+        )
+        .await
     }
 
     /// Sends `signal` to a component's process group (e.g. SIGSTOP/SIGCONT on
@@ -569,43 +767,53 @@ spec:
             .collect())
     }
 
-    /// Fails if any secret of this run appears in a component's log.
-    pub fn assert_no_secrets_in_logs(&self) -> Result<()> {
-        let mut files: Vec<PathBuf> = self
-            .procs
-            .iter()
-            .map(|p| p.log_path().to_path_buf())
-            .collect();
-        if let Ok(dir) = std::fs::read_dir(self.opts.work_dir.join("controlplane")) {
-            files.extend(
-                dir.filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|e| e == "log")),
-            );
+    /// Fails if any secret of this run (Scaleway secret key, SSH private
+    /// key, Talos secrets, the ServiceAccount tokens of the replicas, every
+    /// bootstrap token seen) appears in a component's log (every log file
+    /// of the stack, killed processes' included), in any Event of the
+    /// cluster, or in the `/metrics` of a running provider or bridge.
+    pub async fn assert_no_secrets(&self) -> Result<()> {
+        let mut sources = secrets::log_files(&[
+            self.logs.as_path(),
+            self.opts.work_dir.join("controlplane").as_path(),
+        ]);
+        let logs = sources.len();
+        let events = secrets::events(&self.client).await?;
+        let event_count = events.len();
+        sources.extend(events);
+        for i in (0..self.replicas.len()).filter(|i| !self.down.contains(i)) {
+            for (what, text) in [
+                ("provider", self.provider_metrics(i).await?),
+                ("bridge", self.bridge_metrics(i).await?),
+            ] {
+                sources.push(secrets::Source {
+                    what: format!("/metrics of replica {i}'s {what}"),
+                    text,
+                });
+            }
         }
         let tokens = self.seen_bootstrap_tokens();
-        for f in files {
-            let text = std::fs::read_to_string(&f).unwrap_or_default();
-            for (i, secret) in self.secrets.iter().enumerate() {
-                if text.contains(secret.as_str()) {
-                    bail!("secret #{i} of this run appears in {}", f.display());
-                }
-            }
-            for (i, token) in tokens.iter().enumerate() {
-                if text.contains(token.as_str()) {
-                    bail!(
-                        "bootstrap token secret #{i} (of {} seen) appears in {}",
-                        tokens.len(),
-                        f.display()
-                    );
-                }
-            }
-        }
+        secrets::check(&sources, &self.secrets, &tokens)?;
         tracing::info!(
             fixed = self.secrets.len(),
             bootstrap_tokens = tokens.len(),
-            "no secret in any log"
+            logs,
+            events = event_count,
+            "no secret in any log, Event or /metrics"
         );
         Ok(())
+    }
+
+    /// [`Stack::assert_no_secrets`] for synchronous callers; needs the
+    /// multi-thread runtime every scenario runs on.
+    pub fn assert_no_secrets_in_logs(&self) -> Result<()> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let handle = Handle::try_current().context("the secret scan needs a tokio runtime")?;
+        ensure!(
+            handle.runtime_flavor() == RuntimeFlavor::MultiThread,
+            "assert_no_secrets_in_logs blocks: call it on a multi-thread runtime, or await assert_no_secrets"
+        );
+        tokio::task::block_in_place(|| handle.block_on(self.assert_no_secrets()))
     }
 
     pub async fn stop(mut self) {
@@ -630,68 +838,25 @@ pub const PROVIDER: &str = "karpenter-scaleway";
 /// The bridge's (Karpenter core's) process name (and log file stem).
 pub const BRIDGE: &str = "karpenter-bridge";
 
-#[allow(clippy::too_many_arguments)]
-pub fn spawn_provider(
-    bins: &Binaries,
-    opts: &StackOptions,
-    cp: &ControlPlane,
-    emsim_url: &str,
-    socket: &Path,
-    logs: &Path,
-    name: &str,
-    metrics: u16,
-) -> Result<Proc> {
-    Proc::spawn(
-        name,
-        Command::new(bins.rust("karpenter-scaleway"))
-            .arg("serve")
-            .arg("--socket")
-            .arg(socket)
-            .args([
-                "--rescue-ssh-port",
-                &SSH_PORT.to_string(),
-                "--talos-api-port",
-                &TALOS_PORT.to_string(),
-            ])
-            .args([
-                "--poll-interval",
-                &format!("{}ms", opts.poll_interval.as_millis()),
-            ])
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
-            .args(&opts.provider_args)
-            .env("KUBECONFIG", cp.kubeconfig_path())
-            .env("CLUSTER_NAME", &opts.cluster_name)
-            .env("SCW_ACCESS_KEY", ACCESS_KEY)
-            .env("SCW_SECRET_KEY", SECRET_KEY)
-            .env("SCW_DEFAULT_PROJECT_ID", PROJECT_ID)
-            .env("SCW_API_URL", emsim_url)
-            .env("SCW_ZONES", ZONE)
-            .env("RUST_LOG", "info,karpenter_scaleway=debug"),
-        logs,
-    )
-}
-
-pub fn spawn_bridge(
-    bins: &Binaries,
-    cp: &ControlPlane,
-    socket: &Path,
-    logs: &Path,
-    name: &str,
-) -> Result<Proc> {
-    Proc::spawn(
-        name,
-        Command::new(&bins.bridge)
-            .env("KUBECONFIG", cp.kubeconfig_path())
-            .env("PROVIDER_SOCKET", socket)
-            .env("DISABLE_LEADER_ELECTION", "true")
-            .env("SYSTEM_NAMESPACE", NAMESPACE)
-            .env("METRICS_PORT", free_port()?.to_string())
-            .env("HEALTH_PROBE_PORT", free_port()?.to_string())
-            .env("LOG_LEVEL", "debug")
-            .env("BATCH_IDLE_DURATION", "1s")
-            .env("BATCH_MAX_DURATION", "5s"),
-        logs,
-    )
+/// The stack's own chart values, over `e2e/chart-values.yaml`: what varies
+/// per stack (cluster name, emsim's URL, replicas, poll interval) and what
+/// the harness's constants fix (zone, simulator ports, credentials Secret).
+fn stack_values(opts: &StackOptions, emsim_url: &str) -> Result<String> {
+    let values = serde_json::json!({
+        "clusterName": opts.cluster_name,
+        "replicas": opts.replicas,
+        "scaleway": {
+            "existingSecret": chart::CREDENTIALS_SECRET,
+            "zones": [ZONE],
+            "apiUrl": emsim_url,
+        },
+        "provider": {
+            "pollInterval": format!("{}ms", opts.poll_interval.as_millis()),
+            "rescueSSHPort": SSH_PORT,
+            "talosAPIPort": TALOS_PORT,
+        },
+    });
+    Ok(serde_yaml_ng::to_string(&values)?)
 }
 
 /// Whether this talos-sim build has the `--kubeconfig` flag of the kubelet
@@ -772,22 +937,4 @@ fn image_payload_sha256(path: &Path) -> Result<String> {
                 .map(|s| s.trim_matches('\0').trim().to_string())
         })
         .context("image header without payload-sha256")
-}
-
-/// The strings that must never be logged: the Scaleway secret key, each line
-/// of the SSH private key's body, the bootstrap token secret and the Talos
-/// machine token.
-fn secret_fingerprints(private_key: &str, base: &talosconfig::BaseConfig) -> Vec<String> {
-    let mut out = vec![
-        SECRET_KEY.to_string(),
-        base.token_secret.clone(),
-        base.machine_token.clone(),
-    ];
-    out.extend(
-        private_key
-            .lines()
-            .filter(|l| !l.starts_with("-----") && l.len() >= 16)
-            .map(str::to_string),
-    );
-    out
 }

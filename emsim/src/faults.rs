@@ -8,6 +8,12 @@
 //!   `delivery_seconds`) act on `POST /servers` orders matching an offer and a
 //!   zone: the order is accepted, and its delivery goes wrong later, which is
 //!   what a provider must survive without an error at order time.
+//! - list faults (`list_missing_page`, `list_total_count`) act on the 200
+//!   answer of a `GET` list endpoint after the handler built it: a page that
+//!   comes back without (some of) its items, or a `total_count` that does not
+//!   match the items. Both are 200s a careless client would take for a
+//!   shorter list, which is how a provider's List makes Karpenter's garbage
+//!   collector delete live nodes.
 //!
 //! Every fault fires at most `count` times when given, then is spent and
 //! removed; without `count` it fires until `DELETE /_emsim/faults`.
@@ -38,6 +44,8 @@ pub enum FaultSpec {
     OutOfStockAfterOrder(OrderMatch),
     StuckDelivery(OrderMatch),
     DeliverySeconds(DeliverySeconds),
+    ListMissingPage(ListMissingPage),
+    ListTotalCount(ListTotalCount),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,6 +104,43 @@ pub struct DeliverySeconds {
     pub count: Option<u32>,
 }
 
+/// A page answered 200 with the true `total_count` but without its items (or
+/// without its last `drop` items): what a paginated backend answers when one
+/// shard or replica it reads a page from lags or fails and it returns what it
+/// has instead of an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListMissingPage {
+    /// `GET /path-template` of a list endpoint, e.g. `GET /baremetal/v1/zones/{zone}/servers`.
+    pub endpoint: String,
+    /// Only calls asking this page (1-based; a call without `page` asks page
+    /// 1); absent: every page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<u64>,
+    /// Items removed from the end of the page; absent: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+}
+
+/// A list answered 200 with its items intact and a `total_count` off by
+/// `delta`: the count and the items read from two snapshots.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListTotalCount {
+    /// `GET /path-template` of a list endpoint.
+    pub endpoint: String,
+    /// Added to the true `total_count` (the result is floored at 0); not 0.
+    pub delta: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+}
+
 impl FaultSpec {
     /// Parses a posted body, `kind` defaulting to `http`.
     pub fn from_json(mut value: Value) -> Result<Self, ApiError> {
@@ -114,6 +159,8 @@ impl FaultSpec {
             FaultSpec::Http(h) => h.count,
             FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => m.count,
             FaultSpec::DeliverySeconds(d) => d.count,
+            FaultSpec::ListMissingPage(l) => l.count,
+            FaultSpec::ListTotalCount(l) => l.count,
         }
     }
 
@@ -122,13 +169,17 @@ impl FaultSpec {
             FaultSpec::Http(h) => h.count.as_mut(),
             FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => m.count.as_mut(),
             FaultSpec::DeliverySeconds(d) => d.count.as_mut(),
+            FaultSpec::ListMissingPage(l) => l.count.as_mut(),
+            FaultSpec::ListTotalCount(l) => l.count.as_mut(),
         }
     }
 
     /// The offer and zone selector of an order fault.
     fn order_match(&self) -> Option<(Option<&str>, Option<&str>)> {
         match self {
-            FaultSpec::Http(_) => None,
+            FaultSpec::Http(_) | FaultSpec::ListMissingPage(_) | FaultSpec::ListTotalCount(_) => {
+                None
+            }
             FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => {
                 Some((m.offer.as_deref(), m.zone.as_deref()))
             }
@@ -161,6 +212,40 @@ pub enum HttpOutcome {
     PassThrough,
     /// Never answer.
     Hold,
+}
+
+/// What the list faults that fired on one answer change in it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListEffects {
+    /// Items to remove from the end of the page (`u64::MAX`: all of them).
+    pub drop: u64,
+    /// Added to `total_count`.
+    pub total_delta: i64,
+}
+
+impl ListEffects {
+    /// Applies the effects to a list answer `{total_count, <items>: [...]}`;
+    /// an answer of another shape is left as it is.
+    pub fn apply(&self, body: &mut Value) {
+        let Some(object) = body.as_object_mut() else {
+            return;
+        };
+        if self.drop > 0
+            && let Some(items) = object.values_mut().find_map(Value::as_array_mut)
+        {
+            let keep = items
+                .len()
+                .saturating_sub(usize::try_from(self.drop).unwrap_or(usize::MAX));
+            items.truncate(keep);
+        }
+        if self.total_delta != 0
+            && let Some(total) = object.get("total_count").and_then(Value::as_u64)
+        {
+            let total = i64::try_from(total).unwrap_or(i64::MAX);
+            let moved = total.saturating_add(self.total_delta).max(0);
+            object.insert("total_count".into(), Value::from(moved));
+        }
+    }
 }
 
 /// What the order faults matching one order change about its delivery.
@@ -225,6 +310,33 @@ impl Faults {
                 }
             }
             FaultSpec::OutOfStockAfterOrder(_) | FaultSpec::StuckDelivery(_) => {}
+            FaultSpec::ListMissingPage(l) => {
+                validate_list(&l.endpoint, l.rate, known)?;
+                if l.page == Some(0) {
+                    return Err(ApiError::invalid(
+                        "page",
+                        "constraint",
+                        "a page number from 1, or absent for every page",
+                    ));
+                }
+                if l.drop == Some(0) {
+                    return Err(ApiError::invalid(
+                        "drop",
+                        "constraint",
+                        "at least 1 item, or absent for the whole page",
+                    ));
+                }
+            }
+            FaultSpec::ListTotalCount(l) => {
+                validate_list(&l.endpoint, l.rate, known)?;
+                if l.delta == 0 {
+                    return Err(ApiError::invalid(
+                        "delta",
+                        "constraint",
+                        "a non-zero number added to total_count",
+                    ));
+                }
+            }
         }
         if let Some((_, Some(zone))) = spec.order_match()
             && !zones.contains(&zone)
@@ -304,7 +416,9 @@ impl Faults {
                 FaultSpec::OutOfStockAfterOrder(_) => 0,
                 FaultSpec::StuckDelivery(_) => 1,
                 FaultSpec::DeliverySeconds(_) => 2,
-                FaultSpec::Http(_) => unreachable!("order faults only"),
+                FaultSpec::Http(_) | FaultSpec::ListMissingPage(_) | FaultSpec::ListTotalCount(_) => {
+                    unreachable!("order faults only")
+                }
             };
             if std::mem::replace(&mut seen[slot], true) {
                 continue;
@@ -313,7 +427,7 @@ impl Faults {
                 FaultSpec::OutOfStockAfterOrder(_) => effects.out_of_stock = true,
                 FaultSpec::StuckDelivery(_) => effects.stuck = true,
                 FaultSpec::DeliverySeconds(d) => effects.delivery_seconds = Some(d.seconds),
-                FaultSpec::Http(_) => {}
+                FaultSpec::Http(_) | FaultSpec::ListMissingPage(_) | FaultSpec::ListTotalCount(_) => {}
             }
             fired.push(index);
         }
@@ -322,6 +436,62 @@ impl Faults {
             self.fire(index);
         }
         effects
+    }
+
+
+    /// What the list faults do to a 200 answer of `endpoint` for `page`: the
+    /// oldest matching fault of each list kind fires (each drawing against
+    /// its rate), so a missing page and a wrong count can act together.
+    pub fn take_list(&mut self, endpoint: &str, page: u64) -> Option<ListEffects> {
+        let mut effects = ListEffects::default();
+        let mut fired = Vec::new();
+        let mut seen = [false; 2];
+        for (index, fault) in self.active.iter().enumerate() {
+            let (slot, fault_endpoint, rate) = match &fault.spec {
+                FaultSpec::ListMissingPage(l) => {
+                    if l.page.is_some_and(|p| p != page) {
+                        continue;
+                    }
+                    (0, &l.endpoint, l.rate)
+                }
+                FaultSpec::ListTotalCount(l) => (1, &l.endpoint, l.rate),
+                _ => continue,
+            };
+            if fault_endpoint != endpoint || seen[slot] {
+                continue;
+            }
+            if let Some(rate) = rate {
+                // Drawn even at rate 1.0, as for http faults.
+                let draw: f64 = self.rng.random();
+                if draw >= rate {
+                    continue;
+                }
+            }
+            seen[slot] = true;
+            match &fault.spec {
+                FaultSpec::ListMissingPage(l) => effects.drop = l.drop.unwrap_or(u64::MAX),
+                FaultSpec::ListTotalCount(l) => effects.total_delta = l.delta,
+                _ => unreachable!("list faults only"),
+            }
+            fired.push(index);
+        }
+        if fired.is_empty() {
+            return None;
+        }
+        for index in fired.into_iter().rev() {
+            self.fire(index);
+        }
+        Some(effects)
+    }
+
+    /// Whether a list fault is armed on `endpoint` (the gate then reads the
+    /// answer's body, which it otherwise streams untouched).
+    pub fn has_list(&self, endpoint: &str) -> bool {
+        self.active.iter().any(|f| match &f.spec {
+            FaultSpec::ListMissingPage(l) => l.endpoint == endpoint,
+            FaultSpec::ListTotalCount(l) => l.endpoint == endpoint,
+            _ => false,
+        })
     }
 
     fn fire(&mut self, index: usize) {
@@ -350,6 +520,43 @@ impl Faults {
     }
 }
 
+/// A list fault's endpoint must be a known `GET` whose path does not end in a
+/// parameter (`GET .../servers`, not `GET .../servers/{server_id}`).
+fn validate_list(endpoint: &str, rate: Option<f64>, known: &[String]) -> Result<(), ApiError> {
+    let is_list = endpoint.starts_with("GET ")
+        && !endpoint.ends_with('}')
+        && known.iter().any(|k| k == endpoint);
+    if !is_list {
+        let lists: Vec<&str> = known
+            .iter()
+            .map(String::as_str)
+            .filter(|k| k.starts_with("GET ") && !k.ends_with('}'))
+            .collect();
+        return Err(ApiError::invalid(
+            "endpoint",
+            "constraint",
+            format!(
+                "{endpoint:?} is not a list endpoint; list endpoints: {}",
+                lists.join(", ")
+            ),
+        ));
+    }
+    validate_rate(rate)
+}
+
+fn validate_rate(rate: Option<f64>) -> Result<(), ApiError> {
+    if let Some(rate) = rate
+        && !(rate.is_finite() && (0.0..=1.0).contains(&rate))
+    {
+        return Err(ApiError::invalid(
+            "rate",
+            "constraint",
+            "a probability between 0.0 and 1.0",
+        ));
+    }
+    Ok(())
+}
+
 fn validate_http(h: &HttpFault, known: &[String]) -> Result<(), ApiError> {
     if let Some(status) = h.status
         && (StatusCode::from_u16(status).is_err() || status < 200)
@@ -374,15 +581,7 @@ fn validate_http(h: &HttpFault, known: &[String]) -> Result<(), ApiError> {
             "a timeout never answers: give no status or body with it",
         ));
     }
-    if let Some(rate) = h.rate
-        && !(rate.is_finite() && (0.0..=1.0).contains(&rate))
-    {
-        return Err(ApiError::invalid(
-            "rate",
-            "constraint",
-            "a probability between 0.0 and 1.0",
-        ));
-    }
+    validate_rate(h.rate)?;
     if !known.iter().any(|k| k == &h.endpoint) {
         return Err(ApiError::invalid(
             "endpoint",
@@ -592,9 +791,147 @@ mod tests {
             json!({"kind": "delivery_seconds"}),
             json!({"kind": "earthquake"}),
             json!([1]),
+            // List faults: list endpoints only, sensible numbers.
+            json!({"kind": "list_missing_page", "endpoint": "POST /x"}),
+            json!({"kind": "list_missing_page", "endpoint": "GET /x/{id}"}),
+            json!({"kind": "list_missing_page", "endpoint": "GET /nope"}),
+            json!({"kind": "list_missing_page", "endpoint": "GET /x", "page": 0}),
+            json!({"kind": "list_missing_page", "endpoint": "GET /x", "drop": 0}),
+            json!({"kind": "list_missing_page", "endpoint": "GET /x", "rate": -0.1}),
+            json!({"kind": "list_missing_page", "endpoint": "GET /x", "status": 200}),
+            json!({"kind": "list_total_count", "endpoint": "GET /x", "delta": 0}),
+            json!({"kind": "list_total_count", "endpoint": "GET /x"}),
         ] {
             assert!(arm(&mut f, body.clone()).is_err(), "accepted {body}");
         }
         assert!(f.list().is_empty());
+    }
+
+    fn list_known() -> Vec<String> {
+        vec!["GET /x".into(), "GET /x/{id}".into(), "POST /x".into()]
+    }
+
+    fn arm_list(f: &mut Faults, body: Value) {
+        f.add(FaultSpec::from_json(body).unwrap(), &list_known(), ZONES)
+            .unwrap();
+    }
+
+    #[test]
+    fn missing_page_matches_its_page_and_drops_items() {
+        let mut f = Faults::new(0);
+        arm_list(
+            &mut f,
+            json!({"kind": "list_missing_page", "endpoint": "GET /x", "page": 2, "count": 1}),
+        );
+        assert!(f.has_list("GET /x") && !f.has_list("GET /x/{id}"));
+        assert_eq!(f.take_list("GET /x", 1), None, "page 1 is intact");
+        assert_eq!(f.take_list("GET /y", 2), None);
+        let effects = f.take_list("GET /x", 2).expect("page 2 loses its items");
+        let mut body = json!({"total_count": 5, "servers": [1, 2]});
+        effects.apply(&mut body);
+        assert_eq!(body, json!({"total_count": 5, "servers": []}));
+        assert!(f.list().is_empty(), "count 1 is spent");
+        assert!(!f.has_list("GET /x"));
+
+        // `drop` removes the last items of every page; the count stays true.
+        arm_list(
+            &mut f,
+            json!({"kind": "list_missing_page", "endpoint": "GET /x", "drop": 1}),
+        );
+        for page in [1, 3] {
+            let mut body = json!({"total_count": 3, "offers": ["a", "b", "c"]});
+            f.take_list("GET /x", page).unwrap().apply(&mut body);
+            assert_eq!(body, json!({"total_count": 3, "offers": ["a", "b"]}));
+        }
+        assert_eq!(f.list()[0].fired, 2);
+    }
+
+    #[test]
+    fn total_count_moves_and_combines_with_a_missing_page() {
+        let mut f = Faults::new(0);
+        arm_list(
+            &mut f,
+            json!({"kind": "list_total_count", "endpoint": "GET /x", "delta": -5}),
+        );
+        let mut body = json!({"total_count": 2, "servers": [1, 2]});
+        f.take_list("GET /x", 1).unwrap().apply(&mut body);
+        assert_eq!(
+            body,
+            json!({"total_count": 0, "servers": [1, 2]}),
+            "floored at 0"
+        );
+
+        // Both kinds act on one answer: a consistent-looking shorter list.
+        f.clear();
+        arm_list(
+            &mut f,
+            json!({"kind": "list_total_count", "endpoint": "GET /x", "delta": -1}),
+        );
+        arm_list(
+            &mut f,
+            json!({"kind": "list_missing_page", "endpoint": "GET /x", "drop": 1}),
+        );
+        let mut body = json!({"total_count": 3, "servers": [1, 2, 3]});
+        let effects = f.take_list("GET /x", 1).unwrap();
+        assert_eq!(
+            effects,
+            ListEffects {
+                drop: 1,
+                total_delta: -1
+            }
+        );
+        effects.apply(&mut body);
+        assert_eq!(body, json!({"total_count": 2, "servers": [1, 2]}));
+        let listed = serde_json::to_value(f.list()).unwrap();
+        assert_eq!(
+            listed,
+            json!([
+                {"kind": "list_total_count", "endpoint": "GET /x", "delta": -1, "fired": 1},
+                {"kind": "list_missing_page", "endpoint": "GET /x", "drop": 1, "fired": 1},
+            ])
+        );
+    }
+
+    #[test]
+    fn list_faults_leave_other_shapes_alone_and_skip_http_ones() {
+        let mut f = Faults::new(0);
+        arm_list(
+            &mut f,
+            json!({"kind": "list_missing_page", "endpoint": "GET /x"}),
+        );
+        assert!(f.take_http("GET /x").is_none(), "not an http fault");
+        let effects = f.take_list("GET /x", 1).unwrap();
+        let mut odd = json!("not an object");
+        effects.apply(&mut odd);
+        assert_eq!(odd, json!("not an object"));
+        let mut no_items = json!({"total_count": 1});
+        effects.apply(&mut no_items);
+        assert_eq!(no_items, json!({"total_count": 1}));
+
+        let mut f = Faults::new(3);
+        arm_list(
+            &mut f,
+            json!({"kind": "list_total_count", "endpoint": "GET /x", "delta": 1, "rate": 0.0}),
+        );
+        assert!((0..16).all(|_| f.take_list("GET /x", 1).is_none()));
+    }
+
+    /// An "empty 200" is an http fault: status 200 without a body, or with
+    /// `{}`; both are refused by nothing else.
+    #[test]
+    fn empty_200_is_an_http_fault() {
+        let mut f = Faults::new(0);
+        arm(&mut f, json!({"endpoint": "GET /x", "status": 200})).unwrap();
+        let HttpOutcome::Answer(e) = f.take_http("GET /x").unwrap().outcome else {
+            panic!("expected an answer");
+        };
+        assert_eq!(e.status(), StatusCode::OK);
+        assert!(e.body().is_none());
+        f.clear();
+        arm(&mut f, json!({"endpoint": "GET /x", "status": 200, "body": {}})).unwrap();
+        let HttpOutcome::Answer(e) = f.take_http("GET /x").unwrap().outcome else {
+            panic!("expected an answer");
+        };
+        assert_eq!(e.body(), Some(json!({})));
     }
 }

@@ -256,3 +256,133 @@ async fn bad_faults_are_refused_with_the_reason() {
         "{body}"
     );
 }
+
+const LIST_SERVERS: &str = "GET /baremetal/v1/zones/{zone}/servers";
+
+/// Three servers in fr-par-2, listed two per page.
+async fn three_servers(sim: &common::Sim) {
+    for name in ["a", "b", "c"] {
+        let (status, body) = sim.create("EM-A115X-SSD", name, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn missing_page_keeps_total_count_and_loses_items() {
+    let sim = start().await;
+    three_servers(&sim).await;
+    arm(
+        &sim,
+        json!({"kind": "list_missing_page", "endpoint": LIST_SERVERS, "page": 2, "count": 1}),
+    )
+    .await;
+    let (status, page1) = sim.get(&format!("{ZONE_URL}/servers?page_size=2")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page1["total_count"], 3);
+    assert_eq!(page1["servers"].as_array().unwrap().len(), 2, "page 1 intact");
+    let (status, page2) = sim
+        .get(&format!("{ZONE_URL}/servers?page=2&page_size=2"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page2, json!({"total_count": 3, "servers": []}));
+    // Spent: page 2 comes back.
+    let (_, page2) = sim
+        .get(&format!("{ZONE_URL}/servers?page=2&page_size=2"))
+        .await;
+    assert_eq!(page2["servers"].as_array().unwrap().len(), 1);
+
+    // A page short of one item (one page holds every server).
+    arm(
+        &sim,
+        json!({"kind": "list_missing_page", "endpoint": LIST_SERVERS, "drop": 1, "count": 1}),
+    )
+    .await;
+    let (_, short) = sim.get(&format!("{ZONE_URL}/servers")).await;
+    assert_eq!(short["total_count"], 3);
+    assert_eq!(short["servers"].as_array().unwrap().len(), 2);
+    let (_, counters) = sim.admin(Method::GET, "/_emsim/counters", None).await;
+    assert_eq!(
+        counters["endpoints"][LIST_SERVERS]["by_status"],
+        json!({"200": 4})
+    );
+}
+
+#[tokio::test]
+async fn total_count_mismatch_and_errors_left_alone() {
+    let sim = start().await;
+    three_servers(&sim).await;
+    arm(
+        &sim,
+        json!({"kind": "list_total_count", "endpoint": LIST_SERVERS, "delta": 2}),
+    )
+    .await;
+    let (_, body) = sim.get(&format!("{ZONE_URL}/servers")).await;
+    assert_eq!(body["total_count"], 5);
+    assert_eq!(body["servers"].as_array().unwrap().len(), 3);
+    // A refused call is not a list answer: it keeps its error untouched.
+    let (status, body) = sim.get(&format!("{ZONE_URL}/servers?page=0")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["type"], "invalid_arguments");
+    let listed = faults(&sim).await;
+    assert_eq!(listed[0]["fired"], 1, "{listed:?}");
+    // Other list endpoints are not touched.
+    let (_, offers) = sim.get(&format!("{ZONE_URL}/offers")).await;
+    assert_eq!(
+        offers["total_count"].as_u64().unwrap(),
+        offers["offers"].as_array().unwrap().len() as u64
+    );
+}
+
+#[tokio::test]
+async fn empty_200_answers() {
+    let sim = start().await;
+    three_servers(&sim).await;
+    arm(
+        &sim,
+        json!({"endpoint": LIST_SERVERS, "status": 200, "count": 1}),
+    )
+    .await;
+    let resp = sim
+        .client
+        .get(format!("{}{ZONE_URL}/servers", sim.base))
+        .header("X-Auth-Token", emsim::state::DEFAULT_SECRET_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.bytes().await.unwrap().is_empty(), "an empty body");
+    arm(
+        &sim,
+        json!({"endpoint": LIST_SERVERS, "status": 200, "body": {}, "count": 1}),
+    )
+    .await;
+    assert_eq!(
+        sim.get(&format!("{ZONE_URL}/servers")).await,
+        (StatusCode::OK, json!({}))
+    );
+}
+
+#[tokio::test]
+async fn list_faults_only_on_list_endpoints() {
+    let sim = start().await;
+    for (fault, argument) in [
+        (
+            json!({"kind": "list_missing_page", "endpoint": SERVERS}),
+            "endpoint",
+        ),
+        (
+            json!({"kind": "list_missing_page", "endpoint": "GET /baremetal/v1/zones/{zone}/servers/{server_id}"}),
+            "endpoint",
+        ),
+        (
+            json!({"kind": "list_total_count", "endpoint": LIST_SERVERS, "delta": 0}),
+            "delta",
+        ),
+    ] {
+        let (status, body) = sim
+            .admin(Method::POST, "/_emsim/faults", Some(fault.clone()))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{fault}");
+        assert_eq!(body["details"][0]["argument_name"], argument, "{body}");
+    }
+}

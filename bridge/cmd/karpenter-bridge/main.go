@@ -26,6 +26,7 @@ import (
 
 	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
 	"github.com/karpenter-provider-scaleway/bridge/pkg/cloudprovider"
+	"github.com/karpenter-provider-scaleway/bridge/pkg/gcperiod"
 )
 
 func main() {
@@ -43,6 +44,11 @@ func main() {
 	}
 
 	opts, err := cloudprovider.OptionsFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	gcPeriod, gcPeriodSet, err := gcperiod.FromEnv(os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -89,7 +95,7 @@ func main() {
 
 	go leadership.Run(ctx, elected(ctx, op))
 
-	op.WithControllers(ctx, controllers.NewControllers(
+	coreControllers := controllers.NewControllers(
 		ctx,
 		op.Manager,
 		op.Clock,
@@ -99,7 +105,17 @@ func main() {
 		cp,
 		cluster,
 		op.InstanceTypeStore,
-	)...).Start(ctx)
+	)
+	if gcPeriodSet {
+		// Test and diagnostic knob only (see bridge/README.md).
+		coreControllers, err = gcperiod.Replace(coreControllers, gcPeriod)
+		if err != nil {
+			fail(err, "replacing core's NodeClaim garbage collector")
+		}
+		logger.Info("NodeClaim garbage collection period overridden (test/diagnostic setting)",
+			"env", gcperiod.EnvVar, "period", gcPeriod.String())
+	}
+	op.WithControllers(ctx, coreControllers...).Start(ctx)
 }
 
 // elected is closed when this replica may act: at once when leader election

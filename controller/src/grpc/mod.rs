@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use crate::catalog::{CatalogStore, PROVIDER_LABELS};
 use crate::nodeclass;
-use crate::provider::{PROVIDER_NAME, Provider, ProviderError};
+use crate::provider::{PROVIDER_NAME, Provider, ProviderError, RepairPolicy};
 
 pub use convert::RpcStatus;
 
@@ -47,16 +47,24 @@ pub struct CloudProviderService {
     provider: Option<Arc<Provider>>,
     catalog: Arc<CatalogStore>,
     leadership: Leadership,
+    /// Answered to RepairPolicies (computed from the install deadlines, see
+    /// `provider/repair.rs`).
+    repair_policies: Vec<RepairPolicy>,
 }
 
 impl CloudProviderService {
     /// Starts as a follower: mutating calls are refused until the bridge says
     /// this replica leads.
-    pub fn new(provider: Arc<Provider>, leadership: Leadership) -> Self {
+    pub fn new(
+        provider: Arc<Provider>,
+        leadership: Leadership,
+        repair_policies: Vec<RepairPolicy>,
+    ) -> Self {
         CloudProviderService {
             catalog: provider.catalog().clone(),
             provider: Some(provider),
             leadership,
+            repair_policies,
         }
     }
 
@@ -65,12 +73,14 @@ impl CloudProviderService {
     /// answers UNIMPLEMENTED to the calls that need the cloud and the cluster.
     /// `karpenter-scaleway catalog --serve` uses it to let Karpenter's
     /// scheduler (or the bridge benchmark) see a live catalog without a
-    /// cluster.
+    /// cluster. It declares no repair policies: it installs nothing, so it
+    /// has no install to protect nor node to repair.
     pub fn catalog_only(catalog: Arc<CatalogStore>) -> Self {
         CloudProviderService {
             provider: None,
             catalog,
             leadership: Leadership::default(),
+            repair_policies: Vec::new(),
         }
     }
 
@@ -110,6 +120,18 @@ fn log_error(rpc: &str, subject: &str, err: &ProviderError) {
     match err {
         ProviderError::NotFound(_) => debug!(rpc, subject, error = %err, "call answered NotFound"),
         _ => warn!(rpc, subject, error = %err, "call failed"),
+    }
+}
+
+/// Whole seconds on the wire, rounded up: a toleration must never come out
+/// shorter than configured.
+fn repair_policy(p: &RepairPolicy) -> pb::RepairPolicy {
+    let d = p.toleration;
+    let seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    pb::RepairPolicy {
+        condition_type: p.condition_type.clone(),
+        condition_status: p.condition_status.clone(),
+        toleration_seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
     }
 }
 
@@ -239,7 +261,7 @@ impl CloudProvider for CloudProviderService {
         _req: Request<pb::RepairPoliciesRequest>,
     ) -> Result<Response<pb::RepairPoliciesResponse>, Status> {
         Ok(Response::new(pb::RepairPoliciesResponse {
-            policies: vec![],
+            policies: self.repair_policies.iter().map(repair_policy).collect(),
         }))
     }
 

@@ -37,7 +37,11 @@ async fn start() -> Harness {
     ));
     // A stale socket file from a crashed run must not stop the server.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-    let service = CloudProviderService::new(fixture.provider.clone(), Leadership::default());
+    let service = CloudProviderService::new(
+        fixture.provider.clone(),
+        Leadership::default(),
+        crate::provider::repair_policies(&crate::install::InstallSettings::default()),
+    );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let p = path.clone();
     let server = tokio::spawn(async move {
@@ -122,9 +126,43 @@ async fn info_and_repair_policies() {
         .client
         .repair_policies(pb::RepairPoliciesRequest {})
         .await
-        .unwrap();
-    assert!(policies.get_ref().policies.is_empty());
+        .unwrap()
+        .into_inner()
+        .policies;
+    let on_wire: Vec<(&str, &str, i64)> = policies
+        .iter()
+        .map(|p| {
+            (
+                p.condition_type.as_str(),
+                p.condition_status.as_str(),
+                p.toleration_seconds,
+            )
+        })
+        .collect();
+    // Ready=Unknown: the longest install with the default deadlines (172
+    // min, see provider/repair.rs) plus 15 min.
+    assert_eq!(
+        on_wire,
+        [("Ready", "False", 30 * 60), ("Ready", "Unknown", 187 * 60)]
+    );
     h.stop().await;
+}
+
+#[test]
+fn repair_tolerations_round_up_to_whole_seconds() {
+    let policy = |toleration| RepairPolicy {
+        condition_type: "Ready".into(),
+        condition_status: "False".into(),
+        toleration,
+    };
+    assert_eq!(
+        repair_policy(&policy(Duration::from_millis(1500))).toleration_seconds,
+        2
+    );
+    assert_eq!(
+        repair_policy(&policy(Duration::from_secs(1800))).toleration_seconds,
+        1800
+    );
 }
 
 #[tokio::test]

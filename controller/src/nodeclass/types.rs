@@ -26,9 +26,10 @@ pub struct NodeClassSpec {
     /// Zones to order servers in (e.g. `fr-par-2`). Empty = every zone the provider
     /// is configured for.
     #[serde(default)]
-    #[schemars(
-        length(max = 16),
-        inner(regex(pattern = r"^[a-z]{2}-[a-z]{3}-[0-9]+$"))
+    #[schemars(length(max = 16), inner(length(max = 32)))]
+    #[x_kube(
+        validation = Rule::new("self.all(z, z.matches('^[a-z]{2}-[a-z]{3}-[0-9]+$'))").message("each zone must be a Scaleway zone name such as fr-par-2 (empty list = every zone the provider serves)"),
+        validation = Rule::new("self.all(z, self.exists_one(y, y == z))").message("zones must not repeat a zone")
     )]
     pub zones: Vec<String>,
     /// `hourly` (default) or `monthly`. Monthly orders the monthly twin of an offer
@@ -45,10 +46,21 @@ pub struct NodeClassSpec {
     /// Secret holding the base worker machine config (`talosctl gen config` worker.yaml).
     pub machine_config_secret_ref: SecretKeyRef,
     /// Talos config patches (YAML documents) applied on top of the base config, in order.
+    /// Their YAML is checked by the status reconciler (`MachineConfigValid`).
     #[serde(default)]
+    #[schemars(length(max = 32), inner(length(max = 65536)))]
+    #[x_kube(validation = Rule::new("self.all(p, p.trim() != '')").message("machineConfigPatches must not contain an empty patch"))]
     pub machine_config_patches: Vec<String>,
-    /// Extra Scaleway tags put on every server.
+    /// Extra Scaleway tags put on every server. The provider's own ownership
+    /// tags (`karpenter.sh/...`, `karpenter.scaleway.com/...`) are reserved:
+    /// a NodeClass that could set them could make a server look owned by
+    /// another NodeClaim or cluster.
     #[serde(default)]
+    #[schemars(length(max = 32), inner(length(max = 128)))]
+    #[x_kube(
+        validation = Rule::new("self.all(t, t != '')").message("tags must not contain an empty tag"),
+        validation = Rule::new("self.all(t, !t.startsWith('karpenter.sh/') && !t.startsWith('karpenter.scaleway.com/'))").message("tags must not start with karpenter.sh/ or karpenter.scaleway.com/: the provider reserves them for its ownership tags")
+    )]
     pub tags: Vec<String>,
 }
 
@@ -62,28 +74,62 @@ pub enum Billing {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!self.urlTemplate.contains('{schematic}') || self.schematic != ''").message("urlTemplate uses {schematic}: set image.schematic (the Image Factory schematic id)"))]
 pub struct TalosImage {
     /// URL of the raw disk image; `{version}`, `{schematic}` and `{arch}` are
     /// substituted. Must end in `.raw.xz` or `.raw.zst`.
     /// Example: `https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz`.
     #[schemars(length(min = 1, max = 2048))]
-    #[x_kube(validation = Rule::new("self.endsWith('.raw.xz') || self.endsWith('.raw.zst')").message("urlTemplate must end in .raw.xz or .raw.zst"))]
+    #[x_kube(
+        validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("urlTemplate must be an http:// or https:// URL"),
+        validation = Rule::new("self.endsWith('.raw.xz') || self.endsWith('.raw.zst')").message("urlTemplate must end in .raw.xz or .raw.zst"),
+        validation = Rule::new("self.findAll('[{}][^{}]*[}]?').all(p, p in ['{version}', '{schematic}', '{arch}'])").message("urlTemplate may only use the placeholders {version}, {schematic} and {arch}, each with both braces")
+    )]
     pub url_template: String,
     /// Talos version, e.g. `v1.13.9`.
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^v[0-9]+[.][0-9]+[.][0-9]+(-[0-9A-Za-z.-]+)?$')").message("version must be a Talos version such as v1.13.9"))]
     pub version: String,
     /// Image Factory schematic id.
     #[serde(default)]
+    #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9A-Za-z-]*$')").message("schematic must be an Image Factory schematic id (letters and digits, e.g. 376567988ad3...)"))]
     pub schematic: String,
-    /// Expected sha256 (hex) of the uncompressed image, per architecture.
+    /// Expected sha256 (64 lowercase hex digits) of the uncompressed image, per
+    /// architecture (`amd64`, `arm64`). When set, the provider downloads and
+    /// checks the image once before ordering any server (`ImageVerified`), and
+    /// every install checks what it wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "sha256_schema")]
+    #[x_kube(
+        validation = Rule::new("self.all(arch, arch == 'amd64' || arch == 'arm64')").message("image.sha256 keys must be amd64 or arm64"),
+        validation = Rule::new("self.all(arch, self[arch].matches('^[0-9a-f]{64}$'))").message("image.sha256 values must be 64 lowercase hex digits: the sha256 of the uncompressed image (sha256sum of the .raw)")
+    )]
     pub sha256: Option<std::collections::BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// `image.sha256`: at most one entry per architecture, each value short enough
+/// for the API server to bound the cost of the CEL rules checking it.
+fn sha256_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "nullable": true,
+        "maxProperties": 2,
+        "additionalProperties": { "type": "string", "maxLength": 64 },
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DiskSelector {
-    /// Kernel name of the disk in the rescue system, e.g. `nvme0n1` or `sda`.
+    /// Kernel name of the disk in the rescue system, e.g. `nvme0n1` or `sda`
+    /// (a `/dev/` prefix is accepted). A whole disk, never a partition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(
+        validation = Rule::new("self.matches('^(/dev/)?[a-z][a-z0-9]*$')").message("installDisk.name must be a kernel disk name such as nvme0n1 or sda"),
+        validation = Rule::new("!self.matches('^(/dev/)?(nvme[0-9]+n[0-9]+p[0-9]+|[sv]d[a-z]+[0-9]+)$')").message("installDisk.name names a partition: give the whole disk, e.g. nvme0n1 or sda")
+    )]
     pub name: Option<String>,
 }
 
@@ -93,17 +139,27 @@ pub struct RescueSshKey {
     /// Id of the IAM SSH key (registered in the project) whose public half the
     /// rescue system accepts.
     #[schemars(length(max = 64))]
-    #[x_kube(validation = Rule::new("self != ''").message("iamKeyId must not be empty"))]
+    #[x_kube(
+        validation = Rule::new("self != ''").message("iamKeyId must not be empty"),
+        validation = Rule::new("self == '' || self.matches('^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')").message("iamKeyId must be the id (a UUID) of an IAM SSH key: see `scw iam ssh-key list`")
+    )]
     pub iam_key_id: String,
     /// Secret holding the matching OpenSSH private key.
     pub private_key_secret_ref: SecretKeyRef,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// A key of a Secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("name must be a Secret name (lowercase letters, digits, '-' and '.')"))]
     pub name: String,
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("namespace must be a namespace name (lowercase letters, digits and '-')"))]
     pub namespace: String,
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')").message("key must be a Secret data key (letters, digits, '-', '_' and '.')"))]
     pub key: String,
 }
 

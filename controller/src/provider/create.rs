@@ -273,7 +273,9 @@ impl Provider {
             &mut claim,
             &Hydration {
                 labels: node_labels,
-                annotations: Default::default(),
+                // Both paths (ordered now, or adopted by a retried Create)
+                // stamp the NodeClass this install was just started with.
+                annotations: super::drift::stamp(&class.spec),
                 provider_id: pid,
                 image_id: image_url,
                 capacity: it.capacity.to_quantities(true),

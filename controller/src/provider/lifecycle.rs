@@ -1,10 +1,11 @@
 //! Delete, Get and List: the cloud is the source of truth for what exists.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use futures::StreamExt as _;
 use futures::future::join_all;
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::nodeclaim;
 use super::{
@@ -14,7 +15,66 @@ use super::{
 use crate::catalog::{
     CAPACITY_TYPE_ON_DEMAND, LABEL_CAPACITY_TYPE, LABEL_REGION, LABEL_ZONE, region_of,
 };
+use crate::metrics::safety_metrics;
 use crate::scaleway::{ApiError, Server, ServerFilter, ServerStatus};
+
+/// Servers looked up at once while proving absence.
+const ABSENCE_LOOKUPS: usize = 8;
+
+/// Why a List failed, the `reason` label of
+/// `karpenter_scaleway_list_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFailureReason {
+    /// 5xx, transport errors, and pagination the client found inconsistent.
+    ApiUnavailable,
+    /// 429 after the client's retries.
+    RateLimited,
+    /// No answer in time. The client reports timeouts as `Unavailable` today,
+    /// so they are counted as `api_unavailable` until it tells them apart.
+    Timeout,
+    /// 401/403: the credentials were refused.
+    Auth,
+    /// A server that exists (GET) was missing from the listing.
+    Inconsistent,
+    /// The NodeClaims could not be read from the API server.
+    KubeUnavailable,
+}
+
+impl ListFailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListFailureReason::ApiUnavailable => "api_unavailable",
+            ListFailureReason::RateLimited => "rate_limited",
+            ListFailureReason::Timeout => "timeout",
+            ListFailureReason::Auth => "auth",
+            ListFailureReason::Inconsistent => "inconsistent",
+            ListFailureReason::KubeUnavailable => "kube_unavailable",
+        }
+    }
+
+    /// The reason of an Elastic Metal error.
+    pub fn of_api(err: &ApiError) -> Self {
+        match err {
+            ApiError::Throttled => ListFailureReason::RateLimited,
+            ApiError::Unauthorized(_) => ListFailureReason::Auth,
+            _ => ListFailureReason::ApiUnavailable,
+        }
+    }
+}
+
+struct ListFailure {
+    reason: ListFailureReason,
+    error: ProviderError,
+}
+
+impl ListFailure {
+    fn api(err: ApiError, doing: &str) -> Self {
+        ListFailure {
+            reason: ListFailureReason::of_api(&err),
+            error: ProviderError::Unavailable(format!("{doing}: {err}")),
+        }
+    }
+}
 
 impl Provider {
     /// Triggers deletion of the NodeClaim's server. `Ok` = deletion under way
@@ -109,17 +169,118 @@ impl Provider {
 
     /// Every server of this cluster in every served zone, all pages, or an
     /// error: a partial list would make core delete live NodeClaims.
+    ///
+    /// Absence is proven, not inferred: core garbage-collects a registered
+    /// NodeClaim whose providerID is missing from this answer, so each
+    /// NodeClaim pointing at a server the listing did not return is looked up
+    /// (`GET`). Only a 404, or a server that is not this cluster's, confirms
+    /// it gone; a server that exists but was not listed (an empty or short
+    /// answer passed off as complete) or a failed lookup fails the whole List.
+    /// The NodeClaims are read first, so that a server ordered while List
+    /// runs can never look like one the listing missed.
+    ///
+    /// Every failure is counted (`karpenter_scaleway_list_failures_total`) and
+    /// logged once with its reason.
     pub async fn list(&self) -> Result<Vec<Value>, ProviderError> {
-        let filter = ServerFilter {
-            tags: vec![self.cluster_tag()],
-            name: None,
-            project_id: Some(self.settings.project_id.clone()),
+        match self.list_proven().await {
+            Ok(claims) => Ok(claims),
+            Err(ListFailure { reason, error }) => {
+                safety_metrics().count_list_failure(reason.as_str());
+                warn!(reason = reason.as_str(), %error,
+                    "List failed; answering an error rather than a partial list");
+                Err(error)
+            }
+        }
+    }
+
+    async fn list_proven(&self) -> Result<Vec<Value>, ListFailure> {
+        let claims = match &self.node_claims {
+            Some(source) => source.list().await.map_err(|e| ListFailure {
+                reason: ListFailureReason::KubeUnavailable,
+                error: ProviderError::Unavailable(format!("listing NodeClaims: {e}")),
+            })?,
+            None => Vec::new(),
         };
-        let servers = self.list_zones(&filter).await?;
+        let filter = self.owned_filter();
+        let mut servers = self
+            .list_zones_raw(&filter)
+            .await
+            .map_err(|e| ListFailure::api(e, "listing servers"))?;
+        let listed: HashSet<(String, String)> = servers
+            .iter()
+            .map(|s| (s.zone.clone(), s.id.clone()))
+            .collect();
+        let mut missing: BTreeSet<(String, String)> = BTreeSet::new();
+        for claim in &claims {
+            let Some((zone, id)) = claim
+                .pointer("/status/providerID")
+                .and_then(Value::as_str)
+                .and_then(parse_provider_id)
+            else {
+                continue;
+            };
+            if !listed.contains(&(zone.to_string(), id.to_string())) {
+                missing.insert((zone.to_string(), id.to_string()));
+            }
+        }
+        let lookups = futures::stream::iter(missing.into_iter().map(|(zone, id)| async move {
+            let result = self.api.get_server(&zone, &id).await;
+            (zone, id, result)
+        }))
+        .buffer_unordered(ABSENCE_LOOKUPS)
+        .collect::<Vec<_>>()
+        .await;
+        for (zone, id, result) in lookups {
+            match result {
+                Err(ApiError::NotFound(_)) => {
+                    debug!(server_id = %id, %zone, "server of a NodeClaim is gone (404)");
+                }
+                Err(e) => {
+                    return Err(ListFailure::api(
+                        e,
+                        &format!("confirming that server {id} in {zone} is gone"),
+                    ));
+                }
+                Ok(server) if !(filter.matches(&server) && self.owned(&server)) => {
+                    debug!(server_id = %id, %zone,
+                        "server of a NodeClaim is not this cluster's; left out of List");
+                }
+                Ok(server) if !self.settings.zones.contains(&zone) => {
+                    // A zone removed from --zones is not listed, yet its
+                    // servers still run: what GET proves to exist is reported.
+                    servers.push(server);
+                }
+                Ok(_) => {
+                    return Err(ListFailure {
+                        reason: ListFailureReason::Inconsistent,
+                        error: ProviderError::Unavailable(format!(
+                            "list inconsistent: server {id} exists but was not listed in {zone}"
+                        )),
+                    });
+                }
+            }
+        }
         Ok(servers.iter().map(|s| self.server_to_claim(s)).collect())
     }
 
+    /// The servers this cluster owns: its ownership tag, its project.
+    fn owned_filter(&self) -> ServerFilter {
+        ServerFilter {
+            tags: vec![self.cluster_tag()],
+            name: None,
+            project_id: Some(self.settings.project_id.clone()),
+        }
+    }
+
     async fn list_zones(&self, filter: &ServerFilter) -> Result<Vec<Server>, ProviderError> {
+        self.list_zones_raw(filter)
+            .await
+            .map_err(|e| ProviderError::Unavailable(format!("listing servers: {e}")))
+    }
+
+    /// Every served zone, all pages (the client checks them), re-filtered on
+    /// our side; the first failure fails the whole listing.
+    async fn list_zones_raw(&self, filter: &ServerFilter) -> Result<Vec<Server>, ApiError> {
         let results = join_all(
             self.settings
                 .zones
@@ -129,12 +290,10 @@ impl Provider {
         .await;
         let mut servers = Vec::new();
         for result in results {
-            let batch =
-                result.map_err(|e| ProviderError::Unavailable(format!("listing servers: {e}")))?;
             // The client filters already; this guard keeps foreign servers out
             // whatever the implementation behind the trait does.
             servers.extend(
-                batch
+                result?
                     .into_iter()
                     .filter(|s| filter.matches(s) && self.owned(s)),
             );
@@ -196,3 +355,7 @@ fn kube_time(rfc3339: &str) -> Option<String> {
 fn kube_time_now() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
+
+#[cfg(test)]
+#[path = "lifecycle_tests.rs"]
+mod tests;

@@ -4,8 +4,10 @@
 //! narrow ports below, so this module imports neither kube nor tonic.
 
 mod create;
+mod drift;
 mod lifecycle;
 pub mod nodeclaim;
+mod repair;
 mod resume;
 mod select;
 
@@ -22,6 +24,12 @@ use crate::scaleway::{ApiError, ElasticMetal, Server};
 pub use create::{
     ClassSecrets, NOT_READY_TAINT_KEY, Placement, UNINITIALIZED_TAINT_KEY, install_spec,
 };
+pub use lifecycle::ListFailureReason;
+pub use drift::{
+    Component as DriftComponent, HASH_ANNOTATION, HASH_VERSION, HASH_VERSION_ANNOTATION, NodeClassHash,
+    Restamp,
+};
+pub use repair::{RepairPolicy, longest_install, repair_policies};
 pub use resume::{ResumeOutcome, ResumeReport};
 pub use select::{candidates, satisfies};
 
@@ -262,10 +270,10 @@ impl Provider {
         tag_value(server, TAG_CLUSTER) == Some(self.settings.cluster_name.as_str())
     }
 
-    /// Drift detection is a later issue (NodeClass hash, Talos image recorded
-    /// on the server); until then nothing drifts.
-    pub fn is_drifted(&self, _node_claim: &serde_json::Value) -> Result<String, ProviderError> {
-        Ok(String::new())
+    /// IsDrifted: see `drift.rs`. Never fails: a NodeClaim this provider
+    /// cannot judge is not drifted.
+    pub fn is_drifted(&self, node_claim: &serde_json::Value) -> Result<String, ProviderError> {
+        Ok(self.drift_reason(node_claim))
     }
 }
 

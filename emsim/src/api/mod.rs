@@ -214,7 +214,11 @@ async fn gate(
         .and_then(|()| state.authenticate(req.headers()))
         .and_then(|()| state.rate_limit(&endpoint));
     let response = match admitted {
-        Ok(()) => next.run(req).await,
+        Ok(()) => {
+            let page = requested_page(&req);
+            let response = next.run(req).await;
+            apply_list_faults(&state, &endpoint, page, response).await
+        }
         Err(error) => error.into_response(),
     };
     let status = response.status().as_u16();
@@ -225,6 +229,55 @@ async fn gate(
         .record(&endpoint, status);
     tracing::debug!(%endpoint, status, elapsed_ms = started.elapsed().as_millis() as u64, "api call");
     response
+}
+
+/// The `page` a list call asks for (1 when absent or unreadable: the handler
+/// refuses an unreadable one with a 400 that no list fault touches).
+fn requested_page(req: &Request) -> u64 {
+    let query = req.uri().query().unwrap_or("");
+    form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, v)| k == "page" && !v.is_empty())
+        .last()
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Lets the list faults armed on `endpoint` rewrite a 200 answer. Answers
+/// of endpoints without a list fault are passed on untouched (not buffered).
+async fn apply_list_faults(
+    state: &AppState,
+    endpoint: &str,
+    page: u64,
+    response: Response,
+) -> Response {
+    if response.status() != StatusCode::OK
+        || !state.faults.lock().expect("faults lock").has_list(endpoint)
+    {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            tracing::warn!(%endpoint, %error, "reading a list answer for a list fault");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    let effects = state
+        .faults
+        .lock()
+        .expect("faults lock")
+        .take_list(endpoint, page);
+    let Some(effects) = effects else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    effects.apply(&mut value);
+    tracing::info!(%endpoint, page, drop = effects.drop, total_delta = effects.total_delta,
+        "injected list fault");
+    (StatusCode::OK, axum::Json(value)).into_response()
 }
 
 /// Unknown paths answer like the real gateway, and are counted so that a test can

@@ -1,0 +1,128 @@
+//! The per-stack scan for the secrets a run handed to the system: none may
+//! appear in a component's log, in an Event, or in a `/metrics` page.
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use kube::Client;
+use kube::api::{Api, ListParams};
+
+use crate::talosconfig;
+
+/// A text that must hold no secret, and where it came from.
+pub struct Source {
+    pub what: String,
+    pub text: String,
+}
+
+/// The strings that must never be shown: the Scaleway secret key, each line
+/// of the SSH private key's body, the bootstrap token secret and the Talos
+/// machine token of the base config.
+pub fn fingerprints(
+    scw_secret_key: &str,
+    private_key: &str,
+    base: &talosconfig::BaseConfig,
+) -> Vec<String> {
+    let mut out = vec![
+        scw_secret_key.to_string(),
+        base.token_secret.clone(),
+        base.machine_token.clone(),
+    ];
+    out.extend(
+        private_key
+            .lines()
+            .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+            .map(str::to_string),
+    );
+    out
+}
+
+/// Every `*.log` file directly in `dirs` (missing dirs are skipped).
+pub fn log_files(dirs: &[&Path]) -> Vec<Source> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut paths: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            out.push(Source {
+                what: p.display().to_string(),
+                text: std::fs::read_to_string(&p).unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
+/// Every Event in the cluster (events.k8s.io/v1, all namespaces), as JSON:
+/// note, reason, the object it regards, series, annotations.
+pub async fn events(client: &Client) -> Result<Vec<Source>> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = Api::all(client.clone());
+    let list = api.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|e| Source {
+            what: format!(
+                "Event {}/{}",
+                e.metadata.namespace.as_deref().unwrap_or_default(),
+                e.metadata.name.as_deref().unwrap_or_default()
+            ),
+            text: serde_json::to_string(&e).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// Fails naming the first source that contains a secret (by its index in
+/// the list, never its value).
+pub fn check(sources: &[Source], secrets: &[String], tokens: &[String]) -> Result<()> {
+    for s in sources {
+        for (i, secret) in secrets.iter().enumerate() {
+            if s.text.contains(secret.as_str()) {
+                bail!("secret #{i} of this run appears in {}", s.what);
+            }
+        }
+        for (i, token) in tokens.iter().enumerate() {
+            if s.text.contains(token.as_str()) {
+                bail!(
+                    "bootstrap token secret #{i} (of {} seen) appears in {}",
+                    tokens.len(),
+                    s.what
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_names_the_source_and_never_the_secret() {
+        let sources = vec![
+            Source {
+                what: "a.log".into(),
+                text: "nothing here".into(),
+            },
+            Source {
+                what: "Event default/x".into(),
+                text: "token abcdef.0123456789abcdef".into(),
+            },
+        ];
+        let secrets = vec!["s3cr3t-value".to_string()];
+        assert!(check(&sources, &secrets, &[]).is_ok());
+        let err = check(&sources, &secrets, &["0123456789abcdef".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Event default/x"), "{err}");
+        assert!(!err.contains("0123456789abcdef"), "{err}");
+    }
+}
