@@ -150,6 +150,27 @@ pub struct ServeArgs {
     /// run at startup and on becoming the leader).
     #[arg(long, env = "RESUME_INTERVAL", default_value = "60s", value_parser = parse_positive_duration)]
     pub resume_interval: Duration,
+    /// Orphan sweeper: deleting servers of this cluster that no NodeClaim claims.
+    #[command(flatten)]
+    pub sweeper: SweeperArgs,
+}
+
+/// The orphan sweeper (`gc`); it runs only on the leader.
+#[derive(Debug, Clone, Args)]
+pub struct SweeperArgs {
+    /// Period of the orphan sweeper's passes (the first one an interval after
+    /// this replica becomes the leader).
+    #[arg(long, env = "SWEEP_INTERVAL", default_value = "5m", value_parser = parse_positive_duration)]
+    pub sweep_interval: Duration,
+    /// Age under which a server of this cluster that no NodeClaim claims is
+    /// left alone. It must exceed the longest install (the sum of the install
+    /// phase deadlines, 1h35m by default); a shorter grace is logged as a
+    /// warning at start.
+    #[arg(long, env = "ORPHAN_GRACE", default_value = "2h", value_parser = parse_positive_duration)]
+    pub orphan_grace: Duration,
+    /// Decide and report (Events, metrics, logs) but delete nothing.
+    #[arg(long, env = "SWEEP_DRY_RUN")]
+    pub sweep_dry_run: bool,
 }
 
 /// Install engine timing. The deadline defaults are those of
@@ -262,6 +283,32 @@ mod tests {
         assert_eq!(deadlines.booting, Duration::from_secs(4));
         assert_eq!(deadlines.join, engine.deadlines.join);
         assert!(<Cli as clap::Parser>::try_parse_from(["test", "--join-deadline", "0s"]).is_err());
+    }
+
+    #[test]
+    fn sweeper_flags() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweeper: SweeperArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["test"]).expect("defaults parse");
+        assert_eq!(cli.sweeper.sweep_interval, Duration::from_secs(300));
+        assert_eq!(cli.sweeper.orphan_grace, Duration::from_secs(7200));
+        assert!(!cli.sweeper.sweep_dry_run);
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "test",
+            "--sweep-interval",
+            "30s",
+            "--orphan-grace",
+            "3h",
+            "--sweep-dry-run",
+        ])
+        .expect("parses");
+        assert_eq!(cli.sweeper.sweep_interval, Duration::from_secs(30));
+        assert_eq!(cli.sweeper.orphan_grace, Duration::from_secs(3 * 3600));
+        assert!(cli.sweeper.sweep_dry_run);
+        assert!(<Cli as clap::Parser>::try_parse_from(["test", "--orphan-grace", "0s"]).is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@ use karpenter_scaleway::catalog::{CatalogStore, run_refresher};
 use karpenter_scaleway::cli::catalog::{self as catalog_cli, CatalogArgs};
 use karpenter_scaleway::cli::render_config::{self, RenderConfigArgs};
 use karpenter_scaleway::config::{LogFormat, ServeArgs};
+use karpenter_scaleway::gc::{self, KubeSweepEvents, SweepPolicy, Sweeper, run_orphan_sweeper};
 use karpenter_scaleway::drift_stamp::{NodeClaimStamper, run_restamper};
 use karpenter_scaleway::grpc::{self, CloudProviderService, Leadership};
 use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
@@ -186,37 +187,67 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // Node repair must never cut an install: the policies follow the deadlines.
     let repair = repair_policies(&install_settings);
-    let engine = InstallEngine::new(EngineDeps {
+    if let Some(warning) = gc::grace_warning(args.sweeper.orphan_grace, &install_settings.deadlines)
+    {
+        warn!(
+            orphan_grace_s = args.sweeper.orphan_grace.as_secs(),
+            longest_install_s = gc::longest_install(&install_settings.deadlines).as_secs(),
+            "{warning}"
+        );
+    }
+    let engine = Arc::new(InstallEngine::new(EngineDeps {
         elastic_metal: api.clone(),
         capacity: catalog.clone(),
         rescue: Arc::new(RusshShell::default()),
         talos: Arc::new(GrpcTalos::default()),
         nodes: Arc::new(KubeNodes::new(client.clone(), token_port.clone())),
         settings: install_settings,
-    });
-    let provider = Arc::new(Provider::new(
-        api,
-        catalog.clone(),
-        Arc::new(KubeNodeClasses::new(store, client.clone())),
-        Arc::new(engine),
-        ClusterPorts {
-            tokens: token_port,
-            nodes: Arc::new(KubeNodeRegistrar::new(client.clone())),
-        },
-        ProviderSettings {
-            cluster_name: args.cluster_name.clone(),
-            project_id: args.scaleway.project_id.clone(),
-            zones,
-        },
-    ));
+    }));
+    let node_claims = NodeClaimList::new(client.clone());
+    let provider = Arc::new(
+        Provider::new(
+            api.clone(),
+            catalog.clone(),
+            Arc::new(KubeNodeClasses::new(store, client.clone())),
+            engine.clone(),
+            ClusterPorts {
+                tokens: token_port,
+                nodes: Arc::new(KubeNodeRegistrar::new(client.clone())),
+            },
+            ProviderSettings {
+                cluster_name: args.cluster_name.clone(),
+                project_id: args.scaleway.project_id.clone(),
+                zones: zones.clone(),
+            },
+        )
+        // List proves absence against the NodeClaims (never a partial list).
+        .with_node_claims(Arc::new(node_claims.clone())),
+    );
     let leadership = Leadership::default();
-    // Sweeping tokens and resuming installs act on the cluster: only the
+    // Sweeping tokens and orphans and resuming installs act on the cluster: only the
     // replica holding Karpenter's leader lease does it.
     let is_leader: Arc<dyn Fn() -> bool + Send + Sync> = {
         let leadership = leadership.clone();
         Arc::new(move || leadership.is_leader())
     };
-    let node_claims = NodeClaimList::new(client.clone());
+    let orphan_sweeper = tokio::spawn(run_orphan_sweeper(
+        Sweeper {
+            api,
+            claims: Arc::new(node_claims.clone()),
+            in_flight: engine,
+            events: Arc::new(KubeSweepEvents::new(client.clone())),
+            policy: SweepPolicy {
+                cluster_name: args.cluster_name.clone(),
+                project_id: args.scaleway.project_id.clone(),
+                grace: args.sweeper.orphan_grace,
+                dry_run: args.sweeper.sweep_dry_run,
+            },
+            zones,
+        },
+        args.sweeper.sweep_interval,
+        is_leader.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let sweeper = tokio::spawn(run_sweeper(
         tokens,
         node_claims.clone(),
@@ -263,6 +294,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     refresher.abort();
     let _ = reconciler.await;
     let _ = sweeper.await;
+    let _ = orphan_sweeper.await;
     let _ = resumer.await;
     let _ = restamper.await;
     if let Some(m) = metrics_server {

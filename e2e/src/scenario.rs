@@ -402,3 +402,119 @@ pub fn node_has_taint(node: &Node, key: &str) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == key))
 }
+
+/// The sum of every series of metric `name` (Prometheus text format) whose
+/// labels include all of `labels`; 0 when there is none (a counter that was
+/// never incremented is often not exported at all).
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (series_labels, value) = match rest.strip_prefix('{') {
+                Some(inner) => {
+                    let (ls, value) = inner.split_once('}')?;
+                    (ls, value)
+                }
+                None if rest.starts_with(' ') => ("", rest),
+                None => return None,
+            };
+            let wanted = labels.iter().all(|(k, v)| {
+                series_labels
+                    .split(',')
+                    .any(|p| p.trim() == format!("{k}=\"{v}\""))
+            });
+            let value: f64 = value.split_whitespace().next()?.parse().ok()?;
+            wanted.then_some(value)
+        })
+        .sum()
+}
+
+/// Passes of Karpenter core's NodeClaim garbage collector on the first
+/// replica's bridge, from controller-runtime's reconcile counter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GcPasses {
+    pub success: f64,
+    pub error: f64,
+}
+
+pub const GC_CONTROLLER: &str = "nodeclaim.garbagecollection";
+
+pub async fn gc_passes(stack: &Stack) -> Result<GcPasses> {
+    let text = stack.bridge_metrics(0).await?;
+    let count = |result| {
+        metric_sum(
+            &text,
+            "controller_runtime_reconcile_total",
+            &[("controller", GC_CONTROLLER), ("result", result)],
+        )
+    };
+    Ok(GcPasses {
+        success: count("success") + count("requeue_after"),
+        error: count("error"),
+    })
+}
+
+/// Waits until the collector has completed at least one more successful
+/// pass than `since`; returns the new counts.
+pub async fn wait_gc_success(
+    stack: &Stack,
+    since: GcPasses,
+    timeout: Duration,
+) -> Result<GcPasses> {
+    wait::until(
+        "a successful NodeClaim garbage collection pass",
+        timeout,
+        Duration::from_millis(250),
+        || async {
+            let now = gc_passes(stack).await?;
+            Ok((now.success > since.success).then_some(now))
+        },
+    )
+    .await
+}
+
+/// Every series of `name` in the first replica's provider `/metrics`,
+/// summed over the series carrying `labels`.
+pub async fn provider_metric(stack: &Stack, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
+    Ok(metric_sum(&stack.provider_metrics(0).await?, name, labels))
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::metric_sum;
+
+    #[test]
+    fn sums_the_series_with_the_labels() {
+        let text = r#"# HELP controller_runtime_reconcile_total x
+controller_runtime_reconcile_total{controller="nodeclaim.garbagecollection",result="error"} 4
+controller_runtime_reconcile_total{controller="nodeclaim.garbagecollection",result="success"} 2
+controller_runtime_reconcile_total{controller="nodeclaim.lifecycle",result="error"} 9
+controller_runtime_reconcile_total_other{controller="nodeclaim.garbagecollection",result="error"} 7
+karpenter_scaleway_leader 1
+"#;
+        let gc = [("controller", "nodeclaim.garbagecollection")];
+        assert_eq!(
+            metric_sum(text, "controller_runtime_reconcile_total", &gc),
+            6.0
+        );
+        assert_eq!(
+            metric_sum(
+                text,
+                "controller_runtime_reconcile_total",
+                &[
+                    ("controller", "nodeclaim.garbagecollection"),
+                    ("result", "error")
+                ]
+            ),
+            4.0
+        );
+        assert_eq!(
+            metric_sum(text, "controller_runtime_reconcile_total", &[]),
+            15.0
+        );
+        assert_eq!(metric_sum(text, "karpenter_scaleway_leader", &[]), 1.0);
+        assert_eq!(metric_sum(text, "karpenter_scaleway_lead", &[]), 0.0);
+        assert_eq!(metric_sum(text, "missing_total", &gc), 0.0);
+    }
+}

@@ -133,7 +133,8 @@ impl EmsimAdmin {
     }
 
     /// Arms a fault (`docs/simulator-contracts.md` and the session contracts):
-    /// `{"kind": "http"|"out_of_stock_after_order"|"stuck_delivery"|"delivery_seconds", ...}`.
+    /// `{"kind": "http"|"out_of_stock_after_order"|"stuck_delivery"|"delivery_seconds"|
+    /// "list_missing_page"|"list_total_count", ...}` (emsim/README.md "Faults").
     /// Returns emsim's description of the armed fault.
     pub async fn add_fault(&self, fault: Value) -> Result<Value> {
         self.0.post("/_emsim/faults", &fault).await
@@ -316,5 +317,78 @@ impl EmsimAdmin {
             }
         });
         (events, task)
+    }
+}
+
+/// The public API as someone other than the provider uses it (a person with
+/// the console or another tool, same project): what the orphan sweeper and
+/// List must tell apart from the provider's own servers.
+impl EmsimAdmin {
+    /// Orders a server of offer `offer_name` in `zone`, authenticated with
+    /// `token`, with these tags; returns the Server JSON.
+    pub async fn user_create_server(
+        &self,
+        token: &str,
+        zone: &str,
+        offer_name: &str,
+        name: &str,
+        project_id: &str,
+        tags: &[String],
+    ) -> Result<Value> {
+        let zone_url = format!("{}/baremetal/v1/zones/{zone}", self.0.base);
+        let offers: Value = self
+            .0
+            .http
+            .get(format!("{zone_url}/offers"))
+            .query(&[("name", offer_name)])
+            .header("X-Auth-Token", token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let offer_id = offers["offers"][0]["id"]
+            .as_str()
+            .with_context(|| format!("no offer {offer_name} in {zone}: {offers}"))?;
+        let resp = self
+            .0
+            .http
+            .post(format!("{zone_url}/servers"))
+            .header("X-Auth-Token", token)
+            .json(&serde_json::json!({
+                "offer_id": offer_id, "project_id": project_id, "name": name,
+                "description": "created outside the provider by an e2e test",
+                "tags": tags, "install": null,
+            }))
+            .send()
+            .await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            anyhow::bail!("ordering {offer_name} in {zone} answered {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Deletes a server through the public API, behind the provider's back.
+    pub async fn user_delete_server(&self, token: &str, zone: &str, id: &str) -> Result<()> {
+        let resp = self
+            .0
+            .http
+            .delete(format!(
+                "{}/baremetal/v1/zones/{zone}/servers/{id}",
+                self.0.base
+            ))
+            .header("X-Auth-Token", token)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            anyhow::bail!(
+                "deleting server {id} answered {status}: {}",
+                resp.text().await?
+            );
+        }
+        Ok(())
     }
 }

@@ -27,7 +27,8 @@ mod secrets;
 pub use addresses::AddressBlock;
 use cluster::{apply_secret, install_crds, wait_crds_established};
 pub use replica::Replica;
-use replica::{ReplicaInputs, ScratchDir, http_get, metric_value};
+use replica::{ReplicaInputs, ScratchDir};
+pub use replica::{http_get, metric_value};
 
 /// Where the binaries under test are. Every path can be overridden by env so CI
 /// can point at cached builds.
@@ -393,7 +394,11 @@ impl Stack {
         );
         let provider_socket = first.socket();
         for r in &replicas {
-            procs.push(Proc::spawn(&r.provider_proc, &mut r.provider.command(), &logs)?);
+            procs.push(Proc::spawn(
+                &r.provider_proc,
+                &mut r.provider.command(),
+                &logs,
+            )?);
             procs.push(Proc::spawn(&r.bridge_proc, &mut r.bridge.command(), &logs)?);
         }
 
@@ -633,7 +638,10 @@ spec:
                     .proc_mut(name)
                     .with_context(|| format!("{name} was never started"))?;
                 if !p.is_running() {
-                    bail!("{name} exited before its startup probe passed:\n{}", p.log_tail(40));
+                    bail!(
+                        "{name} exited before its startup probe passed:\n{}",
+                        p.log_tail(40)
+                    );
                 }
                 if let Ok((status, _)) = http_get(&url).await
                     && (200..400).contains(&status)

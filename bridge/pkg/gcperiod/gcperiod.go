@@ -18,8 +18,11 @@ import (
 	"github.com/awslabs/operatorpkg/controller"
 	"github.com/awslabs/operatorpkg/reconciler"
 	"github.com/awslabs/operatorpkg/singleton"
+	"k8s.io/client-go/util/workqueue"
 	controllerruntime "sigs.k8s.io/controller-runtime"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/karpenter/pkg/controllers/nodeclaim/garbagecollection"
 )
 
@@ -44,8 +47,11 @@ func FromEnv(getenv func(string) string) (period time.Duration, ok bool, err err
 }
 
 // Controller runs core's garbage collector unchanged and only replaces the
-// delay before its next pass. Failed passes keep controller-runtime's
-// backoff, as in core.
+// delay before its next pass. A failed pass is retried with
+// controller-runtime's exponential backoff, as in core, but capped at the
+// period: core's backoff grows to 16 minutes, and a test that holds a List
+// fault for a few periods must see a pass at least once per period, during
+// the fault and right after it.
 type Controller struct {
 	core   *garbagecollection.Controller
 	period time.Duration
@@ -81,14 +87,22 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	return result, nil
 }
 
-// Register registers the wrapper exactly as core registers its collector: a
+// Register registers the wrapper as core registers its collector: a
 // singleton (one request, fed once by singleton.Source) whose controller
-// needs leader election, so that only the leader collects.
+// needs leader election, so that only the leader collects; only the error
+// backoff differs (see Controller).
 func (c *Controller) Register(_ context.Context, m manager.Manager) error {
 	return controllerruntime.NewControllerManagedBy(m).
 		Named(c.Name()).
+		WithOptions(crcontroller.Options{RateLimiter: c.errorBackoff()}).
 		WatchesRawSource(singleton.Source()).
 		Complete(singleton.AsReconciler(c))
+}
+
+// errorBackoff starts where controller-runtime's default does (5 ms,
+// doubling) and stops at the period.
+func (c *Controller) errorBackoff() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, c.period)
 }
 
 // Replace returns controllers with core's garbage collector replaced by a

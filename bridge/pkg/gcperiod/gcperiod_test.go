@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kubefake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/fake"
 	"sigs.k8s.io/karpenter/pkg/controllers/nodeclaim/garbagecollection"
@@ -171,5 +172,31 @@ func TestReconcileKeepsCoreErrors(t *testing.T) {
 	}
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(claim), &v1.NodeClaim{}); err != nil {
 		t.Fatalf("NodeClaim deleted although List failed: %v", err)
+	}
+}
+
+// Failed passes back off as controller-runtime's do, but never wait longer
+// than the period.
+func TestErrorBackoffIsCappedAtThePeriod(t *testing.T) {
+	c := New(nil, 10*time.Second)
+	limiter := c.errorBackoff()
+	var delays []time.Duration
+	for range 20 {
+		delays = append(delays, limiter.When(reconcile.Request{}))
+	}
+	if delays[0] != 5*time.Millisecond || delays[1] != 10*time.Millisecond {
+		t.Fatalf("first delays %v, want 5ms then 10ms", delays[:2])
+	}
+	for i, d := range delays {
+		if d > 10*time.Second {
+			t.Fatalf("delay #%d is %v, above the 10s period", i, d)
+		}
+	}
+	if last := delays[len(delays)-1]; last != 10*time.Second {
+		t.Fatalf("after 20 failures the delay is %v, want the 10s period", last)
+	}
+	limiter.Forget(reconcile.Request{})
+	if d := limiter.When(reconcile.Request{}); d != 5*time.Millisecond {
+		t.Fatalf("after a success the backoff starts again at %v, want 5ms", d)
 	}
 }

@@ -53,7 +53,7 @@ impl KubeSweepEvents {
         {
             return Some(uid);
         }
-        let uid = match self.node_classes.get_opt(name).await {
+        let uid = match self.node_classes.get_metadata_opt(name).await {
             Ok(found) => found.and_then(|o| o.metadata.uid)?,
             Err(error) => {
                 warn!(nodeclass = %name, %error, "reading the NodeClass for an Event");

@@ -142,6 +142,18 @@ impl Sweeper {
             }
         }
         safety_metrics().count_sweeper_pass("completed");
+        let count = |v: Verdict| acted.iter().filter(|d| d.verdict == v).count();
+        let (deleted, would_delete, refused) = (
+            count(Verdict::Deleted),
+            count(Verdict::WouldDelete),
+            count(Verdict::Refused),
+        );
+        if deleted + would_delete + refused > 0 {
+            info!(servers = servers.len(), deleted, would_delete, refused,
+                dry_run = self.policy.dry_run, "orphan sweep");
+        } else {
+            debug!(servers = servers.len(), "orphan sweep: nothing to do");
+        }
         Ok(acted)
     }
 

@@ -3,7 +3,7 @@
 //! changed. Karpenter core never writes NodeClass status and ignores NodePools
 //! whose NodeClass is not `Ready`, so this loop gates all provisioning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +18,14 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::conditions::{self, Observations, SecretCheck, SshKeyCheck};
-use super::{NodeClassSpec, ScalewayElasticMetalNodeClass, SecretKeyRef};
+use super::conditions::{self, ImageArch, Observations, SecretCheck, SshKeyCheck};
+use super::verifications::Verifications;
+use super::{
+    Condition, NodeClassSpec, ScalewayElasticMetalNodeClass, SecretKeyRef, content_check,
+    image_check, resolve_image_url,
+};
 use crate::catalog::{self, CatalogStore, ClassView};
-use crate::scaleway::ElasticMetal;
+use crate::scaleway::{ApiError, ElasticMetal};
 
 type NodeClass = ScalewayElasticMetalNodeClass;
 
@@ -51,6 +55,9 @@ struct Context {
     project_id: String,
     catalog: Arc<CatalogStore>,
     store: Store<NodeClass>,
+    /// For the image checks (no Scaleway credentials on it).
+    http: reqwest::Client,
+    verifications: Verifications,
 }
 
 pub struct NodeClassController {
@@ -69,12 +76,25 @@ impl NodeClassController {
             Api::<NodeClass>::all(client.clone()),
             watcher::Config::default(),
         );
+        // reqwest is built without a default rustls provider (the workspace
+        // standardises on ring); installing it twice is a harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!(
+                "karpenter-provider-scaleway/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build()
+            .expect("an HTTP client with the ring provider installed always builds");
         let ctx = Arc::new(Context {
             client,
             api,
             project_id,
             catalog,
             store: controller.store(),
+            http,
+            verifications: Verifications::default(),
         });
         NodeClassController { controller, ctx }
     }
@@ -134,24 +154,28 @@ fn references(spec: &NodeClassSpec, namespace: &str, name: &str) -> bool {
     .any(|r| r.namespace == namespace && r.name == name)
 }
 
-async fn check_secret(client: &Client, r: &SecretKeyRef) -> SecretCheck {
+/// What one Secret reference yields: the check, and the bytes when present.
+async fn read_secret(client: &Client, r: &SecretKeyRef) -> (SecretCheck, Option<Vec<u8>>) {
     let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), &r.namespace);
     match secrets.get_opt(&r.name).await {
-        Ok(None) => SecretCheck::SecretNotFound,
+        Ok(None) => (SecretCheck::SecretNotFound, None),
         Ok(Some(secret)) => {
-            let has_key = secret
+            let data = secret
                 .data
-                .as_ref()
-                .and_then(|d| d.get(&r.key))
-                .is_some_and(|v| !v.0.is_empty());
-            if has_key {
-                SecretCheck::Present
-            } else {
-                SecretCheck::KeyMissing
+                .and_then(|mut d| d.remove(&r.key))
+                .map(|v| v.0)
+                .filter(|v| !v.is_empty());
+            match data {
+                Some(bytes) => (SecretCheck::Present, Some(bytes)),
+                None => (SecretCheck::KeyMissing, None),
             }
         }
-        Err(e) => SecretCheck::Error(e.to_string()),
+        Err(e) => (SecretCheck::Error(e.to_string()), None),
     }
+}
+
+fn secret_place(r: &SecretKeyRef) -> String {
+    format!("Secret {}/{} key {:?}", r.namespace, r.name, r.key)
 }
 
 async fn check_ssh_key(ctx: &Context, key_id: &str) -> SshKeyCheck {
@@ -159,10 +183,71 @@ async fn check_ssh_key(ctx: &Context, key_id: &str) -> SshKeyCheck {
         Ok(keys) => match keys.iter().find(|k| k.id == key_id) {
             None => SshKeyCheck::NotFound,
             Some(k) if k.disabled => SshKeyCheck::Disabled,
-            Some(_) => SshKeyCheck::Registered,
+            Some(k) => SshKeyCheck::Registered {
+                public_key: k.public_key.clone(),
+            },
         },
+        Err(e @ ApiError::Unauthorized(_)) => SshKeyCheck::Refused(e.to_string()),
         Err(e) => SshKeyCheck::Error(e.to_string()),
     }
+}
+
+/// The architectures a NodeClass may be installed on: those of the offers
+/// its NodePools can get (the catalog), plus those `image.sha256` pins;
+/// `amd64` before the catalog is read.
+fn arches_of(ctx: &Context, name: &str, spec: &NodeClassSpec) -> BTreeSet<String> {
+    let mut arches: BTreeSet<String> = ctx
+        .catalog
+        .snapshot()
+        .for_class(Some(name))
+        .iter()
+        .map(|t| t.arch.clone())
+        .collect();
+    if let Some(pinned) = &spec.image.sha256 {
+        arches.extend(pinned.keys().cloned());
+    }
+    if arches.is_empty() {
+        arches.insert("amd64".to_string());
+    }
+    arches
+}
+
+/// Probes the image of every architecture, and reads (or starts) the
+/// checksum verification of those `image.sha256` pins.
+async fn check_image(ctx: &Context, nc: &NodeClass, previous: &[Condition]) -> Vec<ImageArch> {
+    let spec = &nc.spec;
+    let mut out = Vec::new();
+    let mut probes = Vec::new();
+    for arch in arches_of(ctx, &nc.name_any(), spec) {
+        let Ok(url) = resolve_image_url(&spec.image, &arch) else {
+            return Vec::new();
+        };
+        probes.push((arch, url));
+    }
+    let results =
+        futures::future::join_all(probes.iter().map(|(_, url)| image_check::probe(&ctx.http, url)))
+            .await;
+    // Verified at this generation before a restart: not downloaded again.
+    let verified_before = previous.iter().any(|c| {
+        c.type_ == conditions::IMAGE_VERIFIED
+            && c.status == "True"
+            && c.observed_generation == nc.metadata.generation
+    });
+    for ((arch, url), probe) in probes.into_iter().zip(results) {
+        let verification = spec
+            .image
+            .sha256
+            .as_ref()
+            .and_then(|m| m.get(&arch))
+            .map(|expected| ctx.verifications.state(&ctx.http, &url, expected, verified_before));
+        out.push(ImageArch {
+            arch,
+            url,
+            probe,
+            verification,
+        });
+    }
+    out
 }
 
 /// The zones of every cached NodeClass, for the per-NodeClass catalogs.
@@ -191,21 +276,34 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
     publish_node_classes(&ctx);
     let name = nc.name_any();
     let spec = &nc.spec;
-    let (private_key, machine_config, ssh_key) = futures::join!(
-        check_secret(&ctx.client, &spec.rescue_ssh_key.private_key_secret_ref),
-        check_secret(&ctx.client, &spec.machine_config_secret_ref),
-        check_ssh_key(&ctx, &spec.rescue_ssh_key.iam_key_id),
-    );
-    let observed = Observations {
-        private_key,
-        machine_config,
-        ssh_key,
-    };
     let previous = nc
         .status
         .as_ref()
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
+    let key_ref = &spec.rescue_ssh_key.private_key_secret_ref;
+    let config_ref = &spec.machine_config_secret_ref;
+    let ((private_key, key_bytes), (machine_config, config_bytes), ssh_key, image) = futures::join!(
+        read_secret(&ctx.client, key_ref),
+        read_secret(&ctx.client, config_ref),
+        check_ssh_key(&ctx, &spec.rescue_ssh_key.iam_key_id),
+        check_image(&ctx, &nc, &previous),
+    );
+    let observed = Observations {
+        ssh_key,
+        private_key,
+        machine_config,
+        private_key_content: key_bytes
+            .map(|b| content_check::check_private_key(&b, &secret_place(key_ref))),
+        machine_config_content: config_bytes.map(|b| {
+            content_check::check_machine_config(
+                &b,
+                &spec.machine_config_patches,
+                &secret_place(config_ref),
+            )
+        }),
+        image,
+    };
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let next = conditions::compute(spec, nc.metadata.generation, &observed, &previous, &now);
     let ready = conditions::is_ready(&next);
@@ -219,13 +317,44 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
             .iter()
             .map(|c| format!("{}={}({})", c.type_, c.status, c.reason))
             .collect();
-        info!(nodeclass = %name, ready, conditions = %summary.join(" "), "NodeClass status updated");
+        if ready {
+            info!(nodeclass = %name, conditions = %summary.join(" "), "NodeClass status updated: Ready");
+        } else {
+            let why = next
+                .iter()
+                .find(|c| c.type_ == conditions::READY)
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            warn!(nodeclass = %name, conditions = %summary.join(" "), %why, "NodeClass status updated: not Ready, no server is ordered for it");
+        }
     }
+    let in_use: Vec<(String, String)> = ctx
+        .store
+        .state()
+        .iter()
+        .flat_map(|nc| pinned_urls(&nc))
+        .collect();
+    ctx.verifications.retain(&in_use);
     Ok(Action::requeue(if ready {
         REQUEUE_READY
     } else {
         REQUEUE_NOT_READY
     }))
+}
+
+/// (URL, sha256) of every architecture a NodeClass pins.
+fn pinned_urls(nc: &NodeClass) -> Vec<(String, String)> {
+    nc.spec
+        .image
+        .sha256
+        .iter()
+        .flatten()
+        .filter_map(|(arch, sha)| {
+            resolve_image_url(&nc.spec.image, arch)
+                .ok()
+                .map(|url| (url, sha.clone()))
+        })
+        .collect()
 }
 
 fn error_policy(nc: Arc<NodeClass>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {

@@ -110,9 +110,10 @@ impl Component {
                     "machineConfigPatches": spec.machine_config_patches,
                 })
             }
-            // No selector and an empty one both mean "the first disk".
-            Component::Disk => match spec.install_disk.as_ref().and_then(|d| d.name.as_ref()) {
-                Some(name) => json!({ "name": name }),
+            // No selector and an empty one both mean "the first disk";
+            // `sda` and `/dev/sda` name the same disk.
+            Component::Disk => match spec.install_disk.as_ref().and_then(|d| d.name.as_deref()) {
+                Some(name) => json!({ "name": name.strip_prefix("/dev/").unwrap_or(name) }),
                 None => json!({}),
             },
         }

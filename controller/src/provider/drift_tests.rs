@@ -154,6 +154,14 @@ fn spellings_of_the_same_intent_hash_alike() {
     a.image.sha256 = None;
     b.image.sha256 = Some(BTreeMap::new());
     assert_eq!(NodeClassHash::of(&a), NodeClassHash::of(&b));
+    a.install_disk = Some(DiskSelector {
+        name: Some("nvme0n1".into()),
+    });
+    b.install_disk = Some(DiskSelector {
+        name: Some("/dev/nvme0n1".into()),
+    });
+    assert_eq!(NodeClassHash::of(&a), NodeClassHash::of(&b));
+    assert_eq!(NodeClassHash::of(&a), NodeClassHash::of(&spec()));
 }
 
 #[test]

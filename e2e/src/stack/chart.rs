@@ -254,7 +254,9 @@ pub async fn service_account_kubeconfig(
     let answer = api
         .create_token_request(service_account, &Default::default(), &request)
         .await
-        .with_context(|| format!("TokenRequest for ServiceAccount {namespace}/{service_account}"))?;
+        .with_context(|| {
+            format!("TokenRequest for ServiceAccount {namespace}/{service_account}")
+        })?;
     let token = answer
         .status
         .map(|s| s.token)
@@ -553,13 +555,17 @@ async fn resolve_value_from(
                 .containers
                 .iter()
                 .find(|x| &x.name == c)
-                .with_context(|| format!("env {env}: resourceFieldRef names container {c}, not in the pod"))?,
+                .with_context(|| {
+                    format!("env {env}: resourceFieldRef names container {c}, not in the pod")
+                })?,
             _ => container,
         };
-        let (kind, resource) = r
-            .resource
-            .split_once('.')
-            .with_context(|| format!("env {env}: resource {} has no requests./limits. prefix", r.resource))?;
+        let (kind, resource) = r.resource.split_once('.').with_context(|| {
+            format!(
+                "env {env}: resource {} has no requests./limits. prefix",
+                r.resource
+            )
+        })?;
         let resources = target.resources.as_ref();
         let quantity = match kind {
             "requests" => resources.and_then(|x| x.requests.as_ref()),
@@ -586,7 +592,9 @@ async fn resolve_value_from(
             .and_then(|d| d.get(&s.key))
             .map(|b| String::from_utf8(b.0.clone()))
             .transpose()
-            .with_context(|| format!("env {env}: key {} of Secret {} is not UTF-8", s.key, s.name))?;
+            .with_context(|| {
+                format!("env {env}: key {} of Secret {} is not UTF-8", s.key, s.name)
+            })?;
         return match (value, optional) {
             (Some(v), _) => Ok(Some(v)),
             (None, true) => Ok(None),
@@ -637,9 +645,7 @@ fn milli_units(s: &str) -> Result<u128> {
         "quantity {s:?} has no number"
     );
     let digits = format!("{int}{frac}");
-    let mantissa: u128 = digits
-        .parse()
-        .with_context(|| format!("quantity {s:?}"))?;
+    let mantissa: u128 = digits.parse().with_context(|| format!("quantity {s:?}"))?;
     let scale = 10u128.pow(frac.len() as u32);
     let total = mantissa
         .checked_mul(factor)
@@ -683,7 +689,10 @@ mod tests {
         );
         assert_eq!(used, BTreeSet::from([8080, 8082]));
 
-        let mounts = vec![("/var/run/karpenter".to_string(), PathBuf::from("/tmp/x/sock"))];
+        let mounts = vec![(
+            "/var/run/karpenter".to_string(),
+            PathBuf::from("/tmp/x/sock"),
+        )];
         assert_eq!(
             rewrite_path("/var/run/karpenter/provider.sock", &mounts),
             "/tmp/x/sock/provider.sock"

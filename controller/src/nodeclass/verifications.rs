@@ -1,0 +1,90 @@
+//! The whole-image checksum verifications of this process, keyed by (URL,
+//! expected sha256): each pair is downloaded once, in the background, however
+//! many NodeClasses and reconciles ask for it. A verification that failed
+//! (download or decompression error) is retried after [`RETRY_AFTER`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::conditions::VerifyState;
+use super::image_check::{self, Verification};
+
+/// A failed verification is started again after this long.
+pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+enum Entry {
+    Running,
+    Done(Verification, Instant),
+}
+
+#[derive(Clone, Default)]
+pub struct Verifications {
+    entries: Arc<Mutex<HashMap<(String, String), Entry>>>,
+}
+
+impl Verifications {
+    /// Where the verification of `url` against `expected` stands, starting it
+    /// when needed. `verified_before`: the NodeClass already says this
+    /// generation's image matched (a restart): taken as done, not downloaded
+    /// again; every install still checks what it wrote.
+    pub fn state(
+        &self,
+        http: &reqwest::Client,
+        url: &str,
+        expected: &str,
+        verified_before: bool,
+    ) -> VerifyState {
+        let key = (url.to_string(), expected.to_string());
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match entries.get(&key) {
+            Some(Entry::Running) => return VerifyState::Running,
+            Some(Entry::Done(Verification::Failed(_), at)) if at.elapsed() >= RETRY_AFTER => {}
+            Some(Entry::Done(v, _)) => return VerifyState::Done(v.clone()),
+            None if verified_before => {
+                // The byte count is not known after a restart.
+                let v = Verification::Matches { bytes: 0 };
+                entries.insert(key, Entry::Done(v.clone(), Instant::now()));
+                return VerifyState::Done(v);
+            }
+            None => {}
+        }
+        entries.insert(key.clone(), Entry::Running);
+        drop(entries);
+        let (http, entries) = (http.clone(), self.entries.clone());
+        info!(url, "verifying the sha256 of the Talos image (whole download)");
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let v = image_check::verify(&http, &key.0, &key.1).await;
+            let elapsed_s = started.elapsed().as_secs_f64();
+            match &v {
+                Verification::Matches { bytes } => {
+                    info!(url = %key.0, bytes, elapsed_s, "Talos image sha256 verified")
+                }
+                Verification::Mismatch { actual, bytes } => {
+                    warn!(url = %key.0, expected = %key.1, %actual, bytes, elapsed_s, "Talos image sha256 mismatch")
+                }
+                Verification::Failed(error) => {
+                    warn!(url = %key.0, %error, elapsed_s, "Talos image verification failed; retried later")
+                }
+            }
+            let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
+            // Dropped meanwhile (no NodeClass pins it any more): not recorded.
+            if entries.contains_key(&key) {
+                entries.insert(key, Entry::Done(v, Instant::now()));
+            }
+        });
+        VerifyState::Running
+    }
+
+    /// Forgets the pairs no NodeClass pins any more.
+    pub fn retain(&self, in_use: &[(String, String)]) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| in_use.contains(k));
+    }
+}
