@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Prints, as JSON, how the karpenter-scaleway chart configures each container, so a
-# harness without a container runtime (the e2e) can start the binaries as processes
-# with exactly the chart's settings:
+# Prints, as JSON, how the karpenter-scaleway chart configures each container, so
+# someone without a container runtime can start the binaries by hand as processes
+# with exactly the chart's settings (the e2e harness does the same in Rust, and
+# resolves the references too: e2e/src/stack/chart.rs):
 #
 #   {"namespace": "...", "serviceAccount": "...",
 #    "containers": {"bridge": {"args": [...], "env": {"NAME": "literal"},

@@ -212,9 +212,10 @@ def main():
     argv = sys.argv[1:]
     page = Page()
     text = page.render(load_crd(argv))
-    for field in page.undocumented:
-        print(f"nodeclass-doc: {field.lstrip('.')} has no description (add a doc comment in "
-              "controller/src/nodeclass/types.rs)", file=sys.stderr)
+    if page.undocumented:
+        fields = ", ".join(f.lstrip(".") for f in page.undocumented)
+        print(f"nodeclass-doc: {len(page.undocumented)} fields have no description (add doc "
+              f"comments in controller/src/nodeclass/types.rs): {fields}", file=sys.stderr)
     rel = PAGE.relative_to(ROOT)
     if "--check" in argv:
         if not PAGE.exists() or PAGE.read_text() != text:

@@ -109,7 +109,8 @@ async fn a_failed_list_or_patch_changes_nothing_and_is_reported() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(CLAIMS))
-        .respond_with(status(503, "ServiceUnavailable"))
+        // 500: the kube client retries 503s on its own.
+        .respond_with(status(500, "InternalError"))
         .up_to_n_times(1)
         .mount(&server)
         .await;

@@ -15,9 +15,10 @@ use karpenter_scaleway::bootstrap_token::{KubeBootstrapTokens, run_sweeper};
 use karpenter_scaleway::catalog::{CatalogStore, run_refresher};
 use karpenter_scaleway::cli::catalog::{self as catalog_cli, CatalogArgs};
 use karpenter_scaleway::cli::render_config::{self, RenderConfigArgs};
+use karpenter_scaleway::cli::servers::{self as servers_cli, ServersArgs};
 use karpenter_scaleway::config::{LogFormat, ServeArgs};
-use karpenter_scaleway::gc::{self, KubeSweepEvents, SweepPolicy, Sweeper, run_orphan_sweeper};
 use karpenter_scaleway::drift_stamp::{NodeClaimStamper, run_restamper};
+use karpenter_scaleway::gc::{self, KubeSweepEvents, SweepPolicy, Sweeper, run_orphan_sweeper};
 use karpenter_scaleway::grpc::{self, CloudProviderService, Leadership};
 use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
 use karpenter_scaleway::k8s_nodes::{KubeNodes, NodeClaimList};
@@ -67,6 +68,10 @@ enum Command {
     /// Print the instance types Karpenter would see, per zone, with prices,
     /// stock and availability (or serve them read-only with --serve).
     Catalog(Box<CatalogArgs>),
+    /// List the servers this cluster owns in every zone: NodeClaim, offer,
+    /// zone, status, install phase, age, and what the orphan sweeper would do
+    /// with each. Fails rather than print a partial list.
+    Servers(Box<ServersArgs>),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -97,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::RenderConfig(args) => render_config::run(args).await,
         Command::Catalog(args) => catalog_cli::run(*args).await,
+        Command::Servers(args) => servers_cli::run(*args).await,
     }
 }
 
@@ -191,7 +197,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     {
         warn!(
             orphan_grace_s = args.sweeper.orphan_grace.as_secs(),
-            longest_install_s = gc::longest_install(&install_settings.deadlines).as_secs(),
+            phase_deadline_sum_s = gc::phase_deadline_sum(&install_settings.deadlines).as_secs(),
             "{warning}"
         );
     }

@@ -518,3 +518,23 @@ karpenter_scaleway_leader 1
         assert_eq!(metric_sum(text, "missing_total", &gc), 0.0);
     }
 }
+
+/// The events.k8s.io/v1 Events the provider wrote in namespace `default`
+/// (reportingController `karpenter-scaleway`) with this reason.
+pub async fn provider_events(
+    stack: &Stack,
+    reason: &str,
+) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(stack.client.clone(), APP_NAMESPACE);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.reporting_controller.as_deref() == Some("karpenter-scaleway")
+        })
+        .collect())
+}

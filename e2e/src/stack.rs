@@ -173,7 +173,8 @@ pub struct Stack {
     pub image_payload_sha256: String,
     pub ssh_key_id: String,
     /// Every secret this run handed to the system (API key, SSH private key,
-    /// bootstrap token secret): none may appear in any component's log.
+    /// Talos secrets, the replicas' ServiceAccount tokens): none may appear
+    /// in any log, Event or `/metrics` page.
     secrets: Vec<String>,
     pub bins: Binaries,
     /// The socket of the first replica's provider.
@@ -201,7 +202,9 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Brings the whole system up and waits until the NodeClass is Ready.
+    /// Brings the whole system up, the provider installed from the chart,
+    /// and waits until every replica's containers passed their startup
+    /// probes.
     pub async fn up(opts: StackOptions) -> Result<Stack> {
         crate::install_crypto();
         let bins = Binaries::from_env()?;
@@ -373,8 +376,6 @@ impl Stack {
             scratch: scratch.path(),
             server_url: cp.server_url(),
             ca_pem: cp.ca_pem(),
-            provider_args: &opts.provider_args,
-            bridge_env: &opts.bridge_env,
         })
         .await?;
         let first = replicas
@@ -396,10 +397,14 @@ impl Stack {
         for r in &replicas {
             procs.push(Proc::spawn(
                 &r.provider_proc,
-                &mut r.provider.command(),
+                &mut provider_command(r, &opts),
                 &logs,
             )?);
-            procs.push(Proc::spawn(&r.bridge_proc, &mut r.bridge.command(), &logs)?);
+            procs.push(Proc::spawn(
+                &r.bridge_proc,
+                &mut bridge_command(r, &opts),
+                &logs,
+            )?);
         }
 
         let mut secrets = secrets::fingerprints(SECRET_KEY, &private, &base);
@@ -533,16 +538,17 @@ spec:
             .with_context(|| format!("no replica {i} (the stack runs {})", self.replicas.len()))
     }
 
-    /// Replaces process `name` with a fresh `cmd` (the old one is stopped
-    /// if still running); the log is appended to the same file and the
-    /// place in the teardown order is kept.
+    /// Replaces process `name` with a fresh `cmd`: the old one is stopped
+    /// first if still running (it holds the socket and ports), the log is
+    /// appended to the same file and the place in the teardown order is kept.
     fn respawn(&mut self, name: &str, mut cmd: Command) -> Result<()> {
+        let at = self.procs.iter().position(|p| p.name() == name);
+        if let Some(i) = at {
+            self.procs[i].stop(Duration::from_secs(5));
+        }
         let fresh = Proc::spawn(name, &mut cmd, &self.logs)?;
-        match self.procs.iter().position(|p| p.name() == name) {
-            Some(i) => {
-                let mut old = std::mem::replace(&mut self.procs[i], fresh);
-                old.stop(Duration::from_secs(5));
-            }
+        match at {
+            Some(i) => self.procs[i] = fresh,
             None => self.procs.push(fresh),
         }
         Ok(())
@@ -567,7 +573,7 @@ spec:
     /// appended to the same file), as the kubelet restarts a container.
     pub fn start_provider(&mut self) -> Result<()> {
         let r = self.replica(0)?;
-        let (name, cmd) = (r.provider_proc.clone(), r.provider.command());
+        let (name, cmd) = (r.provider_proc.clone(), provider_command(r, &self.opts));
         self.respawn(&name, cmd)
     }
 
@@ -579,7 +585,7 @@ spec:
     /// the provider.
     pub fn restart_bridge(&mut self) -> Result<()> {
         let r = self.replica(0)?;
-        let (name, cmd) = (r.bridge_proc.clone(), r.bridge.command());
+        let (name, cmd) = (r.bridge_proc.clone(), bridge_command(r, &self.opts));
         self.proc_mut(&name)
             .context("the bridge is not running")?
             .kill_hard();
@@ -616,8 +622,8 @@ spec:
     /// waits for its containers' startup probes.
     pub async fn start_replica(&mut self, i: usize) -> Result<()> {
         let r = self.replica(i)?.clone();
-        self.respawn(&r.provider_proc, r.provider.command())?;
-        self.respawn(&r.bridge_proc, r.bridge.command())?;
+        self.respawn(&r.provider_proc, provider_command(&r, &self.opts))?;
+        self.respawn(&r.bridge_proc, bridge_command(&r, &self.opts))?;
         self.down.remove(&i);
         self.wait_replica_started(i).await
     }
@@ -845,6 +851,23 @@ impl Drop for Stack {
 pub const PROVIDER: &str = "karpenter-scaleway";
 /// The bridge's (Karpenter core's) process name (and log file stem).
 pub const BRIDGE: &str = "karpenter-bridge";
+
+/// The provider container of `r` with `opts.provider_args` after the
+/// chart's arguments (read at each start, so a scenario may change them
+/// before [`Stack::start_provider`]).
+fn provider_command(r: &Replica, opts: &StackOptions) -> Command {
+    let mut cmd = r.provider.command();
+    cmd.args(&opts.provider_args);
+    cmd
+}
+
+/// The bridge container of `r` with `opts.bridge_env` over the chart's env
+/// (read at each start).
+fn bridge_command(r: &Replica, opts: &StackOptions) -> Command {
+    let mut cmd = r.bridge.command();
+    cmd.envs(opts.bridge_env.iter().map(|(k, v)| (k, v)));
+    cmd
+}
 
 /// The stack's own chart values, over `e2e/chart-values.yaml`: what varies
 /// per stack (cluster name, emsim's URL, replicas, poll interval) and what

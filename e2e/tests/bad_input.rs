@@ -39,7 +39,13 @@ async fn run(stack: &mut Stack) -> Result<()> {
 
     // Semantic problems, all at once: one NodeClass, NodePool and pending pod each.
     let worker = secret_value(stack, "talos-worker-config", "worker.yaml").await?;
-    create_secret(stack, "unparseable-config", "worker.yaml", "version: v1alpha1\nmachine: [\n").await?;
+    create_secret(
+        stack,
+        "unparseable-config",
+        "worker.yaml",
+        "version: v1alpha1\nmachine: [\n",
+    )
+    .await?;
     create_secret(
         stack,
         "controlplane-config",
@@ -47,7 +53,13 @@ async fn run(stack: &mut Stack) -> Result<()> {
         &worker.replacen("type: worker", "type: controlplane", 1),
     )
     .await?;
-    create_secret(stack, "garbage-key", "ssh-privatekey", "not an OpenSSH key\n").await?;
+    create_secret(
+        stack,
+        "garbage-key",
+        "ssh-privatekey",
+        "not an OpenSSH key\n",
+    )
+    .await?;
     let cases: Vec<(&str, &str, &str, Box<dyn Fn(&mut Value)>)> = vec![
         (
             "unregistered-key",
@@ -108,9 +120,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
             "garbage-key",
             "SecretsResolved",
             "SSHPrivateKeyInvalid",
-            Box::new(|s| {
-                s["rescueSshKey"]["privateKeySecretRef"]["name"] = json!("garbage-key")
-            }),
+            Box::new(|s| s["rescueSshKey"]["privateKeySecretRef"]["name"] = json!("garbage-key")),
         ),
     ];
     for (name, _, _, mutate) in &cases {
@@ -130,13 +140,17 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let msg = |nc: &DynamicObject| {
         condition(nc, "Ready").map(|c| c["message"].as_str().unwrap_or_default().to_string())
     };
-    let wrong = kubeutil::nodeclasses(&stack.client).get("wrong-checksum").await?;
+    let wrong = kubeutil::nodeclasses(&stack.client)
+        .get("wrong-checksum")
+        .await?;
     let ready_msg = msg(&wrong).unwrap_or_default();
     ensure!(
         ready_msg.contains(&"0".repeat(64)) && ready_msg.contains("correct image.sha256.amd64"),
         "checksum message: {ready_msg}"
     );
-    let key = kubeutil::nodeclasses(&stack.client).get("unregistered-key").await?;
+    let key = kubeutil::nodeclasses(&stack.client)
+        .get("unregistered-key")
+        .await?;
     ensure!(
         msg(&key).unwrap_or_default().contains(&uuid_like(7)),
         "SSH key message: {:?}",
@@ -169,9 +183,14 @@ async fn run(stack: &mut Stack) -> Result<()> {
     for name in ["refused-credentials", "wrong-checksum"] {
         wait_ready_true(stack, name).await?;
     }
-    let verified = kubeutil::nodeclasses(&stack.client).get("wrong-checksum").await?;
+    let verified = kubeutil::nodeclasses(&stack.client)
+        .get("wrong-checksum")
+        .await?;
     let v = condition(&verified, "ImageVerified").context("no ImageVerified")?;
-    ensure!(v["reason"] == "ImageChecksumVerified", "ImageVerified is {v}");
+    ensure!(
+        v["reason"] == "ImageChecksumVerified",
+        "ImageVerified is {v}"
+    );
     let mut placed = BTreeMap::new();
     for name in ["refused-credentials", "wrong-checksum"] {
         placed.extend(scenario::wait_pods_running(stack, name, 1, Duration::from_secs(150)).await?);
@@ -199,7 +218,12 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let claims = scenario::nodeclaim_objects(stack).await?;
     let claim_pools: Vec<String> = claims
         .iter()
-        .map(|c| c.labels().get("karpenter.sh/nodepool").cloned().unwrap_or_default())
+        .map(|c| {
+            c.labels()
+                .get("karpenter.sh/nodepool")
+                .cloned()
+                .unwrap_or_default()
+        })
         .collect();
     ensure!(
         claim_pools.iter().all(|p| fixed.contains(&p.as_str())),
@@ -278,13 +302,19 @@ async fn rejected_by_the_api_server(stack: &Stack) -> Result<()> {
             Ok(()) => bail!("{what}: the API server accepted the NodeClass"),
             Err(e) => {
                 let text = format!("{e:#}");
-                ensure!(text.contains(expected), "{what}: refused with {text:?}, expected {expected:?}");
+                ensure!(
+                    text.contains(expected),
+                    "{what}: refused with {text:?}, expected {expected:?}"
+                );
                 tracing::info!(what, refusal = %text, "refused by the API server as expected");
             }
         }
     }
     ensure!(
-        kubeutil::nodeclasses(&stack.client).get_opt("invalid").await?.is_none(),
+        kubeutil::nodeclasses(&stack.client)
+            .get_opt("invalid")
+            .await?
+            .is_none(),
         "an invalid NodeClass exists"
     );
     Ok(())
@@ -360,9 +390,15 @@ async fn wait_ready_true(stack: &Stack, name: &str) -> Result<()> {
 async fn hold_and_expect_no_order(stack: &Stack) -> Result<()> {
     tokio::time::sleep(HOLD).await;
     let orders = scenario::orders_placed(stack).await?;
-    ensure!(orders == 0, "{orders} servers ordered for not-ready NodeClasses");
+    ensure!(
+        orders == 0,
+        "{orders} servers ordered for not-ready NodeClasses"
+    );
     let claims = scenario::nodeclaims(stack).await?;
-    ensure!(claims.is_empty(), "NodeClaims for not-ready NodeClasses: {claims:?}");
+    ensure!(
+        claims.is_empty(),
+        "NodeClaims for not-ready NodeClasses: {claims:?}"
+    );
     Ok(())
 }
 
@@ -371,9 +407,10 @@ fn actual_sha(nc: &DynamicObject) -> Result<String> {
     let c = condition(nc, "ImageVerified").context("no ImageVerified")?;
     let message = c["message"].as_str().unwrap_or_default();
     message
-        .split_whitespace()
-        .find(|w| w.len() == 64 && w.bytes().all(|b| b.is_ascii_hexdigit()) && *w != "0".repeat(64))
-        .map(|w| w.trim_end_matches(',').to_string())
+        .split_once("with sha256 ")
+        .and_then(|(_, rest)| rest.get(..64))
+        .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_string)
         .with_context(|| format!("no sha256 in {message:?}"))
 }
 

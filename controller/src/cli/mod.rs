@@ -4,3 +4,4 @@
 
 pub mod catalog;
 pub mod render_config;
+pub mod servers;

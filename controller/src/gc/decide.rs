@@ -196,7 +196,10 @@ fn ownership_gap(server: &Server, policy: &SweepPolicy) -> Option<String> {
     match tag_value(server, TAG_CLUSTER) {
         None => return Some(format!("no {TAG_CLUSTER} tag")),
         Some(c) if c != policy.cluster_name => {
-            return Some(format!("{TAG_CLUSTER} is {c:?}, not {:?}", policy.cluster_name));
+            return Some(format!(
+                "{TAG_CLUSTER} is {c:?}, not {:?}",
+                policy.cluster_name
+            ));
         }
         Some(_) => {}
     }

@@ -225,5 +225,8 @@ fn labels_and_ages_read_well() {
     assert_eq!(format_age(Duration::from_secs(12)), "12s");
     assert_eq!(format_age(Duration::from_secs(250)), "4m10s");
     assert_eq!(format_age(Duration::from_secs(2 * 3600 + 300)), "2h5m");
-    assert_eq!(format_age(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+    assert_eq!(
+        format_age(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+        "3d4h"
+    );
 }

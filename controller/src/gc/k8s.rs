@@ -218,7 +218,14 @@ mod tests {
             .unwrap();
         let body: serde_json::Value = serde_json::from_slice(&posted.body).unwrap();
         let note = body["note"].as_str().unwrap();
-        for part in ["s1", "fr-par-2", "np-gone", "2h13m", "would_delete", "orphaned"] {
+        for part in [
+            "s1",
+            "fr-par-2",
+            "np-gone",
+            "2h13m",
+            "would_delete",
+            "orphaned",
+        ] {
             assert!(note.contains(part), "{part} in {note}");
         }
     }

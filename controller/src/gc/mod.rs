@@ -56,20 +56,22 @@ pub enum SweepError {
     NodeClaims(String),
 }
 
-/// The longest an install may take: the sum of its phase deadlines. The
-/// orphan grace must exceed it, or a slow install could be swept by a
-/// replica that does not run it.
-pub fn longest_install(d: &Deadlines) -> Duration {
+/// The sum of the install phase deadlines: the figure the orphan grace must
+/// exceed (contracts: "Orphan sweeper"). An install in flight is protected by
+/// its NodeClaim and by this process's in-flight check anyway; the grace is
+/// the last guard for a server whose NodeClaim is not (yet, or no longer)
+/// visible, so it should outlast an install.
+pub fn phase_deadline_sum(d: &Deadlines) -> Duration {
     d.delivery + d.rescue + d.imaging + d.booting + d.maintenance + d.join
 }
 
 /// The startup warning when the grace is shorter than the longest install.
 pub fn grace_warning(grace: Duration, deadlines: &Deadlines) -> Option<String> {
-    let longest = longest_install(deadlines);
+    let longest = phase_deadline_sum(deadlines);
     (grace < longest).then(|| {
         format!(
-            "--orphan-grace ({}) is shorter than the longest install, the sum of the phase deadlines ({}): \
-             an install that runs late could be swept",
+            "--orphan-grace ({}) is shorter than the sum of the install phase deadlines ({}): \
+             a server whose NodeClaim is not visible could be swept while it is still being installed",
             format_age(grace),
             format_age(longest)
         )
@@ -149,8 +151,14 @@ impl Sweeper {
             count(Verdict::Refused),
         );
         if deleted + would_delete + refused > 0 {
-            info!(servers = servers.len(), deleted, would_delete, refused,
-                dry_run = self.policy.dry_run, "orphan sweep");
+            info!(
+                servers = servers.len(),
+                deleted,
+                would_delete,
+                refused,
+                dry_run = self.policy.dry_run,
+                "orphan sweep"
+            );
         } else {
             debug!(servers = servers.len(), "orphan sweep: nothing to do");
         }
@@ -194,7 +202,8 @@ impl Sweeper {
                 }
             }
         }
-        safety_metrics().count_sweeper_decision(decision.verdict.as_str(), decision.reason.as_str());
+        safety_metrics()
+            .count_sweeper_decision(decision.verdict.as_str(), decision.reason.as_str());
         if decision.needs_event() {
             self.events.record(&decision).await;
         }

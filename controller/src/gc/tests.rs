@@ -255,9 +255,9 @@ async fn an_install_finished_here_no_longer_protects_its_server() {
 }
 
 #[test]
-fn the_grace_must_exceed_the_longest_install() {
+fn the_grace_must_exceed_the_phase_deadline_sum() {
     let d = Deadlines::default();
-    assert_eq!(longest_install(&d), Duration::from_secs(95 * 60));
+    assert_eq!(phase_deadline_sum(&d), Duration::from_secs(95 * 60));
     assert_eq!(grace_warning(2 * HOUR, &d), None);
     let warning = grace_warning(HOUR, &d).expect("a warning");
     assert!(warning.contains("1h0m"), "{warning}");

@@ -35,7 +35,9 @@ pub enum SecretCheck {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SshKeyCheck {
     /// Registered and enabled; its public half as IAM stores it.
-    Registered { public_key: String },
+    Registered {
+        public_key: String,
+    },
     NotFound,
     Disabled,
     /// 401/403: Scaleway refused the provider's credentials.
@@ -423,7 +425,12 @@ fn image_verified_verdict(spec: &NodeClassSpec, template_ok: bool, image: &[Imag
         }
     }
     if !pending.is_empty() {
-        return verdict(IMAGE_VERIFIED, "Unknown", "ImageVerifying", pending.join("; "));
+        return verdict(
+            IMAGE_VERIFIED,
+            "Unknown",
+            "ImageVerifying",
+            pending.join("; "),
+        );
     }
     verdict(
         IMAGE_VERIFIED,

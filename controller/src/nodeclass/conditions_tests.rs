@@ -16,8 +16,8 @@ fn spec() -> NodeClassSpec {
         zones: vec!["fr-par-2".into()],
         billing: Billing::Hourly,
         image: TalosImage {
-            url_template: "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz"
-                .into(),
+            url_template:
+                "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz".into(),
             version: "v1.13.9".into(),
             schematic: "abc".into(),
             sha256: None,
@@ -103,7 +103,11 @@ fn refused_credentials_are_not_ready() {
     obs.ssh_key = SshKeyCheck::Refused("unauthorized: HTTP 401".into());
     let c = compute(&spec(), Some(1), &obs, &[], "T1");
     assert_blocked_by(&c, CREDENTIALS_VALID, "CredentialsRefused");
-    assert!(get(&c, CREDENTIALS_VALID).message.contains("SCW_SECRET_KEY"));
+    assert!(
+        get(&c, CREDENTIALS_VALID)
+            .message
+            .contains("SCW_SECRET_KEY")
+    );
     // The key itself cannot be judged.
     assert_eq!(get(&c, SSH_KEY_REGISTERED).status, "Unknown");
 }
@@ -226,7 +230,10 @@ fn checksum_is_verified_before_ready() {
     let c = compute(&pinned_spec(), Some(1), &obs, &running, "T2");
     assert_blocked_by(&c, IMAGE_VERIFIED, "ImageChecksumMismatch");
     let m = &get(&c, IMAGE_VERIFIED).message;
-    assert!(m.contains(&"cd".repeat(32)) && m.contains(&"ab".repeat(32)), "{m}");
+    assert!(
+        m.contains(&"cd".repeat(32)) && m.contains(&"ab".repeat(32)),
+        "{m}"
+    );
 
     obs.image = image(
         Probe::Reachable,
@@ -246,7 +253,9 @@ fn the_first_problem_names_ready_and_the_others_are_listed() {
     let ready = get(&c, READY);
     assert_eq!(ready.reason, "SSHKeyNotFound");
     assert!(
-        ready.message.contains("ImageReachable=False (ImageNotFound)"),
+        ready
+            .message
+            .contains("ImageReachable=False (ImageNotFound)"),
         "{ready:?}"
     );
 }

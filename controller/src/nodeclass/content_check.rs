@@ -162,8 +162,12 @@ mod tests {
     fn each_problem_has_its_reason() {
         let reason = |base: &str, patches: &[&str]| {
             let patches: Vec<String> = patches.iter().map(|p| p.to_string()).collect();
-            check_machine_config(base.as_bytes(), &patches, "karpenter/talos key \"worker.yaml\"")
-                .unwrap_err()
+            check_machine_config(
+                base.as_bytes(),
+                &patches,
+                "karpenter/talos key \"worker.yaml\"",
+            )
+            .unwrap_err()
         };
         let p = reason("machine: [unclosed", &[]);
         assert_eq!(p.reason, "MachineConfigInvalid");
@@ -183,13 +187,19 @@ mod tests {
         );
         let p = reason(WORKER, &["machine: {}", "machine: [unclosed"]);
         assert_eq!(p.reason, "MachineConfigPatchInvalid");
-        assert!(p.message.contains("machineConfigPatches[1]"), "{}", p.message);
+        assert!(
+            p.message.contains("machineConfigPatches[1]"),
+            "{}",
+            p.message
+        );
         assert_eq!(
             reason(WORKER, &["- a list"]).reason,
             "MachineConfigPatchInvalid"
         );
         assert_eq!(
-            check_machine_config(&[0xff, 0xfe], &[], "x").unwrap_err().reason,
+            check_machine_config(&[0xff, 0xfe], &[], "x")
+                .unwrap_err()
+                .reason,
             "MachineConfigInvalid"
         );
     }
@@ -197,7 +207,8 @@ mod tests {
     #[test]
     fn messages_never_quote_the_config() {
         let secret = "s3cr3t-t0ken-value";
-        let base = format!("version: v1alpha1\nmachine:\n  type: controlplane\n  token: {secret}\n");
+        let base =
+            format!("version: v1alpha1\nmachine:\n  type: controlplane\n  token: {secret}\n");
         let p = check_machine_config(base.as_bytes(), &[], "x").unwrap_err();
         assert!(!p.message.contains(secret));
         let base = format!("version: v1alpha1\nmachine: [{secret}\n");

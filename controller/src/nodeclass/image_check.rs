@@ -263,7 +263,9 @@ mod tests {
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     fn payload() -> Vec<u8> {
-        (0..300_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect()
+        (0..300_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect()
     }
 
     fn sha(bytes: &[u8]) -> String {
@@ -335,7 +337,12 @@ mod tests {
     async fn probe_classifies_answers() {
         let http = reqwest::Client::new();
         let server = MockServer::start().await;
-        for (p, status) in [("/ok", 200), ("/gone", 410), ("/denied", 403), ("/busy", 503)] {
+        for (p, status) in [
+            ("/ok", 200),
+            ("/gone", 410),
+            ("/denied", 403),
+            ("/busy", 503),
+        ] {
             Mock::given(method("HEAD"))
                 .and(path(p))
                 .respond_with(ResponseTemplate::new(status))

@@ -224,9 +224,12 @@ async fn check_image(ctx: &Context, nc: &NodeClass, previous: &[Condition]) -> V
         };
         probes.push((arch, url));
     }
-    let results =
-        futures::future::join_all(probes.iter().map(|(_, url)| image_check::probe(&ctx.http, url)))
-            .await;
+    let results = futures::future::join_all(
+        probes
+            .iter()
+            .map(|(_, url)| image_check::probe(&ctx.http, url)),
+    )
+    .await;
     // Verified at this generation before a restart: not downloaded again.
     let verified_before = previous.iter().any(|c| {
         c.type_ == conditions::IMAGE_VERIFIED
@@ -239,7 +242,10 @@ async fn check_image(ctx: &Context, nc: &NodeClass, previous: &[Condition]) -> V
             .sha256
             .as_ref()
             .and_then(|m| m.get(&arch))
-            .map(|expected| ctx.verifications.state(&ctx.http, &url, expected, verified_before));
+            .map(|expected| {
+                ctx.verifications
+                    .state(&ctx.http, &url, expected, verified_before)
+            });
         out.push(ImageArch {
             arch,
             url,
@@ -332,7 +338,7 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
         .store
         .state()
         .iter()
-        .flat_map(|nc| pinned_urls(&nc))
+        .flat_map(|nc| pinned_urls(nc))
         .collect();
     ctx.verifications.retain(&in_use);
     Ok(Action::requeue(if ready {

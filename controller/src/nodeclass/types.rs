@@ -152,12 +152,16 @@ pub struct RescueSshKey {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
+    /// Name of the Secret.
     #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("name must be a Secret name (lowercase letters, digits, '-' and '.')"))]
     pub name: String,
+    /// Namespace of the Secret (the provider's service account must be allowed
+    /// to read Secrets there).
     #[schemars(length(max = 63))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("namespace must be a namespace name (lowercase letters, digits and '-')"))]
     pub namespace: String,
+    /// Key of the Secret's data holding the value.
     #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')").message("key must be a Secret data key (letters, digits, '-', '_' and '.')"))]
     pub key: String,
@@ -174,13 +178,19 @@ pub struct NodeClassStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// `Ready`, or one of the checks it sums up (docs/nodeclass.md, "Status").
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// CamelCase name of the outcome; on `Ready`, the reason of the first
+    /// check that is not `True`.
     pub reason: String,
+    /// What was found and what to fix (empty when `True`).
     pub message: String,
+    /// When `status` last changed (RFC 3339).
     pub last_transition_time: String,
+    /// The `metadata.generation` of the spec this condition judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }

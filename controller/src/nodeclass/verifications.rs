@@ -55,7 +55,10 @@ impl Verifications {
         entries.insert(key.clone(), Entry::Running);
         drop(entries);
         let (http, entries) = (http.clone(), self.entries.clone());
-        info!(url, "verifying the sha256 of the Talos image (whole download)");
+        info!(
+            url,
+            "verifying the sha256 of the Talos image (whole download)"
+        );
         tokio::spawn(async move {
             let started = Instant::now();
             let v = image_check::verify(&http, &key.0, &key.1).await;

@@ -28,11 +28,7 @@ impl ElasticMetal for EmptyListing {
     async fn list_offers(&self, z: &str, p: SubscriptionPeriod) -> Result<Vec<Offer>, ApiError> {
         self.inner.list_offers(z, p).await
     }
-    async fn create_server(
-        &self,
-        z: &str,
-        r: &CreateServerRequest,
-    ) -> Result<Server, ApiError> {
+    async fn create_server(&self, z: &str, r: &CreateServerRequest) -> Result<Server, ApiError> {
         self.inner.create_server(z, r).await
     }
     async fn get_server(&self, z: &str, id: &str) -> Result<Server, ApiError> {
@@ -253,7 +249,11 @@ async fn a_foreign_server_is_treated_as_absent() {
     }
     let listed = c.provider.list().await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert!(!provider_ids(&listed).iter().any(|p| p.ends_with("/foreign")));
+    assert!(
+        !provider_ids(&listed)
+            .iter()
+            .any(|p| p.ends_with("/foreign"))
+    );
 }
 
 #[tokio::test]
@@ -287,6 +287,10 @@ async fn unreadable_nodeclaims_fail_list() {
     }
     assert!(failures(ListFailureReason::KubeUnavailable) > before);
     // NodeClaims without a providerID (still being created) need no proof.
-    c.claims.claims.lock().unwrap().push(claim("default-new", &[]));
+    c.claims
+        .claims
+        .lock()
+        .unwrap()
+        .push(claim("default-new", &[]));
     assert_eq!(c.provider.list().await.unwrap().len(), 1);
 }

@@ -415,9 +415,12 @@ pub async fn container_process(
     }
 
     let mut used_ports = BTreeSet::new();
-    let mut rewrite = |value: String| -> String {
+    // A bare number is a port only in a variable named like one
+    // (`METRICS_PORT=8080`, not `KUBE_CLIENT_QPS=200`); `host:port` anywhere.
+    let mut rewrite = |name: Option<&str>, value: String| -> String {
         let value = rewrite_path(&value, &mounts);
-        rewrite_port(value, &port_map, &mut used_ports)
+        let bare = name.is_some_and(|n| n.contains("PORT"));
+        rewrite_port(value, bare, &port_map, &mut used_ports)
     };
 
     let mut env = Vec::new();
@@ -435,7 +438,7 @@ pub async fn container_process(
             (None, None) => Some(String::new()),
         };
         if let Some(v) = value {
-            env.push((e.name.clone(), rewrite(v)));
+            env.push((e.name.clone(), rewrite(Some(&e.name), v)));
         }
     }
     let args: Vec<String> = container
@@ -443,9 +446,9 @@ pub async fn container_process(
         .iter()
         .flatten()
         .cloned()
-        .map(&mut rewrite)
+        .map(|a| rewrite(None, a))
         .collect();
-    for (cport, _) in &port_map {
+    for cport in port_map.keys() {
         ensure!(
             used_ports.contains(cport),
             "container {name} declares port {cport} but no env value or argument sets it: two replicas on one host would both bind it"
@@ -507,13 +510,18 @@ fn rewrite_path(value: &str, mounts: &[(String, PathBuf)]) -> String {
     value.to_string()
 }
 
-/// `value` with a declared container port (`8080`, or `host:8080`) moved
-/// to its loopback stand-in; a wildcard host becomes 127.0.0.1 so nothing
-/// listens beyond loopback.
-fn rewrite_port(value: String, port_map: &BTreeMap<i32, u16>, used: &mut BTreeSet<i32>) -> String {
+/// `value` with a declared container port (`host:8080`, or `8080` when
+/// `bare`) moved to its loopback stand-in; a wildcard host becomes 127.0.0.1
+/// so nothing listens beyond loopback.
+fn rewrite_port(
+    value: String,
+    bare: bool,
+    port_map: &BTreeMap<i32, u16>,
+    used: &mut BTreeSet<i32>,
+) -> String {
     for (cport, host) in port_map {
         let p = cport.to_string();
-        if value == p {
+        if bare && value == p {
             used.insert(*cport);
             return host.to_string();
         }
@@ -676,15 +684,26 @@ mod tests {
     fn ports_and_mounts_move_to_their_stand_ins() {
         let ports = BTreeMap::from([(8080, 41000u16), (8082, 41002u16)]);
         let mut used = BTreeSet::new();
-        assert_eq!(rewrite_port("8080".into(), &ports, &mut used), "41000");
         assert_eq!(
-            rewrite_port("0.0.0.0:8082".into(), &ports, &mut used),
+            rewrite_port("8080".into(), true, &ports, &mut used),
+            "41000"
+        );
+        assert_eq!(
+            rewrite_port("0.0.0.0:8082".into(), false, &ports, &mut used),
             "127.0.0.1:41002"
         );
-        // Another number, or a remote host, is left alone.
-        assert_eq!(rewrite_port("18080".into(), &ports, &mut used), "18080");
+        // Another number, a bare number outside a port variable, or a
+        // remote host, is left alone.
         assert_eq!(
-            rewrite_port("10.0.0.1:8080".into(), &ports, &mut used),
+            rewrite_port("18080".into(), true, &ports, &mut used),
+            "18080"
+        );
+        assert_eq!(
+            rewrite_port("8080".into(), false, &ports, &mut used),
+            "8080"
+        );
+        assert_eq!(
+            rewrite_port("10.0.0.1:8080".into(), true, &ports, &mut used),
             "10.0.0.1:8080"
         );
         assert_eq!(used, BTreeSet::from([8080, 8082]));

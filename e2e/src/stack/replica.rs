@@ -18,6 +18,8 @@ pub struct Replica {
     pub index: usize,
     /// The pod name it runs as (`POD_NAME` of both containers).
     pub pod_name: String,
+    /// The containers as the chart defines them (the stack adds
+    /// `StackOptions::provider_args` and `bridge_env` at each start).
     pub provider: ContainerProcess,
     pub bridge: ContainerProcess,
     /// Process names (and log file stems) of the two containers.
@@ -68,8 +70,6 @@ pub struct ReplicaInputs<'a> {
     pub scratch: &'a Path,
     pub server_url: &'a str,
     pub ca_pem: &'a str,
-    pub provider_args: &'a [String],
-    pub bridge_env: &'a [(String, String)],
 }
 
 /// Resolves every replica of the rendered Deployment. Returns them with the
@@ -116,12 +116,8 @@ pub async fn resolve(inputs: &ReplicaInputs<'_>) -> Result<(Vec<Replica>, Vec<St
             // In a pod: KUBERNETES_SERVICE_HOST and the projected token.
             p.set_env("KUBECONFIG", &kubeconfig.display().to_string());
             if c.name == "provider" {
-                p.args.extend(inputs.provider_args.iter().cloned());
                 provider = Some(p);
             } else {
-                for (k, v) in inputs.bridge_env {
-                    p.set_env(k, v);
-                }
                 bridge = Some(p);
             }
         }
