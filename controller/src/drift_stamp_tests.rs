@@ -117,8 +117,11 @@ async fn a_failed_list_or_patch_changes_nothing_and_is_reported() {
     Mock::given(method("GET"))
         .and(path(CLAIMS))
         .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(list_of(vec![launched("old", "7", Some("v0"))])),
+            ResponseTemplate::new(200).set_body_json(list_of(vec![launched(
+                "old",
+                "7",
+                Some("v0"),
+            )])),
         )
         .mount(&server)
         .await;

@@ -11,7 +11,9 @@
 //!     replacements run the new image (talos-sim's record of each disk).
 //!
 //! Disruption is sampled every 250 ms from the API server: a NodeClaim being
-//! deleted or a Node carrying `karpenter.sh/disrupted` counts as disrupted.
+//! deleted or a Node carrying `karpenter.sh/disrupted` counts as disrupted,
+//! and against the budget until its server's deletion was accepted
+//! (`InstanceTerminating=True`), which is where Karpenter stops counting it.
 //! Drift marks are also read from Karpenter's own log ("marking drifted"), so
 //! a mark that came and went between two samples is still seen.
 
@@ -288,6 +290,7 @@ async fn image_change(stack: &mut Stack, first: &BTreeSet<String>, old_hash: &st
 
     let deadline = Duration::from_secs(300);
     let mut max_disrupted = 0usize;
+    let mut max_in_deletion = 0usize;
     let mut max_claims = 0usize;
     let mut new_disrupted = BTreeSet::new();
     let mut samples = 0u32;
@@ -298,10 +301,14 @@ async fn image_change(stack: &mut Stack, first: &BTreeSet<String>, old_hash: &st
         samples += 1;
         max_claims = max_claims.max(list.len());
         let mut disrupted_now = Vec::new();
+        let mut in_deletion = 0usize;
         for c in &list {
             let name = c.name_any();
             let is_disrupted = disrupted(c, &nodes);
             if is_disrupted {
+                in_deletion += 1;
+            }
+            if counts_against_budget(c, &nodes) {
                 disrupted_now.push(name.clone());
             }
             match old.get_mut(&name) {
@@ -323,6 +330,7 @@ async fn image_change(stack: &mut Stack, first: &BTreeSet<String>, old_hash: &st
             }
         }
         max_disrupted = max_disrupted.max(disrupted_now.len());
+        max_in_deletion = max_in_deletion.max(in_deletion);
         ensure!(
             disrupted_now.len() <= BUDGET,
             "{} nodes disrupted at once (budget {BUDGET}) {:.1} s after the change: {disrupted_now:?}",
@@ -451,7 +459,8 @@ async fn image_change(stack: &mut Stack, first: &BTreeSet<String>, old_hash: &st
         .collect();
     println!(
         "drift: image change: {NODES} nodes replaced in {:.1} s; max concurrent disruptions {max_disrupted} (budget {BUDGET}); \
-         max NodeClaims {max_claims}; disrupted -> gone per node (s): [{}]; {samples} samples",
+         max disrupted incl. servers being released {max_in_deletion}; max NodeClaims {max_claims}; \
+         disrupted -> gone per node (s): [{}]; {samples} samples",
         total.as_secs_f64(),
         durations.join(", ")
     );
@@ -503,8 +512,8 @@ async fn node_taints(stack: &Stack) -> Result<BTreeMap<String, bool>> {
         .collect())
 }
 
-/// A NodeClaim counts against the budget while it is being deleted or its
-/// Node carries Karpenter's disrupted taint.
+/// A NodeClaim is disrupted while it is being deleted or its Node carries
+/// Karpenter's disrupted taint.
 fn disrupted(claim: &DynamicObject, taints: &BTreeMap<String, bool>) -> bool {
     let tainted = claim.data["status"]["nodeName"]
         .as_str()
@@ -512,6 +521,16 @@ fn disrupted(claim: &DynamicObject, taints: &BTreeMap<String, bool>) -> bool {
         .copied()
         .unwrap_or(false);
     claim.metadata.deletion_timestamp.is_some() || tainted
+}
+
+/// A disrupted NodeClaim counts against the NodePool's budget until its node
+/// is drained and the provider accepted to delete the server: from then on
+/// (`InstanceTerminating=True`) Karpenter core no longer counts it
+/// (`BuildDisruptionBudgetMapping` in core v1.14.1) and may start the next
+/// disruption while the server is still being released.
+fn counts_against_budget(claim: &DynamicObject, taints: &BTreeMap<String, bool>) -> bool {
+    disrupted(claim, taints)
+        && kubeutil::condition(claim, "InstanceTerminating").as_deref() != Some("True")
 }
 
 fn condition_reason(obj: &DynamicObject, type_: &str) -> Option<String> {

@@ -225,7 +225,10 @@ pub fn stamp(spec: &NodeClassSpec) -> BTreeMap<String, String> {
             HASH_ANNOTATION.to_string(),
             NodeClassHash::of(spec).to_string(),
         ),
-        (HASH_VERSION_ANNOTATION.to_string(), HASH_VERSION.to_string()),
+        (
+            HASH_VERSION_ANNOTATION.to_string(),
+            HASH_VERSION.to_string(),
+        ),
     ])
 }
 
@@ -310,13 +313,21 @@ impl Provider {
             return String::new();
         };
         let Some(class) = self.node_classes.get(class_name) else {
-            debug!(nodeclaim = name, nodeclass = class_name, "drift: NodeClass not found");
+            debug!(
+                nodeclaim = name,
+                nodeclass = class_name,
+                "drift: NodeClass not found"
+            );
             return String::new();
         };
         match drift(&annotations_of(claim), &class.spec) {
             Ok(Some(component)) => {
-                debug!(nodeclaim = name, nodeclass = class_name, component = component.key(),
-                    "NodeClaim drifted from its NodeClass");
+                debug!(
+                    nodeclaim = name,
+                    nodeclass = class_name,
+                    component = component.key(),
+                    "NodeClaim drifted from its NodeClass"
+                );
                 component.drift_reason().to_string()
             }
             Ok(None) => String::new(),

@@ -16,8 +16,8 @@ fn spec() -> NodeClassSpec {
         zones: vec!["fr-par-2".into()],
         billing: Billing::Hourly,
         image: TalosImage {
-            url_template: "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz"
-                .into(),
+            url_template:
+                "https://factory.talos.dev/image/{schematic}/{version}/metal-{arch}.raw.xz".into(),
             version: "v1.13.9".into(),
             schematic: "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba".into(),
             sha256: Some(BTreeMap::from([
@@ -41,7 +41,9 @@ fn spec() -> NodeClassSpec {
             namespace: "karpenter".into(),
             key: "worker.yaml".into(),
         },
-        machine_config_patches: vec!["machine:\n  sysctls:\n    vm.max_map_count: \"262144\"\n".into()],
+        machine_config_patches: vec![
+            "machine:\n  sysctls:\n    vm.max_map_count: \"262144\"\n".into(),
+        ],
         tags: vec!["team=infra".into()],
     }
 }
@@ -80,7 +82,10 @@ fn canonical_json_sorts_keys_at_every_level() {
         &json!({"b": 1, "a": [{"d": "x\"y", "c": null}, true], "é": {"z": 1.5, "y": []}}),
         &mut out,
     );
-    assert_eq!(out, r#"{"a":[{"c":null,"d":"x\"y"},true],"b":1,"é":{"y":[],"z":1.5}}"#);
+    assert_eq!(
+        out,
+        r#"{"a":[{"c":null,"d":"x\"y"},true],"b":1,"é":{"y":[],"z":1.5}}"#
+    );
 }
 
 fn drift_of(changed: &NodeClassSpec) -> Option<Component> {
@@ -91,8 +96,16 @@ fn drift_of(changed: &NodeClassSpec) -> Option<Component> {
 fn each_change_names_its_component() {
     type Edit = fn(&mut NodeClassSpec);
     let cases: [(&str, Edit, Component); 10] = [
-        ("version", |s| s.image.version = "v1.13.10".into(), Component::Image),
-        ("schematic", |s| s.image.schematic = "abc".into(), Component::Image),
+        (
+            "version",
+            |s| s.image.version = "v1.13.10".into(),
+            Component::Image,
+        ),
+        (
+            "schematic",
+            |s| s.image.schematic = "abc".into(),
+            Component::Image,
+        ),
         (
             "url template",
             |s| s.image.url_template = "https://mirror/{version}-{arch}.raw.zst".into(),
@@ -101,15 +114,43 @@ fn each_change_names_its_component() {
         (
             "checksum",
             |s| {
-                s.image.sha256.as_mut().unwrap().insert("amd64".into(), "ef".repeat(32));
+                s.image
+                    .sha256
+                    .as_mut()
+                    .unwrap()
+                    .insert("amd64".into(), "ef".repeat(32));
             },
             Component::Image,
         ),
-        ("config secret", |s| s.machine_config_secret_ref.name = "talos-2".into(), Component::Config),
-        ("config key", |s| s.machine_config_secret_ref.key = "w2.yaml".into(), Component::Config),
-        ("patch added", |s| s.machine_config_patches.push("machine: {}".into()), Component::Config),
-        ("patches cleared", |s| s.machine_config_patches.clear(), Component::Config),
-        ("disk", |s| s.install_disk = Some(DiskSelector { name: Some("sda".into()) }), Component::Disk),
+        (
+            "config secret",
+            |s| s.machine_config_secret_ref.name = "talos-2".into(),
+            Component::Config,
+        ),
+        (
+            "config key",
+            |s| s.machine_config_secret_ref.key = "w2.yaml".into(),
+            Component::Config,
+        ),
+        (
+            "patch added",
+            |s| s.machine_config_patches.push("machine: {}".into()),
+            Component::Config,
+        ),
+        (
+            "patches cleared",
+            |s| s.machine_config_patches.clear(),
+            Component::Config,
+        ),
+        (
+            "disk",
+            |s| {
+                s.install_disk = Some(DiskSelector {
+                    name: Some("sda".into()),
+                })
+            },
+            Component::Disk,
+        ),
         ("disk removed", |s| s.install_disk = None, Component::Disk),
     ];
     for (what, edit, component) in cases {
@@ -170,7 +211,13 @@ fn annotation_values_round_trip_and_bad_ones_are_refused() {
     parts.reverse();
     assert_eq!(NodeClassHash::parse(&parts.join(",")), Ok(hash.clone()));
     assert_eq!(
-        NodeClassHash::parse(&text.to_ascii_uppercase().replace("IMAGE", "image").replace("CONFIG", "config").replace("DISK", "disk")),
+        NodeClassHash::parse(
+            &text
+                .to_ascii_uppercase()
+                .replace("IMAGE", "image")
+                .replace("CONFIG", "config")
+                .replace("DISK", "disk")
+        ),
         Ok(hash),
         "hex case does not matter"
     );
@@ -203,10 +250,16 @@ fn karpenter_accepts_reason(reason: &str) -> bool {
 
 #[test]
 fn reasons_pass_karpenters_validation() {
-    assert!(!karpenter_accepts_reason("Image-Drift"), "the check can fail");
+    assert!(
+        !karpenter_accepts_reason("Image-Drift"),
+        "the check can fail"
+    );
     assert!(!karpenter_accepts_reason("1Drift"), "the check can fail");
     let reasons: Vec<&str> = Component::ALL.iter().map(|c| c.drift_reason()).collect();
-    assert_eq!(reasons, ["ImageDrift", "MachineConfigDrift", "DiskSelectorDrift"]);
+    assert_eq!(
+        reasons,
+        ["ImageDrift", "MachineConfigDrift", "DiskSelectorDrift"]
+    );
     for r in reasons {
         assert!(karpenter_accepts_reason(r), "{r}");
     }
@@ -247,7 +300,10 @@ async fn create_stamps_the_nodeclass_hash_when_ordering_and_when_adopting() {
         .unwrap();
     let a = annotations(&first);
     assert_eq!(a.get(HASH_ANNOTATION), expected.get(HASH_ANNOTATION));
-    assert_eq!(a.get(HASH_VERSION_ANNOTATION).map(String::as_str), Some("v1"));
+    assert_eq!(
+        a.get(HASH_VERSION_ANNOTATION).map(String::as_str),
+        Some("v1")
+    );
 
     // A retried Create adopts the server and stamps what it starts the
     // install with now.
@@ -265,7 +321,11 @@ async fn create_stamps_the_nodeclass_hash_when_ordering_and_when_adopting() {
         .create(claim("default-a", &["EM-A115X-SSD"]))
         .await
         .unwrap();
-    assert_eq!(f.api.count(crate::scaleway::fake::Op::CreateServer), 1, "adopted");
+    assert_eq!(
+        f.api.count(crate::scaleway::fake::Op::CreateServer),
+        1,
+        "adopted"
+    );
     let now = stamp(&f.classes.get("default").unwrap().spec);
     assert_ne!(now, expected);
     assert_eq!(annotations(&second), now);
@@ -294,8 +354,16 @@ fn is_drifted_compares_with_the_nodeclass_in_memory() {
         e(&mut classes.get_mut("default").unwrap().spec);
     };
     edit(|s| s.tags.push("cost-center=42".into()));
-    assert_eq!(f.provider.is_drifted(&c), Ok(String::new()), "tags do not drift");
-    edit(|s| s.install_disk = Some(DiskSelector { name: Some("sda".into()) }));
+    assert_eq!(
+        f.provider.is_drifted(&c),
+        Ok(String::new()),
+        "tags do not drift"
+    );
+    edit(|s| {
+        s.install_disk = Some(DiskSelector {
+            name: Some("sda".into()),
+        })
+    });
     assert_eq!(f.provider.is_drifted(&c), Ok("DiskSelectorDrift".into()));
     edit(|s| s.machine_config_patches.clear());
     assert_eq!(f.provider.is_drifted(&c), Ok("MachineConfigDrift".into()));
@@ -307,7 +375,10 @@ fn is_drifted_compares_with_the_nodeclass_in_memory() {
     let mut old = c.clone();
     old["metadata"]["annotations"][HASH_VERSION_ANNOTATION] = json!("v0");
     assert_eq!(f.provider.is_drifted(&old), Ok(String::new()));
-    assert_eq!(f.provider.is_drifted(&launched("default-b")), Ok(String::new()));
+    assert_eq!(
+        f.provider.is_drifted(&launched("default-b")),
+        Ok(String::new())
+    );
     let mut foreign = c.clone();
     foreign["spec"]["nodeClassRef"]["kind"] = json!("EC2NodeClass");
     assert_eq!(f.provider.is_drifted(&foreign), Ok(String::new()));
