@@ -10,8 +10,11 @@
 //! logic). Adapters: `grpc` (the tonic service), `nodeclass` (CRD and
 //! reconciler), `k8s_nodes` (kube ports of the engine), `bootstrap_token` and
 //! `node_registration` (kube ports of the provider), `resume` (the loop that
-//! resumes installs after a restart) and `cli` (operator commands). `main`
-//! only wires.
+//! resumes installs after a restart), `drift_stamp` (the leader's re-stamp of
+//! NodeClass hashes), `gc` (the orphan sweeper: a pure
+//! decision, its driver and its Event adapter), `k8s_events` (Event writing
+//! with series, shared by the engine's and the sweeper's adapters) and `cli`
+//! (operator commands). `main` only wires.
 
 pub mod bootstrap_token;
 pub mod catalog;

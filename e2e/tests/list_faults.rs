@@ -16,9 +16,12 @@
 //! provider counted the failure with its reason, and a successful pass once
 //! the fault is gone.
 //!
-//! The positive control at the end deletes the in-flight server behind the
-//! provider's back: the collector must then delete its NodeClaim within a few
-//! periods, which proves the harness sees a collection when there is one.
+//! The positive control at the end deletes a joined node's server behind the
+//! provider's back: once its Node is no longer Ready the collector must
+//! delete its NodeClaim, which proves the harness sees a collection when
+//! there is one. (The first run of this test, against a provider whose List
+//! did not yet prove absence, failed on the consistent empty list: the
+//! collector deleted the in-flight NodeClaim.)
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -248,20 +251,29 @@ async fn run(stack: &mut Stack) -> Result<()> {
         FAILED_PASSES
     );
 
-    // Positive control: the in-flight server really disappears (deleted
-    // behind the provider's back); the collector must notice within a few
-    // periods and delete the NodeClaim.
+    // Positive control: a server really disappears (deleted behind the
+    // provider's back, as from the console); once its Node stops being
+    // Ready the collector must delete its NodeClaim, and this harness must
+    // see it. A joined node is used: when an in-flight server vanishes, the
+    // install engine notices at its next poll and gives the NodeClaim up
+    // itself, before any collector pass. The Node turns Unknown when the
+    // controller-manager's node-monitor grace (50 s) passes without the
+    // stopped kubelet's heartbeat.
+    let victim = joined[0].clone();
+    let victim_server = watch.snapshot()[&victim]
+        .server_id()
+        .context("joined NodeClaim without a providerID")?;
     let collected_before = bridge_collected(stack).await?;
     let deleted_at = Instant::now();
     stack
         .emsim
-        .user_delete_server(stack::SECRET_KEY, stack::ZONE, &in_flight.server_id)
+        .user_delete_server(stack::SECRET_KEY, stack::ZONE, &victim_server)
         .await?;
     watch
         .wait_for(
-            &format!("NodeClaim {} deleted by the collector", in_flight.claim),
-            GC_PERIOD * 12,
-            |c| c.get(&in_flight.claim).filter(|c| c.deleting).map(|_| ()),
+            &format!("NodeClaim {victim} deleted by the collector"),
+            Duration::from_secs(150),
+            |c| c.get(&victim).filter(|c| c.deleting).map(|_| ()),
         )
         .await?;
     let collected = wait::until(
@@ -275,22 +287,20 @@ async fn run(stack: &mut Stack) -> Result<()> {
     )
     .await?;
     println!(
-        "positive control: server {} deleted behind the provider's back -> NodeClaim {} collected \
-         {:.1} s later (karpenter_nodeclaims_disrupted_total{{reason=\"garbage_collected\"}} {} -> {})",
-        in_flight.server_id,
-        in_flight.claim,
+        "positive control: server {victim_server} deleted behind the provider's back -> NodeClaim \
+         {victim} collected {:.1} s later (karpenter_nodeclaims_disrupted_total{{reason=\"garbage_collected\"}} \
+         {collected_before} -> {collected})",
         deleted_at.elapsed().as_secs_f64(),
-        collected_before,
-        collected
     );
-    // The joined nodes were never touched.
+    // Nothing else was touched meanwhile.
     let claims = watch.snapshot();
-    for name in &joined {
+    for name in [&joined[1], &in_flight.claim] {
         ensure!(
             claims.get(name).is_some_and(|c| !c.deleting),
-            "joined NodeClaim {name} deleted in the positive control"
+            "NodeClaim {name} deleted in the positive control"
         );
     }
+    check_at_risk(stack, &in_flight).await?;
     println!("total {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -376,7 +376,11 @@ async fn run_dry(stack: &mut Stack) -> Result<()> {
     )
     .await?;
     ensure!(first.type_.as_deref() == Some("Warning"), "type {:?}", first.type_);
-    if let Some(at) = first.event_time.as_ref().map(|t| t.0) {
+    if let Some(at) = first
+        .event_time
+        .as_ref()
+        .and_then(|t| DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond() as u32))
+    {
         let age = (at - ghost_created).to_std().unwrap_or_default();
         ensure!(
             age >= GRACE,

@@ -55,6 +55,7 @@ pub struct ServersArgs {
     /// The sweeper runs in dry-run mode (verdicts say `would_delete`).
     #[arg(long, env = "SWEEP_DRY_RUN")]
     pub sweep_dry_run: bool,
+    /// A table, or JSON (every field, plus the sweeper's detail).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
 }

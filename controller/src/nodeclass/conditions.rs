@@ -401,6 +401,10 @@ fn image_verified_verdict(spec: &NodeClassSpec, template_ok: bool, image: &[Imag
         let url = &a.url;
         match &a.verification {
             None => {}
+            // 0 bytes: verified for this generation before a restart.
+            Some(VerifyState::Done(Verification::Matches { bytes: 0 })) => {
+                verified.push(url.clone());
+            }
             Some(VerifyState::Done(Verification::Matches { bytes })) => {
                 verified.push(format!("{url} ({bytes} bytes)"));
             }

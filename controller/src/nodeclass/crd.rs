@@ -52,6 +52,11 @@ mod tests {
             "^[a-z]{2}-[a-z]{3}-[0-9]+$",
             "- hourly",
             "- monthly",
+            "urlTemplate must be an http:// or https:// URL",
+            "image.sha256 values must be 64 lowercase hex digits",
+            "installDisk.name names a partition",
+            "the provider reserves them for its ownership tags",
+            "maxProperties: 2",
         ] {
             assert!(yaml.contains(needle), "CRD lacks {needle}");
         }

@@ -91,3 +91,62 @@ impl Verifications {
             .retain(|k, _| in_use.contains(k));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    async fn settle(
+        v: &Verifications,
+        http: &reqwest::Client,
+        url: &str,
+        sha: &str,
+    ) -> VerifyState {
+        for _ in 0..200 {
+            match v.state(http, url, sha, false) {
+                VerifyState::Running => tokio::time::sleep(Duration::from_millis(10)).await,
+                done => return done,
+            }
+        }
+        panic!("verification of {url} never finished");
+    }
+
+    #[tokio::test]
+    async fn each_pair_is_downloaded_once_and_a_restart_does_not_download_again() {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(200).set_body_bytes(b"raw image".to_vec()))
+            .mount(&server)
+            .await;
+        let http = reqwest::Client::new();
+        let v = Verifications::default();
+        let url = format!("{}/metal-amd64.raw", server.uri());
+        let wrong = "0".repeat(64);
+        assert_eq!(v.state(&http, &url, &wrong, false), VerifyState::Running);
+        let done = settle(&v, &http, &url, &wrong).await;
+        assert!(
+            matches!(
+                done,
+                VerifyState::Done(Verification::Mismatch { bytes: 9, .. })
+            ),
+            "{done:?}"
+        );
+        // Asked again (another reconcile, another NodeClass): the cached answer.
+        assert_eq!(v.state(&http, &url, &wrong, false), done);
+        assert_eq!(server.received_requests().await.unwrap().len(), 1);
+
+        // What a previous process verified is not downloaded again.
+        let other = "1".repeat(64);
+        assert_eq!(
+            v.state(&http, &url, &other, true),
+            VerifyState::Done(Verification::Matches { bytes: 0 })
+        );
+        assert_eq!(server.received_requests().await.unwrap().len(), 1);
+
+        // Pairs no NodeClass pins any more are forgotten.
+        v.retain(&[(url.clone(), other.clone())]);
+        assert_eq!(v.state(&http, &url, &wrong, false), VerifyState::Running);
+    }
+}
