@@ -163,10 +163,10 @@ pub struct SweeperArgs {
     #[arg(long, env = "SWEEP_INTERVAL", default_value = "5m", value_parser = parse_positive_duration)]
     pub sweep_interval: Duration,
     /// Age under which a server of this cluster that no NodeClaim claims is
-    /// left alone. It must exceed the longest install (the sum of the install
-    /// phase deadlines, 1h35m by default); a shorter grace is logged as a
-    /// warning at start.
-    #[arg(long, env = "ORPHAN_GRACE", default_value = "2h", value_parser = parse_positive_duration)]
+    /// left alone. It must exceed the longest possible install
+    /// (`provider::longest_install`, 2h52m by default); a shorter grace is
+    /// logged as a warning at start.
+    #[arg(long, env = "ORPHAN_GRACE", default_value = "3h", value_parser = parse_positive_duration)]
     pub orphan_grace: Duration,
     /// Decide and report (Events, metrics, logs) but delete nothing.
     #[arg(long, env = "SWEEP_DRY_RUN")]
@@ -294,7 +294,7 @@ mod tests {
         }
         let cli = <Cli as clap::Parser>::try_parse_from(["test"]).expect("defaults parse");
         assert_eq!(cli.sweeper.sweep_interval, Duration::from_secs(300));
-        assert_eq!(cli.sweeper.orphan_grace, Duration::from_secs(7200));
+        assert_eq!(cli.sweeper.orphan_grace, Duration::from_secs(3 * 3600));
         assert!(!cli.sweeper.sweep_dry_run);
         let cli = <Cli as clap::Parser>::try_parse_from([
             "test",

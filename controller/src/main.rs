@@ -26,7 +26,7 @@ use karpenter_scaleway::metrics;
 use karpenter_scaleway::node_registration::KubeNodeRegistrar;
 use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
 use karpenter_scaleway::provider::{
-    BootstrapTokens, ClusterPorts, Provider, ProviderSettings, repair_policies,
+    BootstrapTokens, ClusterPorts, Provider, ProviderSettings, longest_install, repair_policies,
 };
 use karpenter_scaleway::rescue::RusshShell;
 use karpenter_scaleway::resume::run_resumer;
@@ -193,11 +193,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     // Node repair must never cut an install: the policies follow the deadlines.
     let repair = repair_policies(&install_settings);
-    if let Some(warning) = gc::grace_warning(args.sweeper.orphan_grace, &install_settings.deadlines)
-    {
+    let longest = longest_install(&install_settings);
+    if let Some(warning) = gc::grace_warning(args.sweeper.orphan_grace, longest) {
         warn!(
             orphan_grace_s = args.sweeper.orphan_grace.as_secs(),
-            phase_deadline_sum_s = gc::phase_deadline_sum(&install_settings.deadlines).as_secs(),
+            longest_install_s = longest.as_secs(),
             "{warning}"
         );
     }

@@ -26,6 +26,9 @@ const VERDICT_WITHIN: Duration = Duration::from_secs(45);
 const HOLD: Duration = Duration::from_secs(15);
 const IAM_LIST: &str = "GET /iam/v1alpha1/ssh-keys";
 
+/// A change to the scenarios' NodeClass spec.
+type Mutation = Box<dyn Fn(&mut Value)>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_input_is_refused_or_blocks_ordering_until_fixed() -> Result<()> {
     scenario::with_stack(StackOptions::for_test("bad-input")?, async |stack| {
@@ -60,7 +63,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
         "not an OpenSSH key\n",
     )
     .await?;
-    let cases: Vec<(&str, &str, &str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, &str, &str, Mutation)> = vec![
         (
             "unregistered-key",
             "SSHKeyRegistered",
@@ -243,7 +246,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
 
 /// Each invalid field is refused at admission, with its message.
 async fn rejected_by_the_api_server(stack: &Stack) -> Result<()> {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    let cases: Vec<(&str, Mutation, &str)> = vec![
         (
             "unknown billing",
             Box::new(|s| s["billing"] = json!("weekly")),

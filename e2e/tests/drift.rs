@@ -75,7 +75,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     )
     .await?;
     scenario::wait_pods_running(stack, APP, NODES, Duration::from_secs(300)).await?;
-    let claims = wait_claims_initialized(stack, NODES, &BTreeSet::new()).await?;
+    let claims = wait_claims_initialized(stack, NODES).await?;
     let first: BTreeSet<String> = claims.iter().map(|c| c.name_any()).collect();
     println!(
         "drift: {NODES} nodes up after {:.1} s",
@@ -468,12 +468,8 @@ async fn image_change(stack: &mut Stack, first: &BTreeSet<String>, old_hash: &st
     Ok(())
 }
 
-/// Waits until `count` NodeClaims outside `exclude` are Initialized; returns them.
-async fn wait_claims_initialized(
-    stack: &Stack,
-    count: usize,
-    exclude: &BTreeSet<String>,
-) -> Result<Vec<DynamicObject>> {
+/// Waits until there are `count` NodeClaims, all Initialized; returns them.
+async fn wait_claims_initialized(stack: &Stack, count: usize) -> Result<Vec<DynamicObject>> {
     let api = kubeutil::nodeclaims(&stack.client);
     wait::until(
         &format!("{count} NodeClaims Initialized"),
@@ -482,13 +478,7 @@ async fn wait_claims_initialized(
         || {
             let api = api.clone();
             async move {
-                let list: Vec<DynamicObject> = api
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .filter(|c| !exclude.contains(&c.name_any()))
-                    .collect();
+                let list = api.list(&ListParams::default()).await?.items;
                 let ok = list.len() == count
                     && list
                         .iter()

@@ -103,8 +103,10 @@ fn matrix() -> Vec<Case> {
             name: "401",
             faults: vec![http(
                 401,
-                Some(json!({"message": "authentication is denied", "method": "api_key",
-                    "reason": "not_found", "type": "denied_authentication"})),
+                Some(
+                    json!({"message": "authentication is denied", "method": "api_key",
+                    "reason": "not_found", "type": "denied_authentication"}),
+                ),
             )],
             reasons: &["auth"],
         },
@@ -112,8 +114,10 @@ fn matrix() -> Vec<Case> {
             name: "403",
             faults: vec![http(
                 403,
-                Some(json!({"message": "insufficient permissions", "type": "permissions_denied",
-                    "details": [{"resource": "baremetal_server", "action": "read"}]})),
+                Some(
+                    json!({"message": "insufficient permissions", "type": "permissions_denied",
+                    "details": [{"resource": "baremetal_server", "action": "read"}]}),
+                ),
             )],
             reasons: &["auth"],
         },
@@ -321,7 +325,8 @@ async fn hold_fault(stack: &Stack, case: &Case) -> Result<String> {
         Duration::from_millis(250),
         || async {
             let now = scenario::gc_passes(stack).await?;
-            let enough = now.error - before.error >= FAILED_PASSES && armed.elapsed() >= GC_PERIOD * 3;
+            let enough =
+                now.error - before.error >= FAILED_PASSES && armed.elapsed() >= GC_PERIOD * 3;
             Ok(enough.then_some(now))
         },
     )
@@ -412,7 +417,12 @@ async fn bridge_collected(stack: &Stack) -> Result<f64> {
 fn claim_uids(claims: &Claims) -> BTreeMap<String, String> {
     claims
         .iter()
-        .map(|(name, c)| (name.clone(), c.object.metadata.uid.clone().unwrap_or_default()))
+        .map(|(name, c)| {
+            (
+                name.clone(),
+                c.object.metadata.uid.clone().unwrap_or_default(),
+            )
+        })
         .collect()
 }
 

@@ -107,7 +107,12 @@ async fn alive(stack: &Stack, id: &str) -> Result<bool> {
 }
 
 async fn decisions(stack: &Stack, decision: &str, reason: &str) -> Result<f64> {
-    scenario::provider_metric(stack, DECISIONS, &[("decision", decision), ("reason", reason)]).await
+    scenario::provider_metric(
+        stack,
+        DECISIONS,
+        &[("decision", decision), ("reason", reason)],
+    )
+    .await
 }
 
 async fn completed_passes(stack: &Stack) -> Result<f64> {
@@ -169,7 +174,13 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let ghost = create(stack, "ghost", stack::PROJECT_ID, our_tags(stack, "ghost")).await?;
     // (b) Not provably ours: no tags; another cluster's; our cluster tag in
     // another project; our cluster tag without a nodeclaim tag.
-    let untagged = create(stack, "someone-elses", stack::PROJECT_ID, tags(&[("team", "data")])).await?;
+    let untagged = create(
+        stack,
+        "someone-elses",
+        stack::PROJECT_ID,
+        tags(&[("team", "data")]),
+    )
+    .await?;
     let other_cluster = create(
         stack,
         "other-cluster",
@@ -181,7 +192,13 @@ async fn run(stack: &mut Stack) -> Result<()> {
         ]),
     )
     .await?;
-    let other_project = create(stack, "other-project", OTHER_PROJECT, our_tags(stack, "ghost")).await?;
+    let other_project = create(
+        stack,
+        "other-project",
+        OTHER_PROJECT,
+        our_tags(stack, "ghost"),
+    )
+    .await?;
     let unproven = create(
         stack,
         "no-nodeclaim-tag",
@@ -213,7 +230,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
         Duration::from_secs(10),
         Duration::from_millis(100),
         || async {
-            let events = emsim_events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let events = emsim_events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             Ok(first_event(&events, "power_off", &ghost_id))
         },
     )
@@ -233,17 +253,26 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let e = deleted_events
         .first()
         .context("no OrphanDeleted Event for the ghost")?;
-    ensure!(e.type_.as_deref() == Some("Warning"), "OrphanDeleted is {:?}", e.type_);
     ensure!(
-        regarding(e) == ("ScalewayElasticMetalNodeClass".to_string(), "default".to_string()),
+        e.type_.as_deref() == Some("Warning"),
+        "OrphanDeleted is {:?}",
+        e.type_
+    );
+    ensure!(
+        regarding(e)
+            == (
+                "ScalewayElasticMetalNodeClass".to_string(),
+                "default".to_string()
+            ),
         "OrphanDeleted regards {:?}, not the ghost's NodeClass",
         regarding(e)
     );
     let spared_young = events_about(stack, "OrphanSpared", &ghost_id).await?;
     ensure!(
-        spared_young
-            .iter()
-            .any(|e| e.note.as_deref().is_some_and(|n| n.contains("within_grace"))),
+        spared_young.iter().any(|e| e
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("within_grace"))),
         "no OrphanSpared (within_grace) Event for the ghost: {spared_young:?}"
     );
     println!(
@@ -258,11 +287,16 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let claims = watch.snapshot();
     ensure!(claims.len() == 1, "NodeClaims {:?}", claims.keys());
     let claim = claims.values().next().expect("one claim");
-    let slow_id = claim.server_id().context("the slow NodeClaim has no providerID")?;
+    let slow_id = claim
+        .server_id()
+        .context("the slow NodeClaim has no providerID")?;
     let slow = server_now(stack, &slow_id).await?;
     let slow_created = created_at(&slow)?;
     let delivered = {
-        let events = emsim_events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let events = emsim_events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         first_event(&events, "power_on", &slow_id).context("no power_on of the slow server")?
     };
     let in_flight_for = (delivered - slow_created).to_std().unwrap_or_default();
@@ -304,7 +338,12 @@ async fn run(stack: &mut Stack) -> Result<()> {
         );
     }
     for s in foreign {
-        for reason in ["OrphanDeleted", "OrphanWouldDelete", "OrphanSpared", "OrphanRefused"] {
+        for reason in [
+            "OrphanDeleted",
+            "OrphanWouldDelete",
+            "OrphanSpared",
+            "OrphanRefused",
+        ] {
             let about = events_about(stack, reason, &id(s)).await?;
             ensure!(
                 about.is_empty(),
@@ -335,11 +374,17 @@ async fn run(stack: &mut Stack) -> Result<()> {
         "no refused/ownership_unproven in the metrics"
     );
     let deleted = decisions(stack, "deleted", "orphaned").await?;
-    ensure!(deleted == 1.0, "{deleted} orphaned deletions, expected the ghost only");
+    ensure!(
+        deleted == 1.0,
+        "{deleted} orphaned deletions, expected the ghost only"
+    );
     let deletes = stack.emsim.counters().await?["endpoints"][DELETE]["total"]
         .as_u64()
         .unwrap_or(0);
-    ensure!(deletes == 1, "{deletes} DELETE calls on servers, expected the ghost's only");
+    ensure!(
+        deletes == 1,
+        "{deletes} DELETE calls on servers, expected the ghost's only"
+    );
     println!(
         "(b) after {:.0} s: untagged, other cluster, other project never decided on; \
          no-nodeclaim-tag refused ({}); one DELETE in all",
@@ -375,7 +420,11 @@ async fn run_dry(stack: &mut Stack) -> Result<()> {
         },
     )
     .await?;
-    ensure!(first.type_.as_deref() == Some("Warning"), "type {:?}", first.type_);
+    ensure!(
+        first.type_.as_deref() == Some("Warning"),
+        "type {:?}",
+        first.type_
+    );
     if let Some(at) = first
         .event_time
         .as_ref()
@@ -391,7 +440,10 @@ async fn run_dry(stack: &mut Stack) -> Result<()> {
     // Several more passes: reported each time, deleted never.
     wait_passes(stack, 4.0).await?;
     let would = decisions(stack, "would_delete", "orphaned").await?;
-    ensure!(would >= 2.0, "would_delete/orphaned counted {would} times over 5+ passes");
+    ensure!(
+        would >= 2.0,
+        "would_delete/orphaned counted {would} times over 5+ passes"
+    );
     ensure!(
         decisions(stack, "deleted", "orphaned").await? == 0.0,
         "a deletion was counted in dry-run"
@@ -407,7 +459,9 @@ async fn run_dry(stack: &mut Stack) -> Result<()> {
         .unwrap_or(0);
     ensure!(deletes == 0, "{deletes} DELETE calls in dry-run");
     ensure!(
-        events_about(stack, "OrphanDeleted", &ghost_id).await?.is_empty(),
+        events_about(stack, "OrphanDeleted", &ghost_id)
+            .await?
+            .is_empty(),
         "an OrphanDeleted Event in dry-run"
     );
     println!(

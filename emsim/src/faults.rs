@@ -416,7 +416,9 @@ impl Faults {
                 FaultSpec::OutOfStockAfterOrder(_) => 0,
                 FaultSpec::StuckDelivery(_) => 1,
                 FaultSpec::DeliverySeconds(_) => 2,
-                FaultSpec::Http(_) | FaultSpec::ListMissingPage(_) | FaultSpec::ListTotalCount(_) => {
+                FaultSpec::Http(_)
+                | FaultSpec::ListMissingPage(_)
+                | FaultSpec::ListTotalCount(_) => {
                     unreachable!("order faults only")
                 }
             };
@@ -427,7 +429,9 @@ impl Faults {
                 FaultSpec::OutOfStockAfterOrder(_) => effects.out_of_stock = true,
                 FaultSpec::StuckDelivery(_) => effects.stuck = true,
                 FaultSpec::DeliverySeconds(d) => effects.delivery_seconds = Some(d.seconds),
-                FaultSpec::Http(_) | FaultSpec::ListMissingPage(_) | FaultSpec::ListTotalCount(_) => {}
+                FaultSpec::Http(_)
+                | FaultSpec::ListMissingPage(_)
+                | FaultSpec::ListTotalCount(_) => {}
             }
             fired.push(index);
         }
@@ -437,7 +441,6 @@ impl Faults {
         }
         effects
     }
-
 
     /// What the list faults do to a 200 answer of `endpoint` for `page`: the
     /// oldest matching fault of each list kind fires (each drawing against
@@ -928,7 +931,11 @@ mod tests {
         assert_eq!(e.status(), StatusCode::OK);
         assert!(e.body().is_none());
         f.clear();
-        arm(&mut f, json!({"endpoint": "GET /x", "status": 200, "body": {}})).unwrap();
+        arm(
+            &mut f,
+            json!({"endpoint": "GET /x", "status": 200, "body": {}}),
+        )
+        .unwrap();
         let HttpOutcome::Answer(e) = f.take_http("GET /x").unwrap().outcome else {
             panic!("expected an answer");
         };

@@ -279,7 +279,11 @@ async fn missing_page_keeps_total_count_and_loses_items() {
     let (status, page1) = sim.get(&format!("{ZONE_URL}/servers?page_size=2")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(page1["total_count"], 3);
-    assert_eq!(page1["servers"].as_array().unwrap().len(), 2, "page 1 intact");
+    assert_eq!(
+        page1["servers"].as_array().unwrap().len(),
+        2,
+        "page 1 intact"
+    );
     let (status, page2) = sim
         .get(&format!("{ZONE_URL}/servers?page=2&page_size=2"))
         .await;

@@ -50,7 +50,7 @@ pub struct ServersArgs {
     #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
     pub default_zone: String,
     /// The sweeper's grace, as `serve` has it.
-    #[arg(long, env = "ORPHAN_GRACE", default_value = "2h", value_parser = parse_positive_duration)]
+    #[arg(long, env = "ORPHAN_GRACE", default_value = "3h", value_parser = parse_positive_duration)]
     pub orphan_grace: Duration,
     /// The sweeper runs in dry-run mode (verdicts say `would_delete`).
     #[arg(long, env = "SWEEP_DRY_RUN")]

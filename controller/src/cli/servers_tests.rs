@@ -339,7 +339,7 @@ fn flags() {
         <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args)
     };
     let args = parse(&[]).unwrap();
-    assert_eq!(args.orphan_grace, Duration::from_secs(7200));
+    assert_eq!(args.orphan_grace, Duration::from_secs(3 * 3600));
     assert_eq!(args.output, Output::Table);
     assert_eq!(args.zones(), vec!["fr-par-2".to_string()]);
     let args = parse(&["-o", "json", "--zones", "fr-par-2,nl-ams-1,fr-par-2"]).unwrap();

@@ -56,24 +56,19 @@ pub enum SweepError {
     NodeClaims(String),
 }
 
-/// The sum of the install phase deadlines: the figure the orphan grace must
-/// exceed (contracts: "Orphan sweeper"). An install in flight is protected by
-/// its NodeClaim and by this process's in-flight check anyway; the grace is
-/// the last guard for a server whose NodeClaim is not (yet, or no longer)
-/// visible, so it should outlast an install.
-pub fn phase_deadline_sum(d: &Deadlines) -> Duration {
-    d.delivery + d.rescue + d.imaging + d.booting + d.maintenance + d.join
-}
-
-/// The startup warning when the grace is shorter than the longest install.
-pub fn grace_warning(grace: Duration, deadlines: &Deadlines) -> Option<String> {
-    let longest = phase_deadline_sum(deadlines);
-    (grace < longest).then(|| {
+/// The startup warning when the grace is shorter than `longest_install`
+/// ([`crate::provider::longest_install`]: every deadline, the second rescue
+/// boot the engine allows, the apply grace). An install in flight is
+/// protected by its NodeClaim and by this process's in-flight check anyway;
+/// the grace is the last guard for a server whose NodeClaim is not (yet, or
+/// no longer) visible, so it should outlast any install.
+pub fn grace_warning(grace: Duration, longest_install: Duration) -> Option<String> {
+    (grace < longest_install).then(|| {
         format!(
-            "--orphan-grace ({}) is shorter than the sum of the install phase deadlines ({}): \
+            "--orphan-grace ({}) is shorter than the longest possible install ({}): \
              a server whose NodeClaim is not visible could be swept while it is still being installed",
             format_age(grace),
-            format_age(longest)
+            format_age(longest_install)
         )
     })
 }

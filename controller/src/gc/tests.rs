@@ -255,13 +255,14 @@ async fn an_install_finished_here_no_longer_protects_its_server() {
 }
 
 #[test]
-fn the_grace_must_exceed_the_phase_deadline_sum() {
-    let d = Deadlines::default();
-    assert_eq!(phase_deadline_sum(&d), Duration::from_secs(95 * 60));
-    assert_eq!(grace_warning(2 * HOUR, &d), None);
-    let warning = grace_warning(HOUR, &d).expect("a warning");
-    assert!(warning.contains("1h0m"), "{warning}");
-    assert!(warning.contains("1h35m"), "{warning}");
+fn the_default_grace_outlasts_the_longest_install() {
+    let longest = crate::provider::longest_install(&crate::install::InstallSettings::default());
+    // 172 min with the default deadlines: the default grace (3 h) is longer.
+    assert_eq!(longest, Duration::from_secs(172 * 60));
+    assert_eq!(grace_warning(3 * HOUR, longest), None);
+    let warning = grace_warning(2 * HOUR, longest).expect("a warning");
+    assert!(warning.contains("2h0m"), "{warning}");
+    assert!(warning.contains("2h52m"), "{warning}");
 }
 
 #[tokio::test(start_paused = true)]

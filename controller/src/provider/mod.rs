@@ -25,8 +25,8 @@ pub use create::{
     ClassSecrets, NOT_READY_TAINT_KEY, Placement, UNINITIALIZED_TAINT_KEY, install_spec,
 };
 pub use drift::{
-    Component as DriftComponent, HASH_ANNOTATION, HASH_VERSION, HASH_VERSION_ANNOTATION, NodeClassHash,
-    Restamp,
+    Component as DriftComponent, HASH_ANNOTATION, HASH_VERSION, HASH_VERSION_ANNOTATION,
+    NodeClassHash, Restamp,
 };
 pub use lifecycle::ListFailureReason;
 pub use repair::{RepairPolicy, longest_install, repair_policies};
