@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use tracing::{debug, info, warn};
 
-use crate::install::{Deadlines, InstallEngine};
+use crate::install::InstallEngine;
 use crate::metrics::safety_metrics;
 use crate::provider::{NodeClaimSource, TAG_CLUSTER, tag};
 use crate::scaleway::{ApiError, ElasticMetal, Server, ServerFilter};

@@ -39,9 +39,13 @@ fn order_error(err: ApiError) -> ProviderError {
         }
         ApiError::Unauthorized(m) => create_failed("ScalewayUnauthorized", m),
         ApiError::Invalid(m) | ApiError::NotFound(m) => create_failed("ScalewayOrderRejected", m),
-        other @ (ApiError::TransientState(_) | ApiError::Throttled | ApiError::Unavailable(_)) => {
-            create_failed("ScalewayAPIUnavailable", other.to_string())
-        }
+        // A timed-out order may still have been placed: the retry finds it by
+        // its NodeClaim tag before ordering again (find_claimed_server).
+        other @ (ApiError::TransientState(_)
+        | ApiError::Throttled
+        | ApiError::Unavailable(_)
+        | ApiError::Timeout(_)
+        | ApiError::Inconsistent(_)) => create_failed("ScalewayAPIUnavailable", other.to_string()),
     }
 }
 

@@ -25,16 +25,16 @@ const ABSENCE_LOOKUPS: usize = 8;
 /// `karpenter_scaleway_list_failures_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListFailureReason {
-    /// 5xx, transport errors, and pagination the client found inconsistent.
+    /// 5xx and transport errors.
     ApiUnavailable,
     /// 429 after the client's retries.
     RateLimited,
-    /// No answer in time. The client reports timeouts as `Unavailable` today,
-    /// so they are counted as `api_unavailable` until it tells them apart.
+    /// No answer in time.
     Timeout,
     /// 401/403: the credentials were refused.
     Auth,
-    /// A server that exists (GET) was missing from the listing.
+    /// Pages that contradict each other, or a server that exists (GET) but
+    /// was missing from the listing.
     Inconsistent,
     /// The NodeClaims could not be read from the API server.
     KubeUnavailable,
@@ -57,6 +57,8 @@ impl ListFailureReason {
         match err {
             ApiError::Throttled => ListFailureReason::RateLimited,
             ApiError::Unauthorized(_) => ListFailureReason::Auth,
+            ApiError::Timeout(_) => ListFailureReason::Timeout,
+            ApiError::Inconsistent(_) => ListFailureReason::Inconsistent,
             _ => ListFailureReason::ApiUnavailable,
         }
     }

@@ -239,12 +239,12 @@ impl ScalewayClient {
 }
 
 fn inconsistent(path: &str, what: &str) -> ApiError {
-    ApiError::Unavailable(format!("inconsistent pagination of {path}: {what}"))
+    ApiError::Inconsistent(format!("pagination of {path}: {what}"))
 }
 
 fn transport_error(err: reqwest::Error) -> ApiError {
     if err.is_timeout() {
-        ApiError::Unavailable("request timed out".into())
+        ApiError::Timeout("no answer within the request timeout".into())
     } else if err.is_connect() {
         ApiError::Unavailable("connection failed".into())
     } else {

@@ -157,7 +157,7 @@ async fn retries_429_and_503_then_succeeds() {
 }
 
 #[tokio::test]
-async fn timeout_is_unavailable() {
+async fn timeout_is_a_timeout_and_retryable() {
     let mock = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(
@@ -168,7 +168,8 @@ async fn timeout_is_unavailable() {
         .mount(&mock)
         .await;
     let err = client(&mock).get_server(ZONE, "abc").await.unwrap_err();
-    assert!(matches!(err, ApiError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, ApiError::Timeout(_)), "{err:?}");
+    assert!(err.is_retryable());
 }
 
 #[tokio::test]
@@ -301,7 +302,7 @@ async fn short_listing_is_an_error() {
         .list_servers(ZONE, &ServerFilter::default())
         .await
         .unwrap_err();
-    assert!(matches!(err, ApiError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, ApiError::Inconsistent(_)), "{err:?}");
 }
 
 #[tokio::test]
@@ -319,7 +320,7 @@ async fn total_count_mismatch_is_an_error() {
         .mount(&mock)
         .await;
     let err = client(&mock).list_ssh_keys("proj").await.unwrap_err();
-    assert!(matches!(err, ApiError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, ApiError::Inconsistent(_)), "{err:?}");
 }
 
 #[tokio::test]

@@ -32,9 +32,16 @@ pub enum ApiError {
     /// 429.
     #[error("throttled by the API")]
     Throttled,
-    /// 5xx, timeouts, connection errors.
+    /// 5xx, connection errors.
     #[error("API unavailable: {0}")]
     Unavailable(String),
+    /// No answer within the client's timeout.
+    #[error("API timed out: {0}")]
+    Timeout(String),
+    /// A listing whose pages contradict each other (`total_count` changed,
+    /// a page missing, more items than announced): never a shorter list.
+    #[error("API answer inconsistent: {0}")]
+    Inconsistent(String),
     /// 400 invalid_arguments and other refusals that retrying cannot fix.
     #[error("invalid request: {0}")]
     Invalid(String),
@@ -48,7 +55,11 @@ impl ApiError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ApiError::TransientState(_) | ApiError::Throttled | ApiError::Unavailable(_)
+            ApiError::TransientState(_)
+                | ApiError::Throttled
+                | ApiError::Unavailable(_)
+                | ApiError::Timeout(_)
+                | ApiError::Inconsistent(_)
         )
     }
 
