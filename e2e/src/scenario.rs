@@ -427,7 +427,8 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
             let value: f64 = value.split_whitespace().next()?.parse().ok()?;
             wanted.then_some(value)
         })
-        .sum()
+        // A fold from +0.0: `sum` of no f64 is -0.0, printed "-0".
+        .fold(0.0, |total, v| total + v)
 }
 
 /// Passes of Karpenter core's NodeClaim garbage collector on the first
@@ -480,6 +481,26 @@ pub async fn provider_metric(stack: &Stack, name: &str, labels: &[(&str, &str)])
     Ok(metric_sum(&stack.provider_metrics(0).await?, name, labels))
 }
 
+/// The events.k8s.io/v1 Events the provider wrote in namespace `default`
+/// (reportingController `karpenter-scaleway`) with this reason.
+pub async fn provider_events(
+    stack: &Stack,
+    reason: &str,
+) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(stack.client.clone(), APP_NAMESPACE);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.reporting_controller.as_deref() == Some("karpenter-scaleway")
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod metric_tests {
     use super::metric_sum;
@@ -517,24 +538,4 @@ karpenter_scaleway_leader 1
         assert_eq!(metric_sum(text, "karpenter_scaleway_lead", &[]), 0.0);
         assert_eq!(metric_sum(text, "missing_total", &gc), 0.0);
     }
-}
-
-/// The events.k8s.io/v1 Events the provider wrote in namespace `default`
-/// (reportingController `karpenter-scaleway`) with this reason.
-pub async fn provider_events(
-    stack: &Stack,
-    reason: &str,
-) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
-    let api: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(stack.client.clone(), APP_NAMESPACE);
-    Ok(api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.reporting_controller.as_deref() == Some("karpenter-scaleway")
-        })
-        .collect())
 }

@@ -468,6 +468,17 @@ pub fn is_ready(conditions: &[Condition]) -> bool {
         .any(|c| c.type_ == READY && c.status == "True")
 }
 
+/// Whether `Ready=True` was reached for this `generation` of the spec: a
+/// verdict on an older spec says nothing about the current one (Karpenter
+/// core reads such a condition as Unknown too).
+pub fn is_ready_at(conditions: &[Condition], generation: Option<i64>) -> bool {
+    conditions.iter().any(|c| {
+        c.type_ == READY
+            && c.status == "True"
+            && (generation.is_none() || c.observed_generation == generation)
+    })
+}
+
 #[cfg(test)]
 #[path = "conditions_tests.rs"]
 mod tests;

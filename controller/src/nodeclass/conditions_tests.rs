@@ -318,3 +318,14 @@ fn transition_time_moves_only_on_status_change() {
     assert_eq!(get(&broken, READY).last_transition_time, "T3");
     assert_eq!(get(&broken, SECRETS_RESOLVED).last_transition_time, "T1");
 }
+
+#[test]
+fn ready_counts_only_for_the_generation_it_judged() {
+    let c = compute(&spec(), Some(4), &all_good(), &[], "T1");
+    assert!(is_ready_at(&c, Some(4)));
+    assert!(!is_ready_at(&c, Some(5)), "a spec change not yet judged");
+    let mut obs = all_good();
+    obs.ssh_key = SshKeyCheck::NotFound;
+    let c = compute(&spec(), Some(4), &obs, &[], "T1");
+    assert!(!is_ready_at(&c, Some(4)));
+}

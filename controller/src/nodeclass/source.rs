@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Secret as KubeSecret;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
-use super::conditions::is_ready;
+use super::conditions::is_ready_at;
 use super::{ScalewayElasticMetalNodeClass, SecretKeyRef};
 use crate::install::Secret;
 use crate::provider::{NodeClassRecord, NodeClasses};
@@ -46,7 +46,10 @@ impl NodeClasses for KubeNodeClasses {
         Some(NodeClassRecord {
             name: name.to_string(),
             spec: nc.spec.clone(),
-            ready: nc.status.as_ref().is_some_and(|s| is_ready(&s.conditions)),
+            ready: nc
+                .status
+                .as_ref()
+                .is_some_and(|s| is_ready_at(&s.conditions, nc.metadata.generation)),
         })
     }
 
