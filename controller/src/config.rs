@@ -225,21 +225,27 @@ impl InstallArgs {
     }
 }
 
+/// `--zones`, or the default zone alone when none is given, without
+/// duplicates and in the order given (shared by `serve`, `catalog`, `servers`).
+pub fn served_zones(zones: &[String], default_zone: &str) -> Vec<String> {
+    let source: Vec<&str> = if zones.is_empty() {
+        vec![default_zone]
+    } else {
+        zones.iter().map(String::as_str).collect()
+    };
+    let mut out: Vec<String> = Vec::new();
+    for z in source {
+        if !out.iter().any(|o| o == z) {
+            out.push(z.to_string());
+        }
+    }
+    out
+}
+
 impl ServeArgs {
     /// `--zones`, or the default zone alone, without duplicates.
     pub fn zones(&self) -> Vec<String> {
-        let mut zones: Vec<String> = Vec::new();
-        let source = if self.zones.is_empty() {
-            std::slice::from_ref(&self.default_zone)
-        } else {
-            &self.zones[..]
-        };
-        for z in source {
-            if !zones.contains(z) {
-                zones.push(z.clone());
-            }
-        }
-        zones
+        crate::config::served_zones(&self.zones, &self.default_zone)
     }
 }
 

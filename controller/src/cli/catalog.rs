@@ -67,18 +67,7 @@ pub struct CatalogArgs {
 
 impl CatalogArgs {
     fn zones(&self) -> Vec<String> {
-        let mut zones: Vec<String> = Vec::new();
-        let source = if self.zones.is_empty() {
-            std::slice::from_ref(&self.default_zone)
-        } else {
-            &self.zones[..]
-        };
-        for z in source {
-            if !zones.contains(z) {
-                zones.push(z.clone());
-            }
-        }
-        zones
+        crate::config::served_zones(&self.zones, &self.default_zone)
     }
 
     fn billing(&self) -> Billing {
