@@ -495,7 +495,7 @@ fn transition(
         ) => {
             let reason = format!("SSH session lost during {:?}: {err}", state.step);
             if state.image_attempts >= plan.image_attempts {
-                return attempts_exhausted(plan, state, now, &reason);
+                return attempts_exhausted(plan, state, now, &reason, events);
             }
             events.push(retry_event(format!(
                 "imaging: {reason}; reconnecting to write the image again"
@@ -542,6 +542,7 @@ fn transition(
                             state,
                             now,
                             "no image write left in this rescue boot",
+                            events,
                         );
                     }
                     let next = State {

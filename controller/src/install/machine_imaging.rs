@@ -157,7 +157,7 @@ fn rewrite(
     events: &mut Vec<InstallEvent>,
 ) -> (State, Action) {
     if state.image_attempts >= plan.image_attempts {
-        return attempts_exhausted(plan, state, now, &reason);
+        return attempts_exhausted(plan, state, now, &reason, events);
     }
     events.push(retry_event(format!(
         "imaging: {reason}; writing the image again"
@@ -165,22 +165,45 @@ fn rewrite(
     start_write(plan, state, now, events)
 }
 
+/// No image write left in this rescue boot. A fresh rescue boot (within the
+/// return-to-rescue budget) gets a new set of writes: what failed may be the
+/// rescue system itself (a flaky session, a disk the rescue kernel mishandles)
+/// or a controller that restarted during the writes, which interrupts them.
+/// The same wrong checksum on every write is a wrong image or a wrong
+/// `image.sha256`: another boot cannot help, the install fails.
 pub(super) fn attempts_exhausted(
     plan: &Plan,
     state: &State,
     now: Instant,
     last: &str,
+    events: &mut Vec<InstallEvent>,
 ) -> (State, Action) {
     let n = state.image_attempts;
     if plan.image_sha256.is_some() && n > 0 && state.checksum_mismatches == n {
-        // The same wrong image every time: the mirror or the checksum is wrong.
         let reason = format!("{last} (on each of the {n} attempts)");
         return fail(state, now, reason, FailureClass::Image);
+    }
+    if state.rescue_returns < plan.rescue_returns {
+        let next = State {
+            rescue_returns: state.rescue_returns + 1,
+            image_attempts: 0,
+            checksum_mismatches: 0,
+            written: None,
+            ..go(state, Phase::Ready, Step::RebootRescue, now)
+        };
+        events.push(retry_event(format!(
+            "imaging: {n} image write(s) failed in this rescue boot (last: {last}); rebooting into rescue to write it again (return {}/{})",
+            next.rescue_returns, plan.rescue_returns
+        )));
+        return (next, Action::RebootRescue);
     }
     fail(
         state,
         now,
-        format!("the image write failed {n} time(s) in this rescue boot; last: {last}"),
+        format!(
+            "the image write failed {n} time(s) in this rescue boot, after {} return(s) to rescue; last: {last}",
+            state.rescue_returns
+        ),
         FailureClass::ImageAttempts,
     )
 }

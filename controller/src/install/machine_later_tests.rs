@@ -89,7 +89,11 @@ fn disk_and_nic_detection_failures_are_terminal() {
 fn a_failed_image_write_is_retried_within_the_budget() {
     let p = plan();
     let t0 = Instant::now();
-    let s = imaging(t0, Step::WriteImage, 1);
+    // The return to rescue is spent: an exhausted budget fails the install.
+    let s = State {
+        rescue_returns: 1,
+        ..imaging(t0, Step::WriteImage, 1)
+    };
     let (s, a) = next(
         &p,
         &s,
@@ -112,7 +116,7 @@ fn a_failed_image_write_is_retried_within_the_budget() {
     assert_eq!(s.phase, Phase::Failed);
     assert_eq!(
         reason(&a),
-        "the image write failed 2 time(s) in this rescue boot; last: image write exited with status 22: curl: (22) The requested URL returned error: 404"
+        "the image write failed 2 time(s) in this rescue boot, after 1 return(s) to rescue; last: image write exited with status 22: curl: (22) The requested URL returned error: 404"
     );
     assert_eq!(class(&a), FailureClass::ImageAttempts);
 }
@@ -122,7 +126,10 @@ fn a_lost_session_restarts_imaging_on_a_new_session_within_the_budget() {
     let p = plan();
     let t0 = Instant::now();
     let lost = || Observation::SessionLost(RescueError::SessionLost("connection reset".into()));
-    let s = imaging(t0, Step::WriteImage, 1);
+    let s = State {
+        rescue_returns: 1,
+        ..imaging(t0, Step::WriteImage, 1)
+    };
     let t = advance(&p, &s, lost(), t0 + Duration::from_secs(5));
     let s = t.state.clone();
     assert_eq!(
@@ -168,7 +175,7 @@ fn a_lost_session_restarts_imaging_on_a_new_session_within_the_budget() {
     assert_eq!(s.phase, Phase::Failed);
     assert_eq!(
         reason(&a),
-        "the image write failed 2 time(s) in this rescue boot; last: SSH session lost during WriteImage: SSH session lost: connection reset"
+        "the image write failed 2 time(s) in this rescue boot, after 1 return(s) to rescue; last: SSH session lost during WriteImage: SSH session lost: connection reset"
     );
     assert_eq!(class(&a), FailureClass::ImageAttempts);
 
@@ -184,14 +191,64 @@ fn no_write_starts_once_the_budget_is_spent() {
     // reconnect happens, but no further write.
     let (s, a) = next(
         &plan(),
-        &imaging(Instant::now(), Step::ListLinks, 2),
+        &State {
+            rescue_returns: 1,
+            ..imaging(Instant::now(), Step::ListLinks, 2)
+        },
         ok(IP_LINK),
         Instant::now(),
     );
     assert_eq!(s.phase, Phase::Failed);
     assert_eq!(
         reason(&a),
-        "the image write failed 2 time(s) in this rescue boot; last: no image write left in this rescue boot"
+        "the image write failed 2 time(s) in this rescue boot, after 1 return(s) to rescue; last: no image write left in this rescue boot"
+    );
+}
+
+#[test]
+fn spent_writes_take_a_fresh_rescue_boot_while_returns_are_left() {
+    // Writes interrupted by controller restarts, or a flaky rescue system,
+    // spend a rescue boot's writes: a new rescue boot gets a new set, once.
+    let p = plan();
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(7);
+    let t = advance(
+        &p,
+        &State {
+            checksum_mismatches: 1,
+            ..imaging(t0, Step::ListLinks, 2)
+        },
+        ok(IP_LINK),
+        later,
+    );
+    assert_eq!(
+        (t.state.phase, t.state.step, t.state.image_attempts),
+        (Phase::Ready, Step::RebootRescue, 0)
+    );
+    assert_eq!(
+        (
+            t.state.rescue_returns,
+            t.state.checksum_mismatches,
+            t.state.since
+        ),
+        (1, 0, later),
+        "a fresh rescue boot: the budget's return is spent, the ready clock starts"
+    );
+    assert_eq!(t.action, Action::RebootRescue);
+    assert_eq!(
+        events(&t),
+        [
+            (
+                "InstallRetry",
+                true,
+                "imaging: 2 image write(s) failed in this rescue boot (last: no image write left in this rescue boot); rebooting into rescue to write it again (return 1/1)"
+            ),
+            (
+                "InstallPhase",
+                false,
+                "ready: server srv-1 is delivered; rebooting into rescue mode with SSH key key-1"
+            )
+        ]
     );
 }
 

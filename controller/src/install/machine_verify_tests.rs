@@ -41,7 +41,11 @@ fn a_write_that_reads_back_identically_boots() {
 fn a_read_back_mismatch_writes_again_before_any_reboot() {
     let p = plan();
     let t0 = Instant::now();
-    let (s, _) = next(&p, &writing(1), written(IMAGE_SHA), t0);
+    let first = State {
+        rescue_returns: 1,
+        ..writing(1)
+    };
+    let (s, _) = next(&p, &first, written(IMAGE_SHA), t0);
     let (s, _) = next(&p, &s, ok(""), t0);
     let t = advance(&p, &s, read_back(OTHER_SHA), t0 + Duration::from_secs(30));
     assert_eq!(
@@ -77,7 +81,7 @@ fn a_read_back_mismatch_writes_again_before_any_reboot() {
     assert_eq!(s.phase, Phase::Failed);
     assert_eq!(class(&a), FailureClass::ImageAttempts);
     assert!(
-        reason(&a).starts_with("the image write failed 2 time(s) in this rescue boot; last: the 1306525696 bytes read back"),
+        reason(&a).starts_with("the image write failed 2 time(s) in this rescue boot, after 1 return(s) to rescue; last: the 1306525696 bytes read back"),
         "{}",
         reason(&a)
     );
@@ -135,10 +139,17 @@ fn the_stream_must_match_the_node_class_checksum() {
         "image https://img.example/v1.13.9/metal-amd64.raw.xz streamed sha256 60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752, but the NodeClass expects 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 (on each of the 2 attempts)"
     );
 
-    // A mismatch after another kind of failure is an exhausted budget.
+    // A mismatch after another kind of failure is an exhausted budget: a
+    // fresh rescue boot while one is left, then the install fails.
     let s = State {
         checksum_mismatches: 0,
         ..writing(2)
+    };
+    let (s2, a) = next(&p, &s, written(OTHER_SHA), t0);
+    assert_eq!((s2.phase, a), (Phase::Ready, Action::RebootRescue));
+    let s = State {
+        rescue_returns: 1,
+        ..s
     };
     let (_, a) = next(&p, &s, written(OTHER_SHA), t0);
     assert_eq!(class(&a), FailureClass::ImageAttempts);
