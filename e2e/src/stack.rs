@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -23,6 +23,7 @@ mod addresses;
 pub mod chart;
 mod cluster;
 mod replica;
+mod replicas;
 mod secrets;
 pub use addresses::AddressBlock;
 use cluster::{apply_secret, install_crds, wait_crds_established};
@@ -526,212 +527,6 @@ spec:
         self.procs.iter_mut().find(|p| p.name() == name)
     }
 
-    /// The Deployment's replicas, in order (the first one's processes are
-    /// named [`PROVIDER`] and [`BRIDGE`]).
-    pub fn replicas(&self) -> &[Replica] {
-        &self.replicas
-    }
-
-    fn replica(&self, i: usize) -> Result<&Replica> {
-        self.replicas
-            .get(i)
-            .with_context(|| format!("no replica {i} (the stack runs {})", self.replicas.len()))
-    }
-
-    /// Replaces process `name` with a fresh `cmd`: the old one is stopped
-    /// first if still running (it holds the socket and ports), the log is
-    /// appended to the same file and the place in the teardown order is kept.
-    fn respawn(&mut self, name: &str, mut cmd: Command) -> Result<()> {
-        let at = self.procs.iter().position(|p| p.name() == name);
-        if let Some(i) = at {
-            self.procs[i].stop(Duration::from_secs(5));
-        }
-        let fresh = Proc::spawn(name, &mut cmd, &self.logs)?;
-        match at {
-            Some(i) => self.procs[i] = fresh,
-            None => self.procs.push(fresh),
-        }
-        Ok(())
-    }
-
-    /// SIGKILLs the first replica's provider (its whole process group), as
-    /// a crash would: no shutdown code runs. The bridge keeps running and
-    /// reconnects to the socket once a provider serves it again.
-    pub fn kill_provider(&mut self) -> Result<()> {
-        let name = self.replica(0)?.provider_proc.clone();
-        let p = self
-            .proc_mut(&name)
-            .context("the provider is not running")?;
-        let pid = p.pid();
-        p.kill_hard();
-        tracing::info!(pid, "provider SIGKILLed");
-        Ok(())
-    }
-
-    /// Starts the first replica's provider again with exactly the
-    /// arguments, environment, socket and ports of the first start (log
-    /// appended to the same file), as the kubelet restarts a container.
-    pub fn start_provider(&mut self) -> Result<()> {
-        let r = self.replica(0)?;
-        let (name, cmd) = (r.provider_proc.clone(), provider_command(r, &self.opts));
-        self.respawn(&name, cmd)
-    }
-
-    /// SIGKILLs the first replica's bridge (Karpenter core) and starts it
-    /// again with the same environment: a restart of the Karpenter
-    /// container. The new process is a new leader election candidate: the
-    /// killed one never released the Lease, so it leads again only once
-    /// the Lease expired (about 15 s) and then re-announces leadership to
-    /// the provider.
-    pub fn restart_bridge(&mut self) -> Result<()> {
-        let r = self.replica(0)?;
-        let (name, cmd) = (r.bridge_proc.clone(), bridge_command(r, &self.opts));
-        self.proc_mut(&name)
-            .context("the bridge is not running")?
-            .kill_hard();
-        self.respawn(&name, cmd)
-    }
-
-    /// SIGKILL then restart: a controller crash and its Deployment restarting it.
-    pub fn crash_provider(&mut self) -> Result<()> {
-        self.kill_provider()?;
-        self.start_provider()
-    }
-
-    /// SIGKILLs both processes of replica `i` at once, as the loss of its
-    /// node would: nothing of the pod runs any more, the Lease is not
-    /// released.
-    pub fn kill_replica(&mut self, i: usize) -> Result<()> {
-        let r = self.replica(i)?.clone();
-        let names = [r.bridge_proc.as_str(), r.provider_proc.as_str()];
-        // Signal both before reaping either, so neither outlives the other.
-        for p in self.procs.iter().filter(|p| names.contains(&p.name())) {
-            p.signal(nix::sys::signal::Signal::SIGKILL);
-        }
-        for name in names {
-            self.proc_mut(name)
-                .with_context(|| format!("{name} is not running"))?
-                .kill_hard();
-        }
-        self.down.insert(i);
-        tracing::info!(replica = i, pod = %r.pod_name, "replica SIGKILLed");
-        Ok(())
-    }
-
-    /// Starts replica `i` again (the same pod: name, sockets, ports) and
-    /// waits for its containers' startup probes.
-    pub async fn start_replica(&mut self, i: usize) -> Result<()> {
-        let r = self.replica(i)?.clone();
-        self.respawn(&r.provider_proc, provider_command(&r, &self.opts))?;
-        self.respawn(&r.bridge_proc, bridge_command(&r, &self.opts))?;
-        self.down.remove(&i);
-        self.wait_replica_started(i).await
-    }
-
-    /// Waits until the startup probes of replica `i`'s containers pass (the
-    /// provider's first: the bridge waits for it), failing early with the
-    /// log tail if a process exits.
-    async fn wait_replica_started(&mut self, i: usize) -> Result<()> {
-        let r = self.replica(i)?.clone();
-        for (name, c) in [(&r.provider_proc, &r.provider), (&r.bridge_proc, &r.bridge)] {
-            let Some(probe) = c.startup_probe.clone() else {
-                continue;
-            };
-            let url = format!("http://127.0.0.1:{}{}", probe.port, probe.path);
-            let start = std::time::Instant::now();
-            loop {
-                let p = self
-                    .proc_mut(name)
-                    .with_context(|| format!("{name} was never started"))?;
-                if !p.is_running() {
-                    bail!(
-                        "{name} exited before its startup probe passed:\n{}",
-                        p.log_tail(40)
-                    );
-                }
-                if let Ok((status, _)) = http_get(&url).await
-                    && (200..400).contains(&status)
-                {
-                    tracing::info!(%name, elapsed_ms = start.elapsed().as_millis() as u64, "startup probe passed");
-                    break;
-                }
-                if start.elapsed() > probe.budget {
-                    bail!(
-                        "{name}: startup probe {url} still failing after {:?} (the kubelet would restart the container):\n{}",
-                        probe.budget,
-                        p.log_tail(40)
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        Ok(())
-    }
-
-    /// The `holderIdentity` of Karpenter's leader election Lease (None
-    /// while nobody holds it). On one host every candidate has the same
-    /// host name prefix, so the identity tells *that* the leader changed,
-    /// not which replica leads: see [`Stack::leaders`].
-    pub async fn lease_holder(&self) -> Result<Option<String>> {
-        use k8s_openapi::api::coordination::v1::Lease;
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.lease.0);
-        Ok(api
-            .get_opt(&self.lease.1)
-            .await?
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .filter(|h| !h.is_empty()))
-    }
-
-    /// The provider's `/metrics` of replica `i`.
-    pub async fn provider_metrics(&self, i: usize) -> Result<String> {
-        let url = self.replica(i)?.provider_metrics_url()?;
-        let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
-        ensure!(status == 200, "GET {url} answered {status}");
-        Ok(text)
-    }
-
-    /// Karpenter core's `/metrics` of replica `i`.
-    pub async fn bridge_metrics(&self, i: usize) -> Result<String> {
-        let url = self.replica(i)?.bridge_metrics_url()?;
-        let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
-        ensure!(status == 200, "GET {url} answered {status}");
-        Ok(text)
-    }
-
-    /// The running replicas whose provider reports that it leads
-    /// (`karpenter_scaleway_leader 1`, set when its bridge told it so). More
-    /// than one would be two replicas acting at once.
-    pub async fn leaders(&self) -> Result<Vec<usize>> {
-        let mut out = Vec::new();
-        for i in (0..self.replicas.len()).filter(|i| !self.down.contains(i)) {
-            let text = self.provider_metrics(i).await?;
-            let v = metric_value(&text, "karpenter_scaleway_leader")
-                .context("the provider's /metrics has no karpenter_scaleway_leader")?;
-            if v == 1.0 {
-                out.push(i);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Waits until the Lease is held and exactly one running replica's
-    /// provider leads; returns that replica. Fails at once if two lead.
-    pub async fn wait_leader(&self, timeout: Duration) -> Result<usize> {
-        wait::until(
-            "one replica holding the lease and leading its provider",
-            timeout,
-            Duration::from_millis(250),
-            || async {
-                let leaders = self.leaders().await?;
-                ensure!(leaders.len() <= 1, "replicas {leaders:?} all lead");
-                let held = self.lease_holder().await?.is_some();
-                Ok(leaders.first().copied().filter(|_| held))
-            },
-        )
-        .await
-    }
-
     /// Sends `signal` to a component's process group (e.g. SIGSTOP/SIGCONT on
     /// talos-sim to freeze the simulated machines for a moment).
     pub fn signal(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
@@ -779,55 +574,6 @@ spec:
                     .is_some_and(|t| t.iter().any(|v| v == &serde_json::json!(tag)))
             })
             .collect())
-    }
-
-    /// Fails if any secret of this run (Scaleway secret key, SSH private
-    /// key, Talos secrets, the ServiceAccount tokens of the replicas, every
-    /// bootstrap token seen) appears in a component's log (every log file
-    /// of the stack, killed processes' included), in any Event of the
-    /// cluster, or in the `/metrics` of a running provider or bridge.
-    pub async fn assert_no_secrets(&self) -> Result<()> {
-        let mut sources = secrets::log_files(&[
-            self.logs.as_path(),
-            self.opts.work_dir.join("controlplane").as_path(),
-        ]);
-        let logs = sources.len();
-        let events = secrets::events(&self.client).await?;
-        let event_count = events.len();
-        sources.extend(events);
-        for i in (0..self.replicas.len()).filter(|i| !self.down.contains(i)) {
-            for (what, text) in [
-                ("provider", self.provider_metrics(i).await?),
-                ("bridge", self.bridge_metrics(i).await?),
-            ] {
-                sources.push(secrets::Source {
-                    what: format!("/metrics of replica {i}'s {what}"),
-                    text,
-                });
-            }
-        }
-        let tokens = self.seen_bootstrap_tokens();
-        secrets::check(&sources, &self.secrets, &tokens)?;
-        tracing::info!(
-            fixed = self.secrets.len(),
-            bootstrap_tokens = tokens.len(),
-            logs,
-            events = event_count,
-            "no secret in any log, Event or /metrics"
-        );
-        Ok(())
-    }
-
-    /// [`Stack::assert_no_secrets`] for synchronous callers; needs the
-    /// multi-thread runtime every scenario runs on.
-    pub fn assert_no_secrets_in_logs(&self) -> Result<()> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let handle = Handle::try_current().context("the secret scan needs a tokio runtime")?;
-        ensure!(
-            handle.runtime_flavor() == RuntimeFlavor::MultiThread,
-            "assert_no_secrets_in_logs blocks: call it on a multi-thread runtime, or await assert_no_secrets"
-        );
-        tokio::task::block_in_place(|| handle.block_on(self.assert_no_secrets()))
     }
 
     pub async fn stop(mut self) {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use kube::Client;
 use kube::api::{Api, ListParams};
 
@@ -99,6 +99,57 @@ pub fn check(sources: &[Source], secrets: &[String], tokens: &[String]) -> Resul
         }
     }
     Ok(())
+}
+
+impl super::Stack {
+    /// Fails if any secret of this run (Scaleway secret key, SSH private
+    /// key, Talos secrets, the ServiceAccount tokens of the replicas, every
+    /// bootstrap token seen) appears in a component's log (every log file
+    /// of the stack, killed processes' included), in any Event of the
+    /// cluster, or in the `/metrics` of a running provider or bridge.
+    pub async fn assert_no_secrets(&self) -> Result<()> {
+        let mut sources = log_files(&[
+            self.logs.as_path(),
+            self.opts.work_dir.join("controlplane").as_path(),
+        ]);
+        let logs = sources.len();
+        let events = events(&self.client).await?;
+        let event_count = events.len();
+        sources.extend(events);
+        for i in (0..self.replicas.len()).filter(|i| !self.down.contains(i)) {
+            for (what, text) in [
+                ("provider", self.provider_metrics(i).await?),
+                ("bridge", self.bridge_metrics(i).await?),
+            ] {
+                sources.push(Source {
+                    what: format!("/metrics of replica {i}'s {what}"),
+                    text,
+                });
+            }
+        }
+        let tokens = self.seen_bootstrap_tokens();
+        check(&sources, &self.secrets, &tokens)?;
+        tracing::info!(
+            fixed = self.secrets.len(),
+            bootstrap_tokens = tokens.len(),
+            logs,
+            events = event_count,
+            "no secret in any log, Event or /metrics"
+        );
+        Ok(())
+    }
+
+    /// [`Stack::assert_no_secrets`] for synchronous callers; needs the
+    /// multi-thread runtime every scenario runs on.
+    pub fn assert_no_secrets_in_logs(&self) -> Result<()> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let handle = Handle::try_current().context("the secret scan needs a tokio runtime")?;
+        ensure!(
+            handle.runtime_flavor() == RuntimeFlavor::MultiThread,
+            "assert_no_secrets_in_logs blocks: call it on a multi-thread runtime, or await assert_no_secrets"
+        );
+        tokio::task::block_in_place(|| handle.block_on(self.assert_no_secrets()))
+    }
 }
 
 #[cfg(test)]
