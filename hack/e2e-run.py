@@ -6,7 +6,8 @@ deliveries and reboots, not on the CPU, and every stack takes its own loopback
 address block and work directory, so scenarios can run side by side. Cargo
 itself runs test binaries one after another; this runner builds them once
 (`cargo test --no-run`), then keeps `--jobs` of them running, longest first
-(durations of the previous run are kept in target/e2e-durations.json), and
+(durations of the previous run are kept in target/e2e-durations.json,
+seeded from e2e/durations.json on a fresh clone), and
 prints each binary's whole output when it ends so that logs never interleave.
 
 Usage: hack/e2e-run.py [--jobs N] [--only a,b] [-- args for every test binary]
@@ -26,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DURATIONS = ROOT / "target" / "e2e-durations.json"
+# Durations measured here, committed so that a fresh clone also starts the
+# longest scenarios first (the target/ copy, from the last run, wins).
+SEED_DURATIONS = ROOT / "e2e" / "durations.json"
 
 
 def test_binaries():
@@ -77,10 +81,12 @@ def main():
     if args.only:
         wanted = set(args.only.split(","))
         binaries = [b for b in binaries if b[0] in wanted]
-    try:
-        previous = json.loads(DURATIONS.read_text())
-    except (OSError, ValueError):
-        previous = {}
+    previous = {}
+    for source in (SEED_DURATIONS, DURATIONS):
+        try:
+            previous.update(json.loads(source.read_text()))
+        except (OSError, ValueError):
+            pass
     # Longest first: the last lane to finish then holds a short test.
     binaries.sort(key=lambda b: -previous.get(b[0], 1e9))
     print(f"e2e: {len(binaries)} test binaries, {args.jobs} at a time", flush=True)
