@@ -9,11 +9,17 @@ cache := root / ".cache"
 KPS_RUST_BIN_DIR := root / "target/debug"
 KPS_BRIDGE_BIN := cache / "bin/karpenter-bridge"
 KPS_KARPENTER_CRDS := cache / "karpenter-crds"
+# Incremental compilation only pays off for repeated edits of the same crate;
+# for these recipes it doubles the target directory (gigabytes on a cold build).
+CARGO_INCREMENTAL := env_var_or_default("CARGO_INCREMENTAL", "0")
 
 default:
     @just --list
 
-# Rust binaries: karpenter-scaleway, emsim, talos-sim, kps-demo
+# Rust binaries: karpenter-scaleway, emsim, talos-sim, kps-demo. The test
+# recipes build with `--tests` instead (dev-dependency features on, as
+# `cargo test --workspace` has them), so that Cargo compiles the dependency
+# graph once rather than once per feature set.
 build-rust:
     cargo build --bins
 
@@ -50,7 +56,7 @@ unit:
 # The simulators against independent clients: the Scaleway Go SDK (emsim),
 # Talos' Go client library and OpenSSH's ssh (talos-sim)
 conformance:
-    cargo build -p emsim -p talos-sim --bins
+    cargo build --workspace --exclude e2e --bins --tests
     for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go vet ./... && go test -count=1 -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0); done
 
 lint:
@@ -60,13 +66,15 @@ lint:
 
 # End-to-end: real control plane + real Karpenter core + simulators. The
 # scenarios run KPS_E2E_JOBS (default 2) at a time, each on its own stack
-# (hack/e2e-run.py); `cargo test -p e2e --test <name>` runs one.
-e2e: build
+# (hack/e2e-run.py, which also builds the Rust binaries, with the features of
+# `cargo test --workspace`); `cargo test -p e2e --test scenarios -- <name>::`
+# runs one.
+e2e: build-bridge karpenter-crds
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" python3 hack/e2e-run.py
 
 # Same scenarios against an existing cluster (e.g. `just kind-up` first)
 e2e-kind: build
-    KPS_KUBECONFIG="${KPS_KUBECONFIG:-$HOME/.kube/config}" cargo test -p e2e --test walking_skeleton -- --nocapture
+    KPS_KUBECONFIG="${KPS_KUBECONFIG:-$HOME/.kube/config}" cargo test -p e2e --test scenarios -- walking_skeleton:: --nocapture
 
 kind-up:
     kind create cluster --name kps-e2e --config kind-config.yaml
@@ -75,7 +83,8 @@ kind-up:
 # KPS_KUBECONFIG set, also a server-side dry-run of the charts and examples/.
 # Helm charts and examples/ checks
 chart-check:
-    hack/chart-check.sh
+    cargo build --workspace --exclude e2e --bins --tests
+    KPS_PROVIDER_BIN="$KPS_RUST_BIN_DIR/karpenter-scaleway" hack/chart-check.sh
 
 # Needs Docker with BuildKit; images are named REGISTRY/<name>:TAG.
 # Container images: karpenter-scaleway, karpenter-bridge, emsim, talos-sim

@@ -34,9 +34,22 @@ complete() {
 	done
 }
 
+# Each use marks its build as used; a build of another key unused for
+# KPS_KUBE_KEEP_DAYS (default 14) days is removed when a new one is made.
+used() { touch "$1" 2>/dev/null || true; }
+prune() {
+	local keep_days="${KPS_KUBE_KEEP_DAYS:-14}" old
+	while IFS= read -r -d '' old; do
+		[[ "$old" == "$final" ]] && continue
+		log "removing $old (unused for more than $keep_days days)"
+		rm -rf "$old"
+	done < <(find "$cache_root" -mindepth 1 -maxdepth 1 -type d -name 'kube-*' -mtime +"$keep_days" -print0)
+}
+
 key="$(cache_key)"
 final="$cache_root/kube-$key"
 if complete "$final/bin"; then
+	used "$final"
 	echo "$final/bin"
 	exit 0
 fi
@@ -69,19 +82,24 @@ done
 
 tmp="$(mktemp -d "$cache_root/.kube-$key.XXXXXX")"
 chmod 755 "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+# A build cache of its own, deleted afterwards: the binaries are what is kept,
+# and Kubernetes' compiled packages would otherwise stay in Go's shared cache
+# (gigabytes that nothing else reuses).
+gocache="$(mktemp -d "$cache_root/.gocache-$key.XXXXXX")"
+trap 'rm -rf "$tmp"; chmod -R u+w "$gocache" 2>/dev/null; rm -rf "$gocache"' EXIT
 
 log "building Kubernetes $k8s_version into $final (a cold build takes several minutes)"
 start=$SECONDS
 # Upstream builds these components static; -mod=readonly fails instead of
 # silently editing go.mod when it is out of date.
-CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+CGO_ENABLED=0 GOCACHE="$gocache" GOFLAGS="-mod=readonly -buildvcs=false" \
 	go build -trimpath -ldflags="$ldflags" -o "$tmp/bin/" ./cmd/...
 complete "$tmp/bin" || {
 	log "go build finished but not every binary was produced"
 	exit 1
 }
 log "built in $((SECONDS - start))s"
+prune
 
 # rename(2) is atomic: readers see either no directory or a complete one.
 if ! mv -T "$tmp" "$final" 2>/dev/null; then
