@@ -170,11 +170,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stopped(stop_rx.clone()),
     ));
 
+    let leadership = Leadership::default();
+    // Writing NodeClass status, sweeping tokens and orphans, resuming installs:
+    // only the replica holding Karpenter's leader lease acts on the cluster.
+    let is_leader: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let leadership = leadership.clone();
+        Arc::new(move || leadership.is_leader())
+    };
     let nodeclasses = NodeClassController::new(
         client.clone(),
         api.clone(),
         args.scaleway.project_id.clone(),
         catalog.clone(),
+        is_leader.clone(),
     );
     let store = nodeclasses.store();
     let reconciler = tokio::spawn(nodeclasses.run(stopped(stop_rx.clone())));
@@ -229,13 +237,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // List proves absence against the NodeClaims (never a partial list).
         .with_node_claims(Arc::new(node_claims.clone())),
     );
-    let leadership = Leadership::default();
-    // Sweeping tokens and orphans and resuming installs act on the cluster: only the
-    // replica holding Karpenter's leader lease does it.
-    let is_leader: Arc<dyn Fn() -> bool + Send + Sync> = {
-        let leadership = leadership.clone();
-        Arc::new(move || leadership.is_leader())
-    };
     let orphan_sweeper = tokio::spawn(run_orphan_sweeper(
         Sweeper {
             api,

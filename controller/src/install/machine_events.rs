@@ -32,6 +32,10 @@ pub fn phase_message(plan: &Plan, state: &State) -> Option<String> {
             "delivering: server {} ({}) is being delivered in {}",
             plan.server_id, plan.offer_name, plan.zone
         ),
+        Phase::Ready if state.rescue_returns > 0 => format!(
+            "ready: rebooting server {} into rescue mode again (return {}/{}) with SSH key {}",
+            plan.server_id, state.rescue_returns, plan.rescue_returns, plan.rescue_ssh_key_id
+        ),
         Phase::Ready => format!(
             "ready: server {} is delivered; rebooting into rescue mode with SSH key {}",
             plan.server_id, plan.rescue_ssh_key_id

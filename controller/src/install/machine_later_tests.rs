@@ -246,7 +246,7 @@ fn spent_writes_take_a_fresh_rescue_boot_while_returns_are_left() {
             (
                 "InstallPhase",
                 false,
-                "ready: server srv-1 is delivered; rebooting into rescue mode with SSH key key-1"
+                "ready: rebooting server srv-1 into rescue mode again (return 1/1) with SSH key key-1"
             )
         ]
     );

@@ -51,7 +51,7 @@ fn maintenance_never_up_goes_back_to_rescue_once_with_a_fresh_trust_and_budget()
             (
                 "InstallPhase",
                 false,
-                "ready: server srv-1 is delivered; rebooting into rescue mode with SSH key key-1"
+                "ready: rebooting server srv-1 into rescue mode again (return 1/1) with SSH key key-1"
             ),
         ]
     );

@@ -551,3 +551,21 @@ mod recovery;
 
 #[path = "machine_cadence_tests.rs"]
 mod cadence;
+
+#[test]
+fn the_ready_message_tells_a_first_rescue_boot_from_a_return() {
+    let p = plan();
+    let mut s = State::start(Instant::now());
+    s.phase = Phase::Ready;
+    assert_eq!(
+        phase_message(&p, &s).as_deref(),
+        Some("ready: server srv-1 is delivered; rebooting into rescue mode with SSH key key-1")
+    );
+    s.rescue_returns = 1;
+    assert_eq!(
+        phase_message(&p, &s).as_deref(),
+        Some(
+            "ready: rebooting server srv-1 into rescue mode again (return 1/1) with SSH key key-1"
+        )
+    );
+}

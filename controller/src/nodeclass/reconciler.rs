@@ -2,6 +2,12 @@
 //! conditions (a pure function, `conditions`), patch the status only when it
 //! changed. Karpenter core never writes NodeClass status and ignores NodePools
 //! whose NodeClass is not `Ready`, so this loop gates all provisioning.
+//!
+//! Only the replica that leads writes the status: a standby keeps its cache
+//! and tells its catalog about the classes, but checks nothing (no Secret
+//! read, no IAM call, no image download) and looks again every
+//! [`REQUEUE_STANDBY`], so that a new leader takes over within seconds while
+//! the status the old one wrote stays in force.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -33,6 +39,11 @@ type NodeClass = ScalewayElasticMetalNodeClass;
 const REQUEUE_READY: Duration = Duration::from_secs(60);
 /// Requeue of a NodeClass that is not Ready yet: it usually is being set up.
 const REQUEUE_NOT_READY: Duration = Duration::from_secs(10);
+/// Requeue on a replica that does not lead.
+const REQUEUE_STANDBY: Duration = Duration::from_secs(5);
+
+/// Whether this replica holds Karpenter's leader lease (from the bridge).
+pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -58,6 +69,7 @@ struct Context {
     /// For the image checks (no Scaleway credentials on it).
     http: reqwest::Client,
     verifications: Verifications,
+    is_leader: IsLeader,
 }
 
 pub struct NodeClassController {
@@ -71,6 +83,7 @@ impl NodeClassController {
         api: Arc<dyn ElasticMetal>,
         project_id: String,
         catalog: Arc<CatalogStore>,
+        is_leader: IsLeader,
     ) -> Self {
         let controller = Controller::new(
             Api::<NodeClass>::all(client.clone()),
@@ -95,6 +108,7 @@ impl NodeClassController {
             store: controller.store(),
             http,
             verifications: Verifications::default(),
+            is_leader,
         });
         NodeClassController { controller, ctx }
     }
@@ -280,6 +294,9 @@ fn publish_node_classes(ctx: &Context) {
 
 async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     publish_node_classes(&ctx);
+    if !(ctx.is_leader)() {
+        return Ok(Action::requeue(REQUEUE_STANDBY));
+    }
     let name = nc.name_any();
     let spec = &nc.spec;
     let previous = nc
@@ -370,7 +387,92 @@ fn error_policy(nc: Arc<NodeClass>, error: &ReconcileError, _ctx: Arc<Context>) 
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
     use super::*;
+    use crate::scaleway::fake::{FakeElasticMetal, Op};
+
+    const STATUS_PATH: &str =
+        "/apis/karpenter.scaleway.com/v1alpha1/scalewayelasticmetalnodeclasses/standby/status";
+
+    fn context(
+        kube_uri: &str,
+        api: Arc<FakeElasticMetal>,
+        leader: Arc<AtomicBool>,
+    ) -> Arc<Context> {
+        let config = kube::Config::new(kube_uri.parse().expect("mock server URI"));
+        let (store, _writer) = kube::runtime::reflector::store::<NodeClass>();
+        Arc::new(Context {
+            client: Client::try_from(config).expect("kube client"),
+            api,
+            project_id: "project".into(),
+            catalog: CatalogStore::new(Duration::from_secs(60)),
+            store,
+            http: reqwest::Client::new(),
+            verifications: Verifications::default(),
+            is_leader: Arc::new(move || leader.load(Ordering::SeqCst)),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_standby_replica_checks_nothing_and_writes_no_status() {
+        let kube = MockServer::start().await;
+        let spec: NodeClassSpec = serde_json::from_value(json!({
+            "image": {"urlTemplate": format!("{}/{{arch}}.raw.xz", kube.uri()), "version": "v1.13.9"},
+            "rescueSshKey": {"iamKeyId": "k", "privateKeySecretRef": {"name": "rescue", "namespace": "karpenter", "key": "id"}},
+            "machineConfigSecretRef": {"name": "talos", "namespace": "karpenter", "key": "worker.yaml"}
+        }))
+        .unwrap();
+        let nc = Arc::new(NodeClass::new("standby", spec));
+        Mock::given(method("PATCH"))
+            .and(path(STATUS_PATH))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_json(serde_json::to_value(&*nc).unwrap()),
+            )
+            .mount(&kube)
+            .await;
+        let api = Arc::new(FakeElasticMetal::new());
+        let leader = Arc::new(AtomicBool::new(false));
+        let ctx = context(&kube.uri(), api.clone(), leader.clone());
+
+        let action = reconcile(nc.clone(), ctx.clone())
+            .await
+            .expect("a standby has nothing to fail");
+        assert_eq!(action, Action::requeue(REQUEUE_STANDBY));
+        let requests = kube.received_requests().await.expect("recording is on");
+        assert!(
+            requests.is_empty(),
+            "a standby called the API server: {requests:?}"
+        );
+        assert!(
+            api.calls().is_empty(),
+            "a standby called Scaleway: {:?}",
+            api.calls()
+        );
+
+        // The same replica once it leads: Secrets read, IAM asked, status written.
+        leader.store(true, Ordering::SeqCst);
+        let action = reconcile(nc, ctx).await.expect("status patched");
+        assert_eq!(action, Action::requeue(REQUEUE_NOT_READY));
+        let seen: Vec<String> = kube
+            .received_requests()
+            .await
+            .expect("recording is on")
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.url.path()))
+            .collect();
+        for expected in [
+            "GET /api/v1/namespaces/karpenter/secrets/rescue".to_string(),
+            "GET /api/v1/namespaces/karpenter/secrets/talos".to_string(),
+            format!("PATCH {STATUS_PATH}"),
+        ] {
+            assert!(seen.contains(&expected), "{expected} missing from {seen:?}");
+        }
+        assert_eq!(api.count(Op::ListSshKeys), 1);
+    }
 
     #[test]
     fn the_catalog_learns_zones_and_billing() {
