@@ -11,6 +11,12 @@ target/e2e-durations.json, seeded from e2e/durations.json on a fresh clone),
 and prints each module's whole output when it ends so that logs never
 interleave. The e2e crate's own unit tests run as one more job, `e2e`.
 
+A test binary that dies without running its destructors (SIGKILL, the OOM
+killer, this runner being stopped) would leave its control plane and
+simulators running. The runner is therefore a child subreaper: such orphans
+become its children, each carries its job's name in KPS_E2E_JOB, and the runner
+kills them when their job ends (saying how many) and when it is itself stopped.
+
 The build is `cargo build --workspace --bins --tests`, the same feature set as
 `cargo test --workspace`: a narrower one (`-p e2e`, or bins without tests)
 resolves dependency features differently and recompiles half the workspace.
@@ -21,9 +27,12 @@ Exit status: 0 when every scenario passed, 1 otherwise. The output keeps the
 """
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import subprocess
+import threading
 import sys
 import tempfile
 import time
@@ -89,18 +98,112 @@ def jobs():
     return out
 
 
+PR_SET_CHILD_SUBREAPER = 36
+JOB_ENV = "KPS_E2E_JOB"
+# The test binaries running now, by pid (their own exits are reaped by subprocess).
+active = {}
+active_lock = threading.Lock()
+
+
+def become_subreaper():
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def own_children():
+    """(pid, state, job) of every direct child of this runner."""
+    me, out = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) != me:
+                continue
+            job = None
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for var in f.read().split(b"\0"):
+                    if var.startswith(JOB_ENV.encode() + b"="):
+                        job = var.split(b"=", 1)[1].decode()
+            out.append((pid, fields[0], job))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def kill_strays(job=None):
+    """Kills (and reaps) the orphans of `job` (of every job when None) that were
+    re-parented to this runner; returns their command names."""
+    killed = []
+    for _ in range(20):  # a killed orphan's own children are re-parented in turn
+        with active_lock:
+            running = set(active)
+        strays = [(pid, state, j) for pid, state, j in own_children() if pid not in running]
+        found = False
+        for pid, state, j in strays:
+            if state == "Z":
+                os.waitpid(pid, os.WNOHANG)
+                continue
+            if job is not None and j != job:
+                continue
+            found = True
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    killed.append(f.read().strip())
+                os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        if not found:
+            break
+        time.sleep(0.1)
+    return killed
+
+
 def run_one(name, exe, filters, extra):
     with tempfile.TemporaryFile(mode="w+") as log:
         start = time.monotonic()
-        rc = subprocess.call(
+        proc = subprocess.Popen(
             [exe, "--test-threads=1", "--nocapture", *filters, *extra],
             cwd=ROOT / "e2e",
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, JOB_ENV: name},
         )
+        with active_lock:
+            active[proc.pid] = name
+        rc = proc.wait()
+        with active_lock:
+            del active[proc.pid]
         took = time.monotonic() - start
+        strays = kill_strays(name)
         log.seek(0)
-        return name, rc, took, log.read()
+        output = log.read()
+        if strays:
+            output += f"\ne2e-run: {name} left {len(strays)} process(es) running; killed: {', '.join(sorted(strays))}\n"
+        return name, rc, took, output
+
+
+def on_stop(signum, _frame):
+    """Stopped (CI timeout, Ctrl-C): end the test binaries, then their orphans."""
+    with active_lock:
+        pids = list(active)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.5)
+    killed = kill_strays()
+    print(f"\ne2e: stopped by signal {signum}; killed {len(pids)} test binaries and {len(killed)} processes they started", flush=True)
+    os._exit(128 + signum)
 
 
 def main():
@@ -111,6 +214,10 @@ def main():
     args = parser.parse_args()
 
     binaries = jobs()
+    if not become_subreaper():
+        print("e2e: cannot become a child subreaper; a killed test binary may leave processes behind", flush=True)
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
     if args.only:
         wanted = set(args.only.split(","))
         binaries = [b for b in binaries if b[0] in wanted]
