@@ -12,8 +12,28 @@ pub const CRD_PATH: &str =
     "charts/karpenter-crd/templates/karpenter.scaleway.com_scalewayelasticmetalnodeclasses.yaml";
 
 pub fn crd() -> CustomResourceDefinition {
-    ScalewayElasticMetalNodeClass::crd()
+    let mut crd = ScalewayElasticMetalNodeClass::crd();
+    // The derive documents the kind but not its two top-level fields.
+    for version in &mut crd.spec.versions {
+        let mut properties = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut());
+        for (field, description) in [("spec", SPEC_DESCRIPTION), ("status", STATUS_DESCRIPTION)] {
+            if let Some(schema) = properties.as_mut().and_then(|p| p.get_mut(field)) {
+                schema.description = Some(description.to_string());
+            }
+        }
+    }
+    crd
 }
+
+const SPEC_DESCRIPTION: &str = "What nodes of this class are: the zones and billing of their \
+servers, the Talos image written to their disk, the machine config they get, and the SSH key \
+used while they are in rescue mode.";
+const STATUS_DESCRIPTION: &str = "Written by the provider: the result of each check of this \
+NodeClass as a condition. No server is ordered for it until Ready is True.";
 
 /// The CRD as YAML, exactly as committed (what `karpenter-scaleway crd` prints).
 pub fn crd_yaml() -> String {
