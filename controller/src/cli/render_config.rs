@@ -8,6 +8,10 @@
 //! a placeholder: the server id (unless the NodeClaim was launched), the MAC
 //! address of the primary NIC and the node's bootstrap token, which Create
 //! mints per node. Secrets are printed as `<redacted>` unless asked for.
+//!
+//! With `--nodeclass-file`, `--base-config-file` and `--nodeclaim-file` it
+//! reads no cluster at all: CI renders configs this way and validates them
+//! with Talos' machinery (talos-sim/conformance).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,11 +44,20 @@ pub const REDACTED: &str = "<redacted>";
 
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("claim").required(true).args(["nodeclaim", "nodeclaim_file"])))]
+#[command(group(ArgGroup::new("class").required(true).args(["nodeclass", "nodeclass_file"])))]
 pub struct RenderConfigArgs {
     /// The ScalewayElasticMetalNodeClass whose image, disk selector, base
     /// machine config and patches apply.
     #[arg(long)]
-    pub nodeclass: String,
+    pub nodeclass: Option<String>,
+    /// A NodeClass manifest in a YAML or JSON file, instead of one in the
+    /// cluster.
+    #[arg(long, value_name = "FILE")]
+    pub nodeclass_file: Option<PathBuf>,
+    /// The base machine config (a `talosctl gen config` worker file) instead
+    /// of the NodeClass's machine-config Secret.
+    #[arg(long, value_name = "FILE")]
+    pub base_config_file: Option<PathBuf>,
     /// A NodeClaim in the cluster.
     #[arg(long)]
     pub nodeclaim: Option<String>,
@@ -411,20 +424,51 @@ pub fn redact(config: &str) -> Result<String, RenderConfigError> {
     Ok(out)
 }
 
+/// Reads a YAML or JSON file into `T`.
+fn read_file<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+    what: &str,
+) -> anyhow::Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_yaml_ng::from_str(&text)
+        .with_context(|| format!("{} is not a YAML or JSON {what}", path.display()))
+}
+
+/// The cluster client, connected on first use: inputs that all come from
+/// files need none.
+struct LazyClient(Option<kube::Client>);
+
+impl LazyClient {
+    async fn get(&mut self) -> anyhow::Result<kube::Client> {
+        if let Some(client) = &self.0 {
+            return Ok(client.clone());
+        }
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API (KUBECONFIG)")?;
+        self.0 = Some(client.clone());
+        Ok(client)
+    }
+}
+
 /// Reads the inputs from the cluster (kubeconfig or in-cluster account) and
 /// the file system, then prints the rendered config on stdout.
 pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the Kubernetes API (KUBECONFIG)")?;
-    let class = kube::Api::<ScalewayElasticMetalNodeClass>::all(client.clone())
-        .get(&args.nodeclass)
-        .await
-        .with_context(|| format!("reading NodeClass {}", args.nodeclass))?;
+    let mut client = LazyClient(None);
+    let class: ScalewayElasticMetalNodeClass = match (&args.nodeclass, &args.nodeclass_file) {
+        (_, Some(path)) => read_file(path, "ScalewayElasticMetalNodeClass")?,
+        (Some(name), None) => kube::Api::<ScalewayElasticMetalNodeClass>::all(client.get().await?)
+            .get(name)
+            .await
+            .with_context(|| format!("reading NodeClass {name}"))?,
+        (None, None) => anyhow::bail!("pass --nodeclass or --nodeclass-file"),
+    };
+    let class_name = class.metadata.name.clone().unwrap_or_default();
     let claim: Value = match (&args.nodeclaim, &args.nodeclaim_file) {
         (Some(name), _) => {
             let api = kube::Api::<kube::api::DynamicObject>::all_with(
-                client.clone(),
+                client.get().await?,
                 &crate::k8s_nodes::node_claim_resource(),
             );
             let object = api
@@ -433,34 +477,33 @@ pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("reading NodeClaim {name}"))?;
             serde_json::to_value(object)?
         }
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            serde_yaml_ng::from_str(&text)
-                .with_context(|| format!("{} is not a YAML or JSON NodeClaim", path.display()))?
-        }
+        (None, Some(path)) => read_file(path, "NodeClaim")?,
         (None, None) => anyhow::bail!("pass --nodeclaim or --nodeclaim-file"),
     };
     if let Some(r) = claim
         .pointer("/spec/nodeClassRef/name")
         .and_then(Value::as_str)
-        .filter(|r| *r != args.nodeclass)
+        .filter(|r| *r != class_name)
     {
         eprintln!(
-            "note: the NodeClaim references NodeClass {r}; rendering with {} as asked",
-            args.nodeclass
+            "note: the NodeClaim references NodeClass {r}; rendering with {class_name} as asked"
         );
     }
-    let r = &class.spec.machine_config_secret_ref;
-    let base = read_secret_key(&client, r)
-        .await
-        .with_context(|| format!("reading Secret {}/{}", r.namespace, r.name))?
-        .with_context(|| {
-            format!(
-                "Secret {}/{} has no key {:?} (the base machine config)",
-                r.namespace, r.name, r.key
-            )
-        })?;
+    let base = match &args.base_config_file {
+        Some(path) => std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+        None => {
+            let r = &class.spec.machine_config_secret_ref;
+            read_secret_key(&client.get().await?, r)
+                .await
+                .with_context(|| format!("reading Secret {}/{}", r.namespace, r.name))?
+                .with_context(|| {
+                    format!(
+                        "Secret {}/{} has no key {:?} (the base machine config)",
+                        r.namespace, r.name, r.key
+                    )
+                })?
+        }
+    };
     let base = String::from_utf8(base).context("the base machine config is not UTF-8")?;
     let out = render(&RenderRequest {
         claim: &claim,

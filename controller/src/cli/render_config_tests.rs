@@ -356,3 +356,70 @@ fn flag_parsers_reject_bad_values() {
     assert!(parse_mac("a0:36:9f:00:00").is_err());
     assert!(parse_mac("zz:36:9f:00:00:02").is_err());
 }
+
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    args: RenderConfigArgs,
+}
+
+fn parse_args(args: &[&str]) -> Result<RenderConfigArgs, clap::Error> {
+    use clap::Parser as _;
+    Cli::try_parse_from(std::iter::once("render-config").chain(args.iter().copied()))
+        .map(|c| c.args)
+}
+
+#[test]
+fn the_nodeclass_comes_from_the_cluster_or_a_file() {
+    let files = parse_args(&[
+        "--nodeclass-file",
+        "nc.yaml",
+        "--base-config-file",
+        "worker.yaml",
+        "--nodeclaim-file",
+        "claim.yaml",
+    ])
+    .expect("files only");
+    assert_eq!(files.nodeclass, None);
+    assert_eq!(files.nodeclass_file, Some(PathBuf::from("nc.yaml")));
+    assert_eq!(files.base_config_file, Some(PathBuf::from("worker.yaml")));
+
+    assert!(parse_args(&["--nodeclass", "default", "--nodeclaim", "x"]).is_ok());
+    // One source of NodeClass, exactly.
+    assert!(parse_args(&["--nodeclaim", "x"]).is_err());
+    assert!(
+        parse_args(&[
+            "--nodeclass",
+            "default",
+            "--nodeclass-file",
+            "nc.yaml",
+            "--nodeclaim",
+            "x"
+        ])
+        .is_err()
+    );
+}
+
+#[test]
+fn a_nodeclass_manifest_file_is_read() {
+    let dir = std::env::temp_dir().join(format!("render-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nodeclass.yaml");
+    let manifest = serde_json::json!({
+        "apiVersion": "karpenter.scaleway.com/v1alpha1",
+        "kind": "ScalewayElasticMetalNodeClass",
+        "metadata": {"name": "default"},
+        "spec": serde_json::to_value(class()).unwrap(),
+    });
+    std::fs::write(&path, serde_yaml_ng::to_string(&manifest).unwrap()).unwrap();
+    let read: ScalewayElasticMetalNodeClass = read_file(&path, "NodeClass").unwrap();
+    assert_eq!(read.metadata.name.as_deref(), Some("default"));
+    assert_eq!(read.spec.image.version, "v1.13.9");
+    std::fs::write(&path, "spec: [").unwrap();
+    let err = read_file::<ScalewayElasticMetalNodeClass>(&path, "NodeClass").unwrap_err();
+    assert!(
+        err.to_string().contains("is not a YAML or JSON NodeClass"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
