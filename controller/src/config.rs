@@ -153,6 +153,11 @@ pub struct ServeArgs {
     /// Orphan sweeper: deleting servers of this cluster that no NodeClaim claims.
     #[command(flatten)]
     pub sweeper: SweeperArgs,
+    /// Fault injection for tests: abort the process when an install reaches
+    /// this point (see `crashpoint.rs`). Never set in production.
+    #[arg(long = "test-crash-at", env = "KPS_TEST_CRASH_AT", hide = true,
+        value_parser = crate::crashpoint::CrashPoint::parse)]
+    pub test_crash_at: Option<crate::crashpoint::CrashPoint>,
 }
 
 /// The orphan sweeper (`gc`); it runs only on the leader.

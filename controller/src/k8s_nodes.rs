@@ -238,9 +238,11 @@ impl NodePort for KubeNodes {
         }
     }
 
-    async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
-        // The Node is named after its NodeClaim (provider/create.rs).
-        self.remove_uninitialized_taint(claim).await?;
+    async fn initialize_node(&self, node_name: &str) -> Result<(), NodePortError> {
+        self.remove_uninitialized_taint(node_name).await
+    }
+
+    async fn release_token(&self, claim: &str) -> Result<(), NodePortError> {
         self.tokens.delete(claim).await.map_err(|e| match e {
             KubeError::Unavailable(m) => NodePortError::Unavailable(m),
             KubeError::Refused(m) | KubeError::Conflict(m) => NodePortError::Refused(m),
@@ -491,7 +493,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn joined_deletes_the_bootstrap_token() {
+    async fn initialize_leaves_a_node_without_the_taint_alone_and_release_deletes_the_token() {
         let server = MockServer::start().await;
         let tokens = Arc::new(FakeTokens::default());
         tokens
@@ -515,7 +517,13 @@ mod tests {
             .mount(&server)
             .await;
         let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
-        assert_eq!(nodes.joined("np-abc12").await, Ok(()));
+        assert_eq!(nodes.initialize_node("np-abc12").await, Ok(()));
+        assert_eq!(
+            tokens.tokens.lock().unwrap().len(),
+            1,
+            "initializing the Node does not touch the token"
+        );
+        assert_eq!(nodes.release_token("np-abc12").await, Ok(()));
         assert!(tokens.tokens.lock().unwrap().is_empty());
         assert_eq!(
             *tokens.deleted.lock().unwrap(),
@@ -524,7 +532,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn joined_removes_only_the_uninitialized_taint_guarded_by_resource_version() {
+    async fn initialize_removes_only_the_uninitialized_taint_guarded_by_resource_version() {
         let server = MockServer::start().await;
         Mock::given(method("GET"))
             .and(path("/api/v1/nodes/np-abc12"))
@@ -552,15 +560,12 @@ mod tests {
             .await;
         let tokens = Arc::new(FakeTokens::default());
         let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
-        assert_eq!(nodes.joined("np-abc12").await, Ok(()));
-        assert_eq!(
-            *tokens.deleted.lock().unwrap(),
-            vec!["np-abc12".to_string()]
-        );
+        assert_eq!(nodes.initialize_node("np-abc12").await, Ok(()));
+        assert!(tokens.deleted.lock().unwrap().is_empty());
     }
 
     #[tokio::test]
-    async fn joined_retries_when_the_node_changed_underneath() {
+    async fn initialize_is_retryable_when_the_node_changed_underneath() {
         let server = MockServer::start().await;
         Mock::given(method("GET"))
             .and(path("/api/v1/nodes/np-abc12"))
@@ -584,10 +589,8 @@ mod tests {
         let tokens = Arc::new(FakeTokens::default());
         let nodes = KubeNodes::new(client_for(&server).await, tokens.clone());
         assert!(matches!(
-            nodes.joined("np-abc12").await,
+            nodes.initialize_node("np-abc12").await,
             Err(NodePortError::Unavailable(_))
         ));
-        // The token stays until the taint is gone: the retry deletes both.
-        assert!(tokens.deleted.lock().unwrap().is_empty());
     }
 }

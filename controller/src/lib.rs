@@ -20,6 +20,7 @@ pub mod bootstrap_token;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod crashpoint;
 pub mod drift_stamp;
 pub mod gc;
 pub mod grpc;

@@ -138,6 +138,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         socket = %args.socket.display(),
         "starting karpenter-scaleway"
     );
+    if let Some(point) = args.test_crash_at {
+        karpenter_scaleway::crashpoint::arm(point);
+    }
     let api: Arc<dyn ElasticMetal> = Arc::new(
         ScalewayClient::new(ClientConfig {
             api_url: args.scaleway.api_url.clone(),

@@ -331,6 +331,54 @@ pub async fn bootstrap_token_secrets(stack: &Stack) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The invariant every scenario ends with: no NodeClaim whose install
+/// finished (phase `joined`) has a Node still carrying the `uninitialized`
+/// taint (ours to remove) or Karpenter's `unregistered` one. Such a node is
+/// billed and never takes a pod, and nothing in core would ever fix it.
+///
+/// Both taints are removed by controllers that act on watch events (the
+/// engine before it persists `joined`; Karpenter's registration right after
+/// the Node appears), so a claim is given a few seconds to converge; a
+/// stranded one never does.
+pub async fn no_stranded_nodes(stack: &Stack) -> Result<()> {
+    const TAINTS: [&str; 2] = [
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "karpenter.sh/unregistered",
+    ];
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let stranded = || async {
+        let mut out = Vec::new();
+        for claim in nodeclaim_objects(stack).await? {
+            if claim.metadata.deletion_timestamp.is_some()
+                || kubeutil::install_phase(&claim).as_deref() != Some("joined")
+            {
+                continue;
+            }
+            let name = claim.name_any();
+            if let Some(node) = nodes.get_opt(&name).await? {
+                for taint in TAINTS.iter().filter(|t| node_has_taint(&node, t)) {
+                    out.push(format!("{name}: {taint}"));
+                }
+            }
+        }
+        anyhow::Ok(out)
+    };
+    let result = wait::until(
+        "no joined NodeClaim whose Node keeps the uninitialized or unregistered taint",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async { Ok(stranded().await?.is_empty().then_some(())) },
+    )
+    .await;
+    match result {
+        Ok(()) => Ok(()),
+        Err(_) => anyhow::bail!(
+            "stranded nodes (joined, still tainted): {:?}",
+            stranded().await?
+        ),
+    }
+}
+
 /// Runs a scenario on a fresh stack, printing every component's log tail
 /// when it fails, and always stopping the stack.
 pub async fn with_stack<F>(opts: crate::stack::StackOptions, scenario: F) -> Result<()>
@@ -345,7 +393,10 @@ where
         work_dir = %stack.opts.work_dir.display(),
         "stack up"
     );
-    let result = scenario(&mut stack).await;
+    let mut result = scenario(&mut stack).await;
+    if result.is_ok() {
+        result = no_stranded_nodes(&stack).await;
+    }
     if let Err(e) = &result {
         eprintln!("scenario failed: {e:#}\n{}", stack.diagnostics());
     }

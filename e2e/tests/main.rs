@@ -13,6 +13,7 @@ mod controlplane;
 mod drift;
 mod install_disks;
 mod install_faults;
+mod install_join_crash;
 mod install_registration;
 mod install_resume;
 mod leadership;

@@ -17,6 +17,20 @@ use crate::scaleway::{ApiError, BootType};
 use crate::talos::{TalosError, render_machine_config};
 
 use super::NodePortError;
+use crate::crashpoint::{self, CrashPoint};
+
+/// The crash point between the side effect just performed (what `obs` reports
+/// at `state`) and the next one.
+fn crash_point_after(state: &State, obs: &Observation) -> Option<CrashPoint> {
+    use machine::Step;
+    match (state.step, obs) {
+        (Step::ApplyConfig, Observation::ConfigApplied) => Some(CrashPoint::ConfigApplied),
+        (Step::AwaitNode, Observation::Node(Some(true))) => Some(CrashPoint::NodeReady),
+        (Step::InitializeNode, Observation::NodeInitialized) => Some(CrashPoint::NodeInitialized),
+        (Step::ReleaseToken, Observation::TokenReleased) => Some(CrashPoint::TokenReleased),
+        _ => None,
+    }
+}
 
 /// How many times the server deletion after a failed install is tried (with
 /// a growing pause) before it is left to the garbage collector.
@@ -87,9 +101,12 @@ impl Driver<'_> {
         self.entered = state.since;
         match (&progress, state.phase) {
             (Some(_), Phase::Joined) => {
-                info!(phase = %Phase::Joined, "resumed an install that had joined");
+                // Only handed over when its NodeClaim is not Initialized: a
+                // node that joined under a version that persisted `joined`
+                // before the taint was removed. Finish it again.
+                info!(phase = %Phase::Joined, "resumed an install that had joined; making sure its Node is initialised");
                 self.saved = progress;
-                return self.release_token().await;
+                return self.finish_again().await;
             }
             (Some(_), Phase::Failed) => {
                 info!(phase = %Phase::Failed, "resumed an install that had failed; making sure it is cleaned up");
@@ -136,6 +153,9 @@ impl Driver<'_> {
         loop {
             sleep_until(due).await;
             let obs = self.perform(&plan, &state, &action).await;
+            if let Some(point) = crash_point_after(&state, &obs) {
+                crashpoint::reached(point, &self.spec.node_claim_name);
+            }
             let transition = machine::advance(&plan, &state, obs, Instant::now());
             self.record(&state, &transition).await;
             let Transition {
@@ -154,7 +174,11 @@ impl Driver<'_> {
             }
             match &action {
                 Action::Fail { reason, class } => return self.fail(&state, reason, *class).await,
-                Action::Finish => return self.finish().await,
+                Action::Finish => {
+                    self.save_joined(&state).await;
+                    crashpoint::reached(CrashPoint::JoinedSaved, &self.spec.node_claim_name);
+                    return self.finish().await;
+                }
                 _ => {}
             }
         }
@@ -231,6 +255,21 @@ impl Driver<'_> {
             Err(elapsed) => {
                 warn!(error = %elapsed, phase = %state.phase, "cannot save the install progress; will retry")
             }
+        }
+    }
+
+    /// `joined` is the last save: no later transition would retry it, so it
+    /// is retried here. Left unsaved, the NodeClaim stays at `configured`,
+    /// which a restart resumes harmlessly (every join step is idempotent).
+    async fn save_joined(&mut self, state: &State) {
+        let mut pause = self.engine.deps.settings.probe_interval;
+        for _ in 1..CLEANUP_ATTEMPTS {
+            if self.saved.as_ref().and_then(|p| p.phase) == Some(Phase::Joined) {
+                return;
+            }
+            sleep(pause).await;
+            pause = (pause * 2).min(MAX_BACKOFF);
+            self.save(state).await;
         }
     }
 
@@ -403,6 +442,28 @@ impl Driver<'_> {
                     Err(elapsed) => Observation::NodeFailed(NodePortError::Unavailable(elapsed)),
                 }
             }
+            Action::InitializeNode => {
+                let call = deps.nodes.initialize_node(&self.spec.node_name);
+                match bounded(settings.call_timeout, call).await {
+                    Ok(Ok(())) => Observation::NodeInitialized,
+                    Ok(Err(err)) => {
+                        warn!(error = %err, "cannot remove the Node's uninitialized taint");
+                        Observation::NodeFailed(err)
+                    }
+                    Err(elapsed) => Observation::NodeFailed(NodePortError::Unavailable(elapsed)),
+                }
+            }
+            Action::ReleaseToken => {
+                let call = deps.nodes.release_token(&self.spec.node_claim_name);
+                match bounded(settings.call_timeout, call).await {
+                    Ok(Ok(())) => Observation::TokenReleased,
+                    Ok(Err(err)) => {
+                        warn!(error = %err, "cannot delete the node's bootstrap token");
+                        Observation::NodeFailed(err)
+                    }
+                    Err(elapsed) => Observation::NodeFailed(NodePortError::Unavailable(elapsed)),
+                }
+            }
             // The loop returns before performing these.
             Action::Fail { .. } | Action::Finish => Observation::Node(None),
         }
@@ -449,7 +510,8 @@ impl Driver<'_> {
         }
     }
 
-    /// The node joined: Event, metric, and its bootstrap token goes.
+    /// The node joined, its taint and token are gone and `joined` is
+    /// persisted: Event and metric.
     async fn finish(self) {
         install_metrics().count_outcome("joined");
         let took = Utc::now().trunc_subsecs(0) - self.started;
@@ -468,16 +530,33 @@ impl Driver<'_> {
             ),
         })
         .await;
-        self.release_token().await;
     }
 
-    /// Deletes the node's bootstrap token (it has joined), with retries.
-    async fn release_token(self) {
+    /// A resumed `joined` install whose NodeClaim is not Initialized: removes
+    /// the taint and deletes the token again (both idempotent), with retries.
+    async fn finish_again(self) {
         let deps = &self.engine.deps;
         let claim = self.spec.node_claim_name.as_str();
+        let node = self.spec.node_name.as_str();
         let mut pause = deps.settings.poll_interval;
+        let mut initialized = false;
         for attempt in 1..=CLEANUP_ATTEMPTS {
-            match bounded(deps.settings.call_timeout, deps.nodes.joined(claim)).await {
+            if !initialized {
+                match bounded(deps.settings.call_timeout, deps.nodes.initialize_node(node)).await {
+                    Ok(Ok(())) => initialized = true,
+                    Ok(Err(NodePortError::Refused(err))) => {
+                        error!(%node, error = %err, "cannot remove the Node's uninitialized taint");
+                        return;
+                    }
+                    outcome => {
+                        warn!(%node, attempt, ?outcome, "removing the Node's uninitialized taint failed; retrying");
+                        sleep(pause).await;
+                        pause = (pause * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                }
+            }
+            match bounded(deps.settings.call_timeout, deps.nodes.release_token(claim)).await {
                 Ok(Ok(())) => return,
                 Ok(Err(NodePortError::Refused(err))) => {
                     error!(nodeclaim = %claim, error = %err, "cannot delete the node's bootstrap token");
@@ -490,7 +569,7 @@ impl Driver<'_> {
                 }
             }
         }
-        error!(nodeclaim = %claim, "gave up deleting the node's bootstrap token; it expires with its TTL");
+        error!(nodeclaim = %claim, "gave up finishing the join; the next resume pass tries again");
     }
 
     /// Terminal failure: Events, metric, then the server goes back and the

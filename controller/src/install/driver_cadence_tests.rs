@@ -252,8 +252,12 @@ impl NodePort for LoggedNodes {
         self.inner.event(claim, event).await
     }
 
-    async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
-        self.inner.joined(claim).await
+    async fn initialize_node(&self, node_name: &str) -> Result<(), NodePortError> {
+        self.inner.initialize_node(node_name).await
+    }
+
+    async fn release_token(&self, claim: &str) -> Result<(), NodePortError> {
+        self.inner.release_token(claim).await
     }
 }
 

@@ -216,7 +216,15 @@ pub struct FakeNodes {
     pub deleted: Mutex<Vec<(String, String)>>,
     pub progress: Mutex<Vec<Progress>>,
     pub events: Mutex<Vec<InstallEvent>>,
+    /// Claims whose bootstrap token was released.
     pub joined: Mutex<Vec<String>>,
+    /// Nodes whose `uninitialized` taint was removed.
+    pub initialized: Mutex<Vec<String>>,
+    /// Taint removals still to come that fail (retryably).
+    pub failing_initializes: Mutex<u32>,
+    /// Every side effect in order: `save:<phase>`, `initialize:<node>`,
+    /// `release:<claim>`.
+    pub log: Mutex<Vec<String>>,
 }
 
 impl FakeNodes {
@@ -277,6 +285,9 @@ impl NodePort for FakeNodes {
             return Err(NodePortError::Unavailable("etcd leader changed".into()));
         }
         self.progress.lock().unwrap().push(progress.clone());
+        if let Some(phase) = progress.phase {
+            self.log.lock().unwrap().push(format!("save:{phase}"));
+        }
         Ok(())
     }
 
@@ -284,8 +295,25 @@ impl NodePort for FakeNodes {
         self.events.lock().unwrap().push(event);
     }
 
-    async fn joined(&self, claim: &str) -> Result<(), NodePortError> {
+    async fn initialize_node(&self, node_name: &str) -> Result<(), NodePortError> {
+        let mut failing = self.failing_initializes.lock().unwrap();
+        if *failing > 0 {
+            *failing -= 1;
+            return Err(NodePortError::Unavailable(
+                "409 the object has been modified".into(),
+            ));
+        }
+        self.initialized.lock().unwrap().push(node_name.to_string());
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("initialize:{node_name}"));
+        Ok(())
+    }
+
+    async fn release_token(&self, claim: &str) -> Result<(), NodePortError> {
         self.joined.lock().unwrap().push(claim.to_string());
+        self.log.lock().unwrap().push(format!("release:{claim}"));
         Ok(())
     }
 }

@@ -188,13 +188,17 @@ async fn resumed_configured_waits_for_the_node_only() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn resumed_joined_only_releases_the_token() {
+async fn resumed_joined_only_finishes_the_join_again() {
     let w = world(FakeRescue::reachable(), FakeTalos::default());
+    *w.nodes.failing_initializes.lock().unwrap() = 2;
     w.engine
         .resume(spec(URL), progress(Phase::Joined, Duration::from_secs(600)));
     assert_eq!(w.engine.phase("srv-1"), Some(Phase::Joined));
     settle().await;
-    assert_eq!(*w.nodes.joined.lock().unwrap(), ["default-abc12"]);
+    assert_eq!(
+        *w.nodes.log.lock().unwrap(),
+        ["initialize:default-abc12", "release:default-abc12"]
+    );
     assert!(w.em.calls().is_empty());
     assert!(w.nodes.events().is_empty());
     assert!(w.nodes.progress.lock().unwrap().is_empty());
@@ -224,4 +228,31 @@ async fn a_running_install_is_not_resumed_twice() {
     );
     assert_eq!(w.engine.phase("srv-1"), Some(Phase::Ordered));
     wait_for(&w.engine, Phase::Delivering).await;
+}
+
+/// The join's side effects in order, and `joined` persisted only after all of
+/// them: a restart at any point in between resumes from `configured`.
+#[tokio::test(start_paused = true)]
+async fn joined_is_persisted_only_after_the_taint_and_the_token_are_gone() {
+    let w = world_with(FakeRescue::reachable(), FakeTalos::default(), true);
+    *w.nodes.failing_initializes.lock().unwrap() = 2;
+    w.engine.resume(
+        spec(URL),
+        progress(Phase::Configured, Duration::from_secs(1)),
+    );
+    wait_for(&w.engine, Phase::Joined).await;
+    settle().await;
+    let log = w.nodes.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "save:configured",
+            "initialize:default-abc12",
+            "release:default-abc12",
+            "save:joined"
+        ]
+    );
+    // Both failed taint removals were retried, with no warning (a conflict
+    // is the kubelet updating the Node).
+    assert!(w.nodes.events().iter().all(|(_, warning, _)| !warning));
 }

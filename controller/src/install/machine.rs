@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::commands::{self, Written};
-use super::{InstallEvent, Phase};
+use super::{InstallEvent, Phase, UNINITIALIZED_TAINT_KEY as UNINITIALIZED};
 use crate::rescue::{CommandOutput, RescueError};
 use crate::scaleway::{ApiError, BootType, Server, ServerStatus};
 use crate::talos::TalosError;
@@ -62,6 +62,11 @@ pub enum Step {
     ConfirmApplied,
     ApplyConfig,
     AwaitNode,
+    /// The Node is Ready: removing the `uninitialized` taint the early
+    /// registration put on it.
+    InitializeNode,
+    /// The taint is gone: deleting the node's bootstrap token.
+    ReleaseToken,
     Done,
 }
 
@@ -153,6 +158,10 @@ pub enum Observation {
     /// The Node's readiness (`None`: no Node yet).
     Node(Option<bool>),
     NodeFailed(NodePortError),
+    /// The Node carries no `uninitialized` taint any more (or is gone).
+    NodeInitialized,
+    /// The node's bootstrap token is deleted (or was already).
+    TokenReleased,
 }
 
 /// The one thing to do next, due at [`Transition::due`].
@@ -184,12 +193,17 @@ pub enum Action {
         mac: String,
     },
     PollNode,
+    /// Remove the `uninitialized` taint from the Ready Node.
+    InitializeNode,
+    /// Delete the node's bootstrap token.
+    ReleaseToken,
     /// Terminal failure: delete the server and the NodeClaim.
     Fail {
         reason: String,
         class: FailureClass,
     },
-    /// The node joined: nothing left to do.
+    /// The node joined, its taint is removed and its token deleted, and the
+    /// phase `joined` is persisted: only the Event is left.
     Finish,
 }
 
@@ -679,12 +693,41 @@ fn transition(
             FailureClass::Config,
         ),
 
+        // The phase stays `configured` until every side effect of the join is
+        // done: a restart anywhere in between resumes at `configured`, sees
+        // the Ready Node and does the rest again (each step is idempotent).
+        // Persisting `joined` earlier would leave a restarted provider with
+        // nothing to resume and the Node tainted for good.
         (Step::AwaitNode, Observation::Node(Some(true))) => {
-            (go(state, Phase::Joined, Step::Done, now), Action::Finish)
+            (stay(state, Step::InitializeNode), Action::InitializeNode)
         }
         (Step::AwaitNode, Observation::Node(_) | Observation::NodeFailed(_)) => {
             (state.clone(), Action::PollNode)
         }
+        (Step::InitializeNode, Observation::NodeInitialized) => {
+            (stay(state, Step::ReleaseToken), Action::ReleaseToken)
+        }
+        (Step::InitializeNode, Observation::NodeFailed(err)) => {
+            if matches!(err, NodePortError::Refused(_)) {
+                events.push(retry_event(format!(
+                    "configured: cannot remove the {UNINITIALIZED} taint from Node {} ({err}); retrying until the join deadline",
+                    plan.node_name
+                )));
+            }
+            (state.clone(), Action::InitializeNode)
+        }
+        (Step::ReleaseToken, Observation::TokenReleased) => {
+            (go(state, Phase::Joined, Step::Done, now), Action::Finish)
+        }
+        (Step::ReleaseToken, Observation::NodeFailed(NodePortError::Refused(err))) => {
+            // The node has joined; a token we may not delete expires with
+            // its TTL and does not hold the install back.
+            events.push(retry_event(format!(
+                "configured: cannot delete the node's bootstrap token ({err}); it expires with its TTL"
+            )));
+            (go(state, Phase::Joined, Step::Done, now), Action::Finish)
+        }
+        (Step::ReleaseToken, Observation::NodeFailed(_)) => (state.clone(), Action::ReleaseToken),
 
         (step, obs) => fail(
             state,

@@ -56,6 +56,15 @@ pub(super) fn due(
             Step::ProbeTalos | Step::ConfirmApplied => at_once,
             _ => plan.probe_interval,
         },
+        // The step after the Node was seen Ready (or the taint removed) runs
+        // at once; a failed attempt is retried one probe interval later.
+        Action::InitializeNode | Action::ReleaseToken => {
+            if before.step == next.step {
+                plan.probe_interval
+            } else {
+                at_once
+            }
+        }
         Action::RebootRescue
         | Action::RebootNormal
         | Action::Run { .. }

@@ -96,7 +96,15 @@ fn status_polls_wait_the_poll_interval_and_local_probes_the_probe_interval() {
     assert_eq!((a, wait), (Action::PollNode, secs(2)));
     let (s, a, wait) = step(&p, &s, Observation::Node(Some(false)), t0);
     assert_eq!((a, wait), (Action::PollNode, secs(2)));
-    let (_, a, wait) = step(&p, &s, Observation::Node(Some(true)), t0);
+    // The join's last steps run at once, a failed one a probe interval later.
+    let (s, a, wait) = step(&p, &s, Observation::Node(Some(true)), t0);
+    assert_eq!((a, wait), (Action::InitializeNode, secs(0)));
+    let conflict = NodePortError::Unavailable("409".into());
+    let (s, a, wait) = step(&p, &s, Observation::NodeFailed(conflict), t0);
+    assert_eq!((a, wait), (Action::InitializeNode, secs(2)));
+    let (s, a, wait) = step(&p, &s, Observation::NodeInitialized, t0);
+    assert_eq!((a, wait), (Action::ReleaseToken, secs(0)));
+    let (_, a, wait) = step(&p, &s, Observation::TokenReleased, t0);
     assert_eq!((a, wait), (Action::Finish, secs(0)));
 }
 

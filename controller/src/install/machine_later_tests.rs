@@ -421,6 +421,82 @@ fn a_node_that_never_becomes_ready_fails_the_join_phase() {
     assert_eq!(reason(&a), "phase configured did not complete within 500s");
 }
 
+/// A Ready Node is not the end: the phase stays `configured` through the
+/// taint removal and the token deletion, so that persisted progress never
+/// claims a join whose side effects a crash could still lose.
+#[test]
+fn the_join_stays_configured_until_the_taint_and_the_token_are_gone() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = at(
+        &imaging(t0, Step::AwaitNode, 1),
+        Phase::Configured,
+        Step::AwaitNode,
+    );
+    let t = advance(&p, &s, Observation::Node(Some(true)), t0);
+    assert_eq!(
+        (t.state.phase, t.state.step),
+        (Phase::Configured, Step::InitializeNode)
+    );
+    assert_eq!(t.action, Action::InitializeNode);
+    assert_eq!(t.due, t0, "initialised at once");
+
+    // A conflict (the kubelet updated the Node) is retried quietly.
+    let conflict = NodePortError::Unavailable("409 conflict".into());
+    let r = advance(&p, &t.state, Observation::NodeFailed(conflict), t0);
+    assert_eq!(
+        (r.state.step, &r.action),
+        (Step::InitializeNode, &Action::InitializeNode)
+    );
+    assert_eq!(r.due, t0 + p.probe_interval);
+    assert!(r.events.is_empty());
+    // A refusal is retried too, with a warning saying what is wrong.
+    let refused = NodePortError::Refused("403 forbidden".into());
+    let r = advance(&p, &t.state, Observation::NodeFailed(refused), t0);
+    assert_eq!(r.action, Action::InitializeNode);
+    assert!(r.events[0].warning && r.events[0].message.contains("403 forbidden"));
+    // ... until the join deadline.
+    let late = t0 + Duration::from_secs(501);
+    let refused = NodePortError::Refused("403 forbidden".into());
+    let (s_late, _) = next(&p, &t.state, Observation::NodeFailed(refused), late);
+    assert_eq!(s_late.phase, Phase::Failed);
+
+    let t = advance(&p, &t.state, Observation::NodeInitialized, t0);
+    assert_eq!(
+        (t.state.phase, t.state.step),
+        (Phase::Configured, Step::ReleaseToken)
+    );
+    assert_eq!(t.action, Action::ReleaseToken);
+
+    let unavailable = NodePortError::Unavailable("503".into());
+    let (s2, a2) = next(&p, &t.state, Observation::NodeFailed(unavailable), t0);
+    assert_eq!((s2.phase, a2), (Phase::Configured, Action::ReleaseToken));
+
+    let done = advance(&p, &t.state, Observation::TokenReleased, t0);
+    assert_eq!(
+        (done.state.phase, done.action),
+        (Phase::Joined, Action::Finish)
+    );
+}
+
+/// The node has joined: a token we may not delete expires with its TTL and
+/// does not fail an install whose Node runs.
+#[test]
+fn a_refused_token_deletion_warns_and_joins() {
+    let p = plan();
+    let t0 = Instant::now();
+    let s = at(
+        &imaging(t0, Step::ReleaseToken, 1),
+        Phase::Configured,
+        Step::ReleaseToken,
+    );
+    let refused = NodePortError::Refused("403 forbidden".into());
+    let t = advance(&p, &s, Observation::NodeFailed(refused), t0);
+    assert_eq!((t.state.phase, t.action), (Phase::Joined, Action::Finish));
+    assert!(t.events[0].warning);
+    assert!(t.events[0].message.contains("expires with its TTL"));
+}
+
 #[test]
 fn unexpected_observations_fail_loudly() {
     let t0 = Instant::now();

@@ -244,7 +244,7 @@ fn a_ready_node_settles_an_apply_in_doubt_without_waiting_for_the_grace() {
         Observation::Node(Some(true)),
         t0 + Duration::from_secs(3),
     );
-    assert_eq!((s.phase, a), (Phase::Joined, Action::Finish));
+    assert_eq!((s.phase, a), (Phase::Configured, Action::InitializeNode));
 }
 
 #[test]
@@ -468,8 +468,8 @@ fn every_phase_change_has_an_event() {
     // Terminal phases are reported by the driver with their own reasons.
     let t = advance(
         &p,
-        &at(&s, Phase::Configured, Step::AwaitNode),
-        Observation::Node(Some(true)),
+        &at(&s, Phase::Configured, Step::ReleaseToken),
+        Observation::TokenReleased,
         t0,
     );
     assert_eq!((t.state.phase, t.events.len()), (Phase::Joined, 0));

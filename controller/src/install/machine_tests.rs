@@ -330,6 +330,20 @@ fn happy_path_walks_every_phase() {
     let (s, a) = next(&p, &s, Observation::Node(Some(true)), t(21));
     assert_eq!(
         (s.phase, s.step, a),
+        (
+            Phase::Configured,
+            Step::InitializeNode,
+            Action::InitializeNode
+        )
+    );
+    let (s, a) = next(&p, &s, Observation::NodeInitialized, t(21));
+    assert_eq!(
+        (s.phase, s.step, a),
+        (Phase::Configured, Step::ReleaseToken, Action::ReleaseToken)
+    );
+    let (s, a) = next(&p, &s, Observation::TokenReleased, t(21));
+    assert_eq!(
+        (s.phase, s.step, a),
         (Phase::Joined, Step::Done, Action::Finish)
     );
 }

@@ -39,6 +39,12 @@ pub use crate::talos::Taint;
 /// once it has synced the NodeClaim's labels and taints onto the Node.
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
 
+/// The taint a cloud provider removes once it has initialised a Node (the
+/// value `true` is part of Karpenter's known ephemeral taint). We are that
+/// cloud provider: the install engine removes it when the node has joined,
+/// and Karpenter marks the NodeClaim Initialized only after that.
+pub const UNINITIALIZED_TAINT_KEY: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
 /// A string that must never reach a log: Debug and Display print `<redacted>`.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Secret(String);
@@ -311,8 +317,13 @@ pub trait NodePort: Send + Sync + 'static {
     async fn save_progress(&self, claim: &str, progress: &Progress) -> Result<(), NodePortError>;
     /// Records an Event on the NodeClaim. Best effort: failures are logged.
     async fn event(&self, claim: &str, event: InstallEvent);
-    /// The node joined: its bootstrap token is deleted.
-    async fn joined(&self, claim: &str) -> Result<(), NodePortError>;
+    /// The Node is Ready: removes the `uninitialized` taint the early
+    /// registration put on it (see [`UNINITIALIZED_TAINT_KEY`]). Idempotent:
+    /// a Node without the taint, or no Node, is success.
+    async fn initialize_node(&self, node_name: &str) -> Result<(), NodePortError>;
+    /// The node joined: deletes its bootstrap token. Idempotent: a token
+    /// already gone is success.
+    async fn release_token(&self, claim: &str) -> Result<(), NodePortError>;
 }
 
 /// How long each phase may take. A phase's clock starts when it is entered

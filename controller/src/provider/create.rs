@@ -188,11 +188,7 @@ pub(super) fn node_registration(
 
 /// The taint the node lifecycle controller removes once the kubelet reports Ready.
 pub const NOT_READY_TAINT_KEY: &str = "node.kubernetes.io/not-ready";
-/// The taint a cloud provider removes once it has initialised a Node (the
-/// value `true` is part of Karpenter's known ephemeral taint). We are that
-/// cloud provider: the install engine removes it when the node has joined,
-/// and Karpenter marks the NodeClaim Initialized only after that.
-pub const UNINITIALIZED_TAINT_KEY: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+pub use crate::install::UNINITIALIZED_TAINT_KEY;
 
 impl Provider {
     pub async fn create(&self, mut claim: Value) -> Result<Value, ProviderError> {

@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 
 use super::nodeclaim::{self, NodeClaimView};
 use super::{Placement, Provider, install_spec, parse_provider_id};
-use crate::install::Progress;
+use crate::install::{Phase, Progress};
 use crate::nodeclass;
 use crate::scaleway::{ApiError, ServerStatus};
 
@@ -25,7 +25,8 @@ pub enum ResumeOutcome {
     /// ownership tag: never touched.
     NotOurs,
     /// Being deleted, not launched yet (no providerID), or its install
-    /// finished (`joined`/`failed`): nothing to resume.
+    /// finished (`failed`, or `joined` with the NodeClaim Initialized):
+    /// nothing to resume.
     Inactive,
     /// This process already runs (or ran) the install.
     AlreadyKnown,
@@ -94,8 +95,14 @@ impl Provider {
             })
             .unwrap_or_default();
         let progress = Progress::from_annotations(&annotations);
-        if progress.phase.is_some_and(|p| p.is_terminal()) {
-            return ResumeOutcome::Inactive;
+        match progress.phase {
+            Some(Phase::Failed) => return ResumeOutcome::Inactive,
+            // Karpenter marks a NodeClaim Initialized only once its Node lost
+            // the `uninitialized` taint. A joined one that is not was left
+            // half-finished (by a version that persisted `joined` before
+            // removing the taint): the engine finishes it again.
+            Some(Phase::Joined) if initialized(claim) => return ResumeOutcome::Inactive,
+            _ => {}
         }
         if self.installer.knows(server_id) {
             return ResumeOutcome::AlreadyKnown;
@@ -172,3 +179,16 @@ fn ours(view: &NodeClaimView) -> bool {
 #[cfg(test)]
 #[path = "resume_tests.rs"]
 mod tests;
+
+/// Whether Karpenter has marked the NodeClaim `Initialized`.
+fn initialized(claim: &Value) -> bool {
+    claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Initialized")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+}

@@ -97,7 +97,9 @@ async fn a_claim_without_progress_is_resumed_from_the_start() {
 #[tokio::test]
 async fn finished_deleting_and_unlaunched_claims_are_left_alone() {
     let f = fixture();
-    let joined = launched(&f, "default-a", Some("joined")).await;
+    let mut joined = launched(&f, "default-a", Some("joined")).await;
+    joined["status"]["conditions"] =
+        json!([{"type": "Initialized", "status": "True", "reason": "Initialized"}]);
     let failed = launched(&f, "default-b", Some("failed")).await;
     let mut deleting = launched(&f, "default-c", Some("booting")).await;
     deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
@@ -111,6 +113,35 @@ async fn finished_deleting_and_unlaunched_claims_are_left_alone() {
         report.iter().all(|(_, o)| *o == ResumeOutcome::Inactive),
         "{report:?}"
     );
+    assert!(installer.resumed.lock().unwrap().is_empty());
+}
+
+/// A provider killed after persisting `joined` but before the Node lost its
+/// `uninitialized` taint (what older versions did) leaves a NodeClaim that
+/// Karpenter never marks Initialized: it is handed to the engine again, which
+/// finishes the join. Once Initialized, it is left alone.
+#[tokio::test]
+async fn a_joined_claim_karpenter_has_not_initialized_is_finished_again() {
+    let f = fixture();
+    let mut c = launched(&f, "default-a", Some("joined")).await;
+    c["status"]["conditions"] = json!([
+        {"type": "Registered", "status": "True", "reason": "Registered"},
+        {"type": "Initialized", "status": "Unknown", "reason": "NotInitialized"}
+    ]);
+    let (provider, installer) = restarted(&f);
+
+    let report = provider.resume_installs(std::slice::from_ref(&c)).await;
+    assert_eq!(report[0].1, ResumeOutcome::Resumed);
+    assert_eq!(
+        installer.resumed.lock().unwrap()[0].1.phase,
+        Some(Phase::Joined)
+    );
+
+    c["status"]["conditions"] =
+        json!([{"type": "Initialized", "status": "True", "reason": "Initialized"}]);
+    let (provider, installer) = restarted(&f);
+    let report = provider.resume_installs(&[c]).await;
+    assert_eq!(report[0].1, ResumeOutcome::Inactive);
     assert!(installer.resumed.lock().unwrap().is_empty());
 }
 
