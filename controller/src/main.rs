@@ -64,7 +64,7 @@ enum Command {
     Crd,
     /// Print the machine config a NodeClaim would get with a NodeClass
     /// (secrets redacted unless --show-secrets).
-    RenderConfig(RenderConfigArgs),
+    RenderConfig(Box<RenderConfigArgs>),
     /// Print the instance types Karpenter would see, per zone, with prices,
     /// stock and availability (or serve them read-only with --serve).
     Catalog(Box<CatalogArgs>),
@@ -100,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
             init_tracing(cli.log_format);
             serve(*args).await
         }
-        Command::RenderConfig(args) => render_config::run(args).await,
+        Command::RenderConfig(args) => render_config::run(*args).await,
         Command::Catalog(args) => catalog_cli::run(*args).await,
         Command::Servers(args) => servers_cli::run(*args).await,
     }

@@ -417,7 +417,7 @@ pub fn redact(config: &str) -> Result<String, RenderConfigError> {
         if !out.is_empty() {
             out.push_str("---\n");
         }
-        out.push_str(&serde_yaml_ng::to_string(&doc).map_err(|e| {
+        out.push_str(&crate::talos::yaml::to_string(&doc).map_err(|e| {
             RenderConfigError::Render(crate::talos::RenderError::InvalidBase(e.to_string()))
         })?);
     }

@@ -99,7 +99,7 @@ async fn happy_path_installs_talos_and_waits_for_the_node() {
         "{config}"
     );
     assert!(
-        config.contains("kind: HostnameConfig\nauto: off\nhostname: default-abc12\n"),
+        config.contains("kind: HostnameConfig\nhostname: default-abc12\n"),
         "{config}"
     );
     assert!(

@@ -5,6 +5,7 @@
 
 mod grpc;
 pub mod render;
+pub mod yaml;
 
 pub use grpc::GrpcTalos;
 pub use render::{NodeSettings, PRIMARY_LINK_ALIAS, RenderError, Taint, render_machine_config};

@@ -2,9 +2,12 @@
 //! multi-document YAML `talosctl gen config` writes) plus what is specific to
 //! this node, then the NodeClass patches.
 //!
-//! Talos v1.13 form: the `v1alpha1` document carries labels, kubelet settings
-//! and the install disk; the hostname and the link alias live in their own
-//! typed documents (`machine.network` is deprecated and its hostname removed).
+//! The `v1alpha1` document carries labels, kubelet settings and the install
+//! disk. Where the hostname goes depends on the Talos minor the base config
+//! was written for (see [`HostnameForm`]): in a `HostnameConfig` document on
+//! Talos 1.12 and later, with a `LinkAliasConfig` naming the primary NIC; in
+//! `machine.network.hostname` for a base config of Talos 1.11 or older, which
+//! knows neither document kind.
 //! A pure function: no I/O, and the output holds secrets from the base config,
 //! so callers never log it.
 
@@ -147,6 +150,105 @@ fn parse_documents(text: &str) -> Result<Vec<Document>, String> {
     Ok(docs)
 }
 
+/// Document kinds of Talos' multi-document network config, which Talos 1.12
+/// introduced (1.13 added the last five): a config that holds one is for a
+/// node that knows `HostnameConfig` and `LinkAliasConfig`. Talos 1.11 refuses
+/// any of them (`"HostnameConfig" "v1alpha1": not registered`).
+const MULTIDOC_NETWORK_KINDS: &[&str] = &[
+    "HostnameConfig",
+    "LinkConfig",
+    "LinkAliasConfig",
+    "DHCPv4Config",
+    "DHCPv6Config",
+    "ResolverConfig",
+    "StaticHostConfig",
+    "TimeSyncConfig",
+    "BondConfig",
+    "BridgeConfig",
+    "VLANConfig",
+    "DummyLinkConfig",
+    "WireguardConfig",
+    "Layer2VIPConfig",
+    "HCloudVIPConfig",
+    "VRFConfig",
+    "BlackholeRouteConfig",
+    "RoutingRuleConfig",
+    "TCPProbeConfig",
+    "KubeSpanConfig",
+];
+
+/// Where the node's static hostname goes, chosen from the shape of the base
+/// config (and patches) so that the result never contradicts it. Talos'
+/// validation (pkg/machinery `config/types/network/hostname.go`,
+/// `V1Alpha1ConflictValidate`) refuses a `HostnameConfig` document next to a
+/// v1alpha1 `machine.network.hostname` ("static hostname is already set in
+/// v1alpha1 config") or next to `machine.features.stableHostname: true`
+/// ("stable hostname is already set in v1alpha1 config").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HostnameForm {
+    /// `talosctl gen config` of Talos 1.12 and later writes a
+    /// `HostnameConfig {auto: stable}` document: it is replaced by
+    /// `HostnameConfig {hostname: <name>}` (Talos' own example of a static
+    /// hostname), the deprecated v1alpha1 hostname fields are removed, and a
+    /// `LinkAliasConfig` names the primary NIC [`PRIMARY_LINK_ALIAS`].
+    Documents,
+    /// Talos 1.11 and older write `machine.features.stableHostname: true`
+    /// and know no network documents: the hostname goes to
+    /// `machine.network.hostname`, `stableHostname` is removed (a static
+    /// hostname overrides it anyway), and there is no link alias. Talos 1.12
+    /// and 1.13 still accept this form, so an upgraded cluster that kept its
+    /// old worker file works too.
+    V1Alpha1,
+}
+
+impl HostnameForm {
+    /// `Documents` when the base or a patch holds a multi-document network
+    /// config document (a patch deleting one does not count).
+    fn of<'a>(docs: impl IntoIterator<Item = &'a Mapping>) -> Self {
+        let multidoc = docs.into_iter().any(|doc| {
+            !is_delete(doc)
+                && Document::identity(doc)
+                    .0
+                    .is_some_and(|kind| MULTIDOC_NETWORK_KINDS.contains(&kind))
+        });
+        if multidoc {
+            HostnameForm::Documents
+        } else {
+            HostnameForm::V1Alpha1
+        }
+    }
+
+    fn apply(
+        self,
+        config: &mut Mapping,
+        typed: &mut Vec<Mapping>,
+        node: &NodeSettings,
+    ) -> Result<(), String> {
+        let machine = mapping_at(config, &["machine"])?;
+        if let Some(Value::Mapping(features)) = machine.get_mut("features") {
+            features.shift_remove("stableHostname");
+        }
+        match self {
+            HostnameForm::Documents => {
+                if let Some(Value::Mapping(network)) = machine.get_mut("network")
+                    && network.shift_remove("hostname").is_some()
+                    && network.is_empty()
+                {
+                    machine.shift_remove("network");
+                }
+                typed.retain(|doc| Document::identity(doc).0 != Some("HostnameConfig"));
+                upsert_typed(typed, hostname_config(&node.hostname));
+                upsert_typed(typed, link_alias_config(&node.primary_mac));
+            }
+            HostnameForm::V1Alpha1 => {
+                mapping_at(config, &["machine", "network"])?
+                    .insert("hostname".into(), node.hostname.as_str().into());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Renders the machine config of one node.
 pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, RenderError> {
     check_bootstrap_token(&node.bootstrap_token)?;
@@ -171,25 +273,33 @@ pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, 
             "the main document is not version v1alpha1".to_string(),
         ));
     }
-    apply_node_settings(&mut machine_config, node).map_err(RenderError::InvalidBase)?;
-
-    // Our own typed documents replace any of the same identity in the base:
-    // the base's `HostnameConfig` from `talosctl gen config` says `auto: stable`.
-    typed.retain(|doc| Document::identity(doc).0 != Some("HostnameConfig"));
-    upsert_typed(&mut typed, hostname_config(&node.hostname));
-    upsert_typed(&mut typed, link_alias_config(&node.primary_mac));
-
+    // Parsed before anything is applied: their documents, too, tell which
+    // Talos minor the config is for.
+    let mut patches = Vec::with_capacity(node.patches.len());
     for (index, patch) in node.patches.iter().enumerate() {
-        let invalid = |reason: String| RenderError::InvalidPatch { index, reason };
-        for doc in parse_documents(patch).map_err(invalid)? {
-            match doc {
-                Document::V1Alpha1(patch) => merge(&mut machine_config, patch),
-                Document::Typed(doc) if is_delete(&doc) => {
-                    let id = Document::identity(&doc);
-                    typed.retain(|d| Document::identity(d) != id);
-                }
-                Document::Typed(doc) => upsert_typed(&mut typed, doc),
+        patches.push(
+            parse_documents(patch).map_err(|reason| RenderError::InvalidPatch { index, reason })?,
+        );
+    }
+    let form =
+        HostnameForm::of(typed.iter().chain(patches.iter().flatten().filter_map(
+            |doc| match doc {
+                Document::Typed(map) => Some(map),
+                Document::V1Alpha1(_) => None,
+            },
+        )));
+    apply_node_settings(&mut machine_config, node).map_err(RenderError::InvalidBase)?;
+    form.apply(&mut machine_config, &mut typed, node)
+        .map_err(RenderError::InvalidBase)?;
+
+    for doc in patches.into_iter().flatten() {
+        match doc {
+            Document::V1Alpha1(patch) => merge(&mut machine_config, patch),
+            Document::Typed(doc) if is_delete(&doc) => {
+                let id = Document::identity(&doc);
+                typed.retain(|d| Document::identity(d) != id);
             }
+            Document::Typed(doc) => upsert_typed(&mut typed, doc),
         }
     }
     // Set last, after the patches: each node joins with its own token, never
@@ -203,20 +313,19 @@ pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, 
         if !out.is_empty() {
             out.push_str("---\n");
         }
-        let text = serde_yaml_ng::to_string(&Value::Mapping(map))
+        let text = super::yaml::to_string(&Value::Mapping(map))
             .map_err(|e| RenderError::InvalidBase(format!("cannot serialise: {e}")))?;
         out.push_str(&text);
     }
     Ok(out)
 }
 
+/// A static hostname, written as Talos documents it (`auto` left out: it
+/// defaults to `off`, and `auto: stable` next to `hostname` fails validation).
 fn hostname_config(hostname: &str) -> Mapping {
     let mut doc = Mapping::new();
     doc.insert("apiVersion".into(), "v1alpha1".into());
     doc.insert("kind".into(), "HostnameConfig".into());
-    // `auto: off` with a static hostname, as Talos documents for a hostname
-    // patch; `auto: stable` together with `hostname` fails validation.
-    doc.insert("auto".into(), "off".into());
     doc.insert("hostname".into(), hostname.into());
     doc
 }
@@ -320,16 +429,7 @@ fn apply_node_settings(config: &mut Mapping, node: &NodeSettings) -> Result<(), 
     let install = mapping_at(config, &["machine", "install"])?;
     install.insert("disk".into(), format!("/dev/{}", node.install_disk).into());
     // A selector would compete with the disk we just wrote the image to.
-    install.remove("diskSelector");
-
-    // The hostname moved to the HostnameConfig document.
-    let machine = mapping_at(config, &["machine"])?;
-    if let Some(Value::Mapping(network)) = machine.get_mut("network") {
-        network.remove("hostname");
-        if network.is_empty() {
-            machine.remove("network");
-        }
-    }
+    install.shift_remove("diskSelector");
     Ok(())
 }
 
@@ -340,7 +440,7 @@ fn merge(target: &mut Mapping, patch: Mapping) {
     for (key, value) in patch {
         match value {
             Value::Mapping(ref m) if m.get("$patch").and_then(Value::as_str) == Some("delete") => {
-                target.remove(&key);
+                target.shift_remove(&key);
             }
             Value::Mapping(m) => match target.get_mut(&key) {
                 Some(Value::Mapping(existing)) => merge(existing, m),

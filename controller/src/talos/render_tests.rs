@@ -1,6 +1,12 @@
 use super::*;
 
+/// Worker configs as `talosctl gen config` of each supported Talos minor
+/// writes them (`just talos-testdata`).
 const BASE: &str = include_str!("testdata/worker-v1.13.yaml");
+const BASE_V1_12: &str = include_str!("testdata/worker-v1.12.yaml");
+const BASE_V1_11: &str = include_str!("testdata/worker-v1.11.yaml");
+/// `cluster.token` id of BASE: the shared token no node may join with.
+const BASE_TOKEN_ID: &str = "4dxidj";
 
 fn node() -> NodeSettings {
     NodeSettings {
@@ -112,7 +118,7 @@ fn per_node_settings_land_in_their_v1_13_places() {
         &yaml("k8s0a1.0123456789abcdef")
     );
     assert!(
-        !out.contains("wc0ou0"),
+        !out.contains(BASE_TOKEN_ID),
         "the base's shared token is replaced"
     );
     // The rest of the cluster section survives.
@@ -121,7 +127,7 @@ fn per_node_settings_land_in_their_v1_13_places() {
     // The base's `HostnameConfig {auto: stable}` is replaced, not duplicated.
     assert_eq!(
         docs[1],
-        yaml("{apiVersion: v1alpha1, kind: HostnameConfig, auto: 'off', hostname: default-abc12}")
+        yaml("{apiVersion: v1alpha1, kind: HostnameConfig, hostname: default-abc12}")
     );
     assert_eq!(
         docs[2],
@@ -136,20 +142,110 @@ fn output_is_multi_document_yaml_in_talos_order() {
     let out = render_machine_config(BASE, &node()).expect("renders");
     assert!(out.starts_with("version: v1alpha1\n"), "{out}");
     assert_eq!(out.matches("\n---\n").count(), 2);
-    // Plain `off`: a string in YAML 1.2, which Talos' decoder follows (checked
-    // against Talos v1.13 machinery: this output validates in metal mode).
     assert!(
-        out.contains("\nkind: HostnameConfig\nauto: off\nhostname: default-abc12\n"),
+        out.contains("\nkind: HostnameConfig\nhostname: default-abc12\n"),
         "{out}"
     );
 }
 
 #[test]
-fn deprecated_hostname_and_disk_selector_are_removed() {
+fn each_talos_minors_base_gets_the_hostname_where_that_minor_reads_it() {
+    for (minor, base) in [("v1.12", BASE_V1_12), ("v1.13", BASE)] {
+        let out = render_machine_config(base, &node()).expect("renders");
+        let docs = docs(&out);
+        let kinds: Vec<&str> = docs[1..]
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["HostnameConfig", "LinkAliasConfig"], "{minor}");
+        assert_eq!(docs[1]["hostname"], yaml("default-abc12"), "{minor}");
+        assert!(docs[1].get("auto").is_none(), "{minor}: {out}");
+        let machine = &docs[0]["machine"];
+        assert!(machine["network"].get("hostname").is_none(), "{minor}");
+        assert!(
+            machine["features"].get("stableHostname").is_none(),
+            "{minor}"
+        );
+    }
+    // Talos 1.11 knows no HostnameConfig or LinkAliasConfig document: the
+    // v1alpha1 field, and no alias.
+    let out = render_machine_config(BASE_V1_11, &node()).expect("renders");
+    let docs = docs(&out);
+    assert_eq!(docs.len(), 1, "{out}");
+    assert!(!out.contains("\nkind:"), "{out}");
+    let machine = &docs[0]["machine"];
+    assert_eq!(machine["network"], yaml("{hostname: default-abc12}"));
+    // A static hostname overrides the stable one; leaving the flag would say
+    // two things at once.
+    assert!(machine["features"].get("stableHostname").is_none(), "{out}");
+    assert_eq!(machine["features"]["rbac"], Value::Bool(true));
+    // Everything else is rendered the same way.
+    assert_eq!(
+        machine["kubelet"]["extraArgs"]["provider-id"],
+        yaml("scaleway://baremetal/fr-par-2/srv-1")
+    );
+    assert_eq!(machine["install"]["disk"], yaml("/dev/nvme0n1"));
+    assert_eq!(
+        at(&docs[0], &["cluster", "token"]),
+        &yaml("k8s0a1.0123456789abcdef")
+    );
+}
+
+#[test]
+fn a_patch_with_a_network_document_marks_an_old_base_as_multi_document() {
+    let mut n = node();
+    n.patches = vec![
+        "apiVersion: v1alpha1\nkind: ResolverConfig\nnameservers:\n  - address: 1.1.1.1\n".into(),
+    ];
+    let out = render_machine_config(BASE_V1_11, &n).expect("renders");
+    let rendered = docs(&out);
+    let kinds: Vec<&str> = rendered[1..]
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["HostnameConfig", "LinkAliasConfig", "ResolverConfig"],
+        "{out}"
+    );
+    let machine = &rendered[0]["machine"];
+    assert!(machine["features"].get("stableHostname").is_none(), "{out}");
+    assert!(machine["network"].get("hostname").is_none(), "{out}");
+
+    // Deleting a document is no sign of the node's version.
+    n.patches = vec!["apiVersion: v1alpha1\nkind: HostnameConfig\n$patch: delete\n".into()];
+    let out = render_machine_config(BASE_V1_11, &n).expect("renders");
+    assert_eq!(docs(&out).len(), 1, "{out}");
+}
+
+#[test]
+fn yaml11_boolean_look_alikes_are_quoted_in_the_output() {
+    let mut n = node();
+    n.labels.insert("example.com/enabled".into(), "yes".into());
+    n.patches = vec![
+        "apiVersion: v1alpha1\nkind: HostnameConfig\nauto: off\nhostname: custom\n".into(),
+        "machine:\n  sysctls:\n    net.ipv4.ip_forward: on\n".into(),
+    ];
+    let out = render_machine_config(BASE, &n).expect("renders");
+    assert!(out.contains("example.com/enabled: 'yes'\n"), "{out}");
+    assert!(out.contains("net.ipv4.ip_forward: 'on'\n"), "{out}");
+    assert!(
+        out.contains("kind: HostnameConfig\nauto: 'off'\nhostname: custom\n"),
+        "{out}"
+    );
+    // Booleans stay booleans.
+    assert!(out.contains("wipe: false\n"), "{out}");
+}
+
+#[test]
+fn a_v1alpha1_base_gets_its_hostname_replaced_and_its_disk_selector_removed() {
     let base = "version: v1alpha1\nmachine:\n  type: worker\n  network:\n    hostname: old-name\n  install:\n    diskSelector:\n      size: '> 100GB'\n  nodeLabels:\n    team: infra\n  kubelet:\n    extraConfig:\n      maxPods: 250\n      registerWithTaints:\n        - {key: dedicated, value: old, effect: NoSchedule}\n        - {key: gpu, effect: NoSchedule}\ncluster: {}\n";
     let out = render_machine_config(base, &node()).expect("renders");
     let main = &docs(&out)[0];
-    assert!(main["machine"].get("network").is_none(), "{out}");
+    assert_eq!(
+        at(main, &["machine", "network"]),
+        &yaml("{hostname: default-abc12}")
+    );
     assert!(
         main["machine"]["install"].get("diskSelector").is_none(),
         "{out}"
@@ -168,14 +264,34 @@ fn deprecated_hostname_and_disk_selector_are_removed() {
             "[{key: gpu, effect: NoSchedule}, {key: dedicated, value: metal, effect: NoSchedule}, {key: karpenter.sh/unregistered, effect: NoExecute}]"
         )
     );
-    // Only our HostnameConfig: the base had none.
-    assert_eq!(docs(&out).len(), 3);
+    // No typed documents: the base is for a Talos that may know none.
+    assert_eq!(docs(&out).len(), 1);
+}
+
+#[test]
+fn a_documents_base_loses_the_deprecated_hostname_fields() {
+    // A hand-edited base with both forms, which Talos refuses as it is.
+    let base = "version: v1alpha1\nmachine:\n  network:\n    hostname: old-name\n  features:\n    stableHostname: true\n    rbac: true\ncluster: {}\n---\napiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n";
+    let out = render_machine_config(base, &node()).expect("renders");
+    let docs = docs(&out);
+    assert!(docs[0]["machine"].get("network").is_none(), "{out}");
+    assert_eq!(docs[0]["machine"]["features"], yaml("{rbac: true}"));
+    assert_eq!(docs[1]["hostname"], yaml("default-abc12"));
 }
 
 #[test]
 fn other_network_settings_are_kept() {
     let base = "version: v1alpha1\nmachine:\n  network:\n    hostname: x\n    nameservers: [1.1.1.1]\ncluster: {}\n";
     let out = render_machine_config(base, &node()).expect("renders");
+    assert_eq!(
+        at(&docs(&out)[0], &["machine", "network"]),
+        &yaml("{hostname: default-abc12, nameservers: [1.1.1.1]}")
+    );
+    let out = render_machine_config(
+        &format!("{base}---\napiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n"),
+        &node(),
+    )
+    .expect("renders");
     assert_eq!(
         at(&docs(&out)[0], &["machine", "network"]),
         &yaml("{nameservers: [1.1.1.1]}")
