@@ -20,6 +20,7 @@ pub mod records;
 pub mod shell;
 pub mod ssh;
 pub mod talos_api;
+pub mod validator;
 
 /// Makes ring the process' rustls provider. Several providers end up linked
 /// into the workspace, and then rustls (through reqwest and kube) needs one

@@ -282,6 +282,13 @@ fn hostname(doc: Option<&Value>, machine: &Value, errors: &mut Vec<String>) -> O
                 }
                 _ => {}
             }
+            // Talos' V1Alpha1ConflictValidate of the document: the
+            // deprecated v1alpha1 fields may not say anything else.
+            if text(machine["network"].get("hostname")).is_some_and(|h| !h.is_empty()) {
+                errors.push("static hostname is already set in v1alpha1 config".into());
+            } else if machine["features"].get("stableHostname") == Some(&Value::Bool(true)) {
+                errors.push("stable hostname is already set in v1alpha1 config".into());
+            }
             name
         }
         None => text(machine["network"].get("hostname")).filter(|h| !h.is_empty()),

@@ -186,3 +186,32 @@ fn bad_labels_taints_and_hostnames() {
         )
     );
 }
+
+#[test]
+fn a_hostname_document_next_to_v1alpha1_hostname_fields_is_refused() {
+    let stable = WORKER.replacen(
+        "  type: worker\n",
+        "  type: worker\n  features:\n    stableHostname: true\n",
+        1,
+    );
+    assert_eq!(
+        invalid(&stable),
+        ["stable hostname is already set in v1alpha1 config"]
+    );
+    let static_name = WORKER.replacen(
+        "  type: worker\n",
+        "  type: worker\n  network:\n    hostname: legacy-node\n",
+        1,
+    );
+    assert_eq!(
+        invalid(&static_name),
+        ["static hostname is already set in v1alpha1 config"]
+    );
+    // `stableHostname: false` says nothing Talos would contradict.
+    let off = WORKER.replacen(
+        "  type: worker\n",
+        "  type: worker\n  features:\n    stableHostname: false\n",
+        1,
+    );
+    assert!(parse(&off).is_ok());
+}

@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use talos_sim::image::{self, Compression};
 use talos_sim::manager::Simulator;
 use talos_sim::os::Settings;
+use talos_sim::validator::ConfigValidator;
 use talos_sim::{admin, follower};
 
 /// Plays the OS of the servers emsim simulates: rescue SSH, the boot check
@@ -53,6 +54,11 @@ struct RunArgs {
     /// closes the maintenance API, in milliseconds.
     #[arg(long, default_value_t = 500)]
     install_delay_ms: u64,
+    /// `talos-config` (talos-sim/conformance/build.sh): every applied config
+    /// is validated by Talos' machinery with `<path> validate`, and refused
+    /// with Talos' message when it fails, before talos-sim's own checks.
+    #[arg(long, env = "TALOS_SIM_CONFIG_VALIDATOR")]
+    config_validator: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -126,16 +132,30 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     talos_sim::install_crypto_provider();
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating the state dir {}", args.state_dir.display()))?;
+    let config_validator = args
+        .config_validator
+        .map(ConfigValidator::new)
+        .transpose()?;
+    let validator_path = config_validator
+        .as_ref()
+        .map(|v| v.program().display().to_string())
+        .unwrap_or_default();
     let sim = Simulator::new(Settings {
         ssh_port: args.ssh_port,
         talos_port: args.talos_port,
         install_delay: Duration::from_millis(args.install_delay_ms),
+        config_validator,
         ..Settings::new(args.state_dir)
     });
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
         .with_context(|| format!("binding the admin API on {}", args.admin_listen))?;
-    tracing::info!(admin = %args.admin_listen, %emsim_url, "talos-sim started");
+    tracing::info!(
+        admin = %args.admin_listen,
+        %emsim_url,
+        config_validator = %validator_path,
+        "talos-sim started"
+    );
     let app = admin::app(sim.clone());
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {

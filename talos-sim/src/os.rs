@@ -23,6 +23,7 @@ use crate::records::{OsState, Record};
 use crate::shell::{FaultHooks, ShellEnv};
 use crate::ssh::{RescueSsh, parse_authorized_keys};
 use crate::talos_api::MaintenanceApi;
+use crate::validator::ConfigValidator;
 
 /// How long the kubelet waits for its CSR to be signed before it tries
 /// again with a new one.
@@ -43,6 +44,9 @@ pub struct Settings {
     pub install_delay: Duration,
     /// Injected failures, shared with the admin API.
     pub faults: Arc<Faults>,
+    /// Talos' machinery (`talos-config validate`): every applied config is
+    /// validated by it before talos-sim's own checks.
+    pub config_validator: Option<ConfigValidator>,
 }
 
 impl Settings {
@@ -55,6 +59,7 @@ impl Settings {
             kubelet: true,
             install_delay: Duration::from_millis(500),
             faults: Arc::default(),
+            config_validator: None,
         }
     }
 }
@@ -248,7 +253,8 @@ impl Boot {
             self.disk.clone(),
             self.record.clone(),
             applied_tx,
-        );
+        )
+        .with_validator(self.settings.config_validator.clone());
         let stop = self.cancel.child_token();
         let mut server = Box::pin(api.serve(listener, stop.clone()));
         let applied = tokio::select! {

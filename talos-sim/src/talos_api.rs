@@ -1,6 +1,13 @@
 //! Talos' maintenance API: `machine.MachineService` over TLS with a fresh
 //! self-signed certificate (clients connect with verification off, like
 //! `talosctl --insecure`), serving `ApplyConfiguration` and `Version`.
+//!
+//! ApplyConfiguration answers like Talos' maintenance service
+//! (`internal/app/maintenance/server.go`): with a validator (Talos'
+//! machinery, see [`crate::validator`]), a config that does not load is a
+//! plain error (gRPC `Unknown`, "failed to parse config: ...") and one that
+//! fails validation is `InvalidArgument`, "configuration validation failed:
+//! ...", Talos' message verbatim. talos-sim's own, stricter checks follow.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -23,6 +30,7 @@ use crate::proto::{
     PlatformInfo, Version, VersionInfo, VersionResponse,
 };
 use crate::records::{AppliedConfig, Record};
+use crate::validator::{ConfigValidator, Verdict};
 
 /// A config accepted for installation: the node installs it and reboots.
 #[derive(Debug, Clone)]
@@ -43,6 +51,8 @@ pub struct MaintenanceApi {
     applied_tx: mpsc::Sender<Applied>,
     /// Held during an apply; `true` once a config was accepted for install.
     applied: Mutex<bool>,
+    /// Talos' machinery, when talos-sim was given it.
+    validator: Option<ConfigValidator>,
 }
 
 impl MaintenanceApi {
@@ -67,7 +77,37 @@ impl MaintenanceApi {
             record,
             applied_tx,
             applied: Mutex::new(false),
+            validator: None,
         }
+    }
+
+    /// Validates every applied config with Talos' machinery first.
+    pub fn with_validator(mut self, validator: Option<ConfigValidator>) -> Self {
+        self.validator = validator;
+        self
+    }
+
+    /// Talos' verdict on the config, as its maintenance API answers it;
+    /// the warnings of a valid one.
+    async fn talos_validation(&self, yaml: &str) -> Result<Vec<String>, Status> {
+        let Some(validator) = &self.validator else {
+            return Ok(Vec::new());
+        };
+        let verdict = validator.check(yaml.as_bytes()).await.map_err(|e| {
+            tracing::error!(server_id = %self.server_id, error = %format!("{e:#}"), "config validator failed");
+            Status::internal(format!("talos-sim: the config validator failed: {e:#}"))
+        })?;
+        let refusal = match verdict {
+            Verdict::Valid { warnings } => return Ok(warnings),
+            Verdict::Invalid(message) => {
+                Status::invalid_argument(format!("configuration validation failed: {message}"))
+            }
+            Verdict::Unparsable(message) => {
+                Status::unknown(format!("failed to parse config: {message}"))
+            }
+        };
+        tracing::info!(server_id = %self.server_id, error = %refusal.message(), "machine config refused by Talos' validation");
+        Err(refusal)
     }
 
     fn metadata(&self) -> Option<Metadata> {
@@ -160,6 +200,7 @@ impl MachineService for MaintenanceApi {
         }
         let yaml = String::from_utf8(request.data)
             .map_err(|_| Status::invalid_argument("failed to decode config: not valid UTF-8"))?;
+        let warnings = self.talos_validation(&yaml).await?;
         let node = machine_config::parse(&yaml).map_err(|e| {
             tracing::info!(server_id = %self.server_id, error = %e, "machine config rejected");
             Status::invalid_argument(e.to_string())
@@ -183,6 +224,7 @@ impl MachineService for MaintenanceApi {
             return Ok(self.reply(
                 mode_out,
                 format!("Dry run summary:\n{details} (skipped in dry-run).\n"),
+                warnings,
             ));
         }
         self.record.update(|r| {
@@ -209,7 +251,7 @@ impl MachineService for MaintenanceApi {
                 .await
                 .map_err(|_| Status::unavailable("node is shutting down"))?;
         }
-        Ok(self.reply(mode_out, details.to_string()))
+        Ok(self.reply(mode_out, details.to_string(), warnings))
     }
 
     async fn version(&self, _request: Request<()>) -> Result<Response<VersionResponse>, Status> {
@@ -234,14 +276,23 @@ impl MachineService for MaintenanceApi {
 }
 
 impl MaintenanceApi {
-    fn reply(&self, mode: Mode, details: String) -> Response<ApplyConfigurationResponse> {
+    fn reply(
+        &self,
+        mode: Mode,
+        details: String,
+        warnings: Vec<String>,
+    ) -> Response<ApplyConfigurationResponse> {
         Response::new(ApplyConfigurationResponse {
             messages: vec![ApplyConfiguration {
                 metadata: self.metadata(),
-                warnings: Vec::new(),
+                warnings,
                 mode: mode as i32,
                 mode_details: details,
             }],
         })
     }
 }
+
+#[cfg(test)]
+#[path = "talos_api_tests.rs"]
+mod tests;

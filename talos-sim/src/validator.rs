@@ -1,0 +1,115 @@
+//! Talos' own validation of a machine config, delegated to an external
+//! command: `talos-config validate` (talos-sim/conformance/cmd/talos-config),
+//! which links Talos' machinery and validates like a node in maintenance mode
+//! (configloader, then Validate in metal mode; strict, so warnings of the
+//! v1alpha1 document are errors too). talos-sim keeps its own checks on top:
+//! they are stricter about what the provider must send (a well-formed
+//! per-node bootstrap token, a worker, a hostname).
+//!
+//! The command reads the config on stdin and answers by exit status: 0 valid
+//! (warnings on stdout, one per line), 1 invalid, 2 unparsable; on 1 and 2
+//! stderr is exactly Talos' error message.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::io::AsyncWriteExt;
+
+/// A validation run that takes longer is a broken validator, not a verdict.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What Talos' machinery says about a config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Valid {
+        warnings: Vec<String>,
+    },
+    /// Loads but fails validation: Talos answers `InvalidArgument`,
+    /// "configuration validation failed: <message>".
+    Invalid(String),
+    /// Does not load (YAML, unknown keys or kinds): Talos' maintenance API
+    /// returns a plain error, "failed to parse config: <message>", which
+    /// gRPC sends as `Unknown`.
+    Unparsable(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ConfigValidator {
+    program: PathBuf,
+}
+
+impl ConfigValidator {
+    /// Fails if `program` is not an executable file.
+    pub fn new(program: impl Into<PathBuf>) -> anyhow::Result<Self> {
+        let program = program.into();
+        let meta = std::fs::metadata(&program)
+            .with_context(|| format!("config validator {}", program.display()))?;
+        if !meta.is_file()
+            || std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 == 0
+        {
+            bail!(
+                "config validator {} is not an executable file",
+                program.display()
+            );
+        }
+        Ok(Self { program })
+    }
+
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// Runs `<program> validate` with the config on stdin.
+    pub async fn check(&self, config: &[u8]) -> anyhow::Result<Verdict> {
+        tokio::time::timeout(TIMEOUT, self.run(config))
+            .await
+            .with_context(|| {
+                format!(
+                    "{} validate did not answer within {TIMEOUT:?}",
+                    self.program.display()
+                )
+            })?
+    }
+
+    async fn run(&self, config: &[u8]) -> anyhow::Result<Verdict> {
+        let mut child = tokio::process::Command::new(&self.program)
+            .arg("validate")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.program.display()))?;
+        let mut stdin = child.stdin.take().context("validator stdin")?;
+        stdin
+            .write_all(config)
+            .await
+            .context("writing the config to the validator")?;
+        drop(stdin);
+        let out = child.wait_with_output().await?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(0) => Ok(Verdict::Valid {
+                warnings: String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            }),
+            Some(1) => Ok(Verdict::Invalid(stderr)),
+            Some(2) => Ok(Verdict::Unparsable(stderr)),
+            _ => bail!(
+                "{} validate failed ({}): {}",
+                self.program.display(),
+                out.status,
+                stderr.trim()
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "validator_tests.rs"]
+pub(crate) mod tests;
