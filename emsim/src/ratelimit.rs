@@ -21,6 +21,10 @@ impl RateLimiter {
         }
     }
 
+    pub fn per_second(&self) -> f64 {
+        self.per_second
+    }
+
     /// Calls allowed per window, as reported in the 429 body.
     pub fn quota(&self) -> u64 {
         self.burst as u64

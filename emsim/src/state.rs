@@ -61,7 +61,9 @@ pub struct Shared {
     world: Mutex<World>,
     pub counters: Mutex<Counters>,
     pub faults: Mutex<Faults>,
-    limiter: Option<Mutex<RateLimiter>>,
+    /// `None`: no limit. Set at start (`--rate-limit`) and changed by
+    /// `PUT /_emsim/rate-limit`.
+    limiter: Mutex<Option<RateLimiter>>,
     secret_keys: HashSet<String>,
     wake: Arc<Notify>,
 }
@@ -94,10 +96,8 @@ impl AppState {
         if config.secret_keys.is_empty() {
             anyhow::bail!("at least one secret key is needed");
         }
-        if let Some(rate) = config.rate_limit
-            && !(rate.is_finite() && rate > 0.0)
-        {
-            anyhow::bail!("rate limit must be a positive number");
+        if let Some(rate) = config.rate_limit {
+            check_rate_limit(rate).map_err(anyhow::Error::msg)?;
         }
         let wake = Arc::new(Notify::new());
         let world = World::new(
@@ -120,7 +120,7 @@ impl AppState {
             world: Mutex::new(world),
             counters: Mutex::default(),
             faults: Mutex::new(Faults::new(config.seed)),
-            limiter: config.rate_limit.map(|r| Mutex::new(RateLimiter::new(r))),
+            limiter: Mutex::new(config.rate_limit.map(RateLimiter::new)),
             secret_keys: config.secret_keys.into_iter().collect(),
             wake,
         })))
@@ -185,10 +185,10 @@ impl AppState {
     }
 
     pub fn rate_limit(&self, endpoint: &str) -> Result<(), ApiError> {
-        let Some(limiter) = &self.limiter else {
+        let mut limiter = self.limiter.lock().expect("limiter lock");
+        let Some(limiter) = limiter.as_mut() else {
             return Ok(());
         };
-        let mut limiter = limiter.lock().expect("limiter lock");
         if limiter.allow(endpoint, Instant::now()) {
             Ok(())
         } else {
@@ -207,9 +207,37 @@ impl AppState {
         drop(world);
         *self.counters.lock().expect("counters lock") = Counters::default();
         self.faults.lock().expect("faults lock").reset();
-        if let Some(limiter) = &self.limiter {
-            limiter.lock().expect("limiter lock").clear();
+        if let Some(limiter) = self.limiter.lock().expect("limiter lock").as_mut() {
+            limiter.clear();
         }
         self.wake();
+    }
+
+    /// Calls per second allowed per endpoint (`None`: no limit).
+    pub fn rate_limit_per_second(&self) -> Option<f64> {
+        self.limiter
+            .lock()
+            .expect("limiter lock")
+            .as_ref()
+            .map(RateLimiter::per_second)
+    }
+
+    /// Turns the per-endpoint limit on (with full buckets), changes it, or
+    /// turns it off (`None`), from now on: a benchmark sets it once the
+    /// stack is up, so that its own setup calls are not throttled.
+    pub fn set_rate_limit(&self, per_second: Option<f64>) -> Result<(), String> {
+        if let Some(rate) = per_second {
+            check_rate_limit(rate)?;
+        }
+        *self.limiter.lock().expect("limiter lock") = per_second.map(RateLimiter::new);
+        Ok(())
+    }
+}
+
+fn check_rate_limit(rate: f64) -> Result<(), String> {
+    if rate.is_finite() && rate > 0.0 {
+        Ok(())
+    } else {
+        Err("rate limit must be a positive number".to_string())
     }
 }

@@ -420,3 +420,49 @@ async fn rate_limit_answers_429() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(body["type"], "too_many_requests");
 }
+
+#[tokio::test]
+async fn rate_limit_is_set_and_lifted_at_run_time() {
+    let sim = common::start().await;
+    let path = format!("{ZONE_URL}/offers");
+    let (_, body) = sim.admin(Method::GET, "/_emsim/rate-limit", None).await;
+    assert_eq!(body["per_second"], Value::Null);
+    assert_eq!(sim.get(&path).await.0, StatusCode::OK);
+    assert_eq!(sim.get(&path).await.0, StatusCode::OK);
+
+    let limit = json!({"per_second": 0.01});
+    let (status, _) = sim
+        .admin(Method::PUT, "/_emsim/rate-limit", Some(limit))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, body) = sim.admin(Method::GET, "/_emsim/rate-limit", None).await;
+    assert_eq!(body["per_second"], 0.01);
+    // A fresh bucket holds one call.
+    assert_eq!(sim.get(&path).await.0, StatusCode::OK);
+    assert_eq!(sim.get(&path).await.0, StatusCode::TOO_MANY_REQUESTS);
+
+    for bad in [
+        json!({"per_second": 0}),
+        json!({"per_second": -1}),
+        json!({"rps": 1}),
+    ] {
+        let (status, _) = sim
+            .admin(Method::PUT, "/_emsim/rate-limit", Some(bad.clone()))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    let (status, _) = sim
+        .admin(
+            Method::PUT,
+            "/_emsim/rate-limit",
+            Some(json!({"per_second": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(sim.get(&path).await.0, StatusCode::OK);
+    let counters = sim.admin(Method::GET, "/_emsim/counters", None).await.1;
+    assert_eq!(
+        counters["endpoints"]["GET /baremetal/v1/zones/{zone}/offers"]["by_status"]["429"],
+        1
+    );
+}

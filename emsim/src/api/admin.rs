@@ -172,6 +172,28 @@ pub async fn advance_clock(
     Ok(Json(json!({ "now": format_time(now) })))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitBody {
+    /// Calls per second per endpoint; `null`: no limit.
+    per_second: Option<f64>,
+}
+
+pub async fn rate_limit(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({ "per_second": state.rate_limit_per_second() }))
+}
+
+pub async fn set_rate_limit(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<RateLimitBody>,
+) -> Result<Json<Value>, ApiError> {
+    state
+        .set_rate_limit(body.per_second)
+        .map_err(|reason| ApiError::invalid("per_second", "constraint", reason))?;
+    tracing::info!(per_second = ?body.per_second, "rate limit set");
+    Ok(Json(json!({ "per_second": body.per_second })))
+}
+
 pub async fn healthz() -> &'static str {
     "ok"
 }

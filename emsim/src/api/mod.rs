@@ -167,6 +167,10 @@ pub fn app(state: AppState) -> Router {
                 .get(admin::list_faults)
                 .delete(admin::clear_faults),
         )
+        .route(
+            "/_emsim/rate-limit",
+            get(admin::rate_limit).put(admin::set_rate_limit),
+        )
         .route("/_emsim/clock", get(admin::clock))
         .route("/_emsim/clock/advance", post(admin::advance_clock));
 
