@@ -2,12 +2,13 @@
 //! self-signed certificate (clients connect with verification off, like
 //! `talosctl --insecure`), serving `ApplyConfiguration` and `Version`.
 //!
-//! ApplyConfiguration answers like Talos' maintenance service
-//! (`internal/app/maintenance/server.go`): with a validator (Talos'
-//! machinery, see [`crate::validator`]), a config that does not load is a
-//! plain error (gRPC `Unknown`, "failed to parse config: ...") and one that
-//! fails validation is `InvalidArgument`, "configuration validation failed:
-//! ...", Talos' message verbatim. talos-sim's own, stricter checks follow.
+//! ApplyConfiguration answers like Talos 1.13, whose maintenance mode is
+//! served by machined's own `ApplyConfiguration`
+//! (`internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go`):
+//! with a validator (Talos' machinery, see [`crate::validator`]), a config
+//! that does not load or does not validate is `InvalidArgument` with Talos'
+//! message verbatim, and a valid one's warnings are in the reply.
+//! talos-sim's own, stricter checks follow.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -99,11 +100,8 @@ impl MaintenanceApi {
         })?;
         let refusal = match verdict {
             Verdict::Valid { warnings } => return Ok(warnings),
-            Verdict::Invalid(message) => {
-                Status::invalid_argument(format!("configuration validation failed: {message}"))
-            }
-            Verdict::Unparsable(message) => {
-                Status::unknown(format!("failed to parse config: {message}"))
+            Verdict::Invalid(message) | Verdict::Unparsable(message) => {
+                Status::invalid_argument(message)
             }
         };
         tracing::info!(server_id = %self.server_id, error = %refusal.message(), "machine config refused by Talos' validation");

@@ -40,17 +40,20 @@ async fn talos_validation_refuses_with_talos_code_and_message() {
 
     let status = apply(&api, &stable_hostname_conflict()).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert_eq!(
-        status.message(),
-        format!("configuration validation failed: {CONFLICT_MESSAGE}")
-    );
+    assert_eq!(status.message(), CONFLICT_MESSAGE);
 
+    // Not loadable: Talos' decoder's message, not talos-sim's (which would
+    // be "failed to decode config: ...").
     let status = apply(&api, "machine: [unclosed\n").await.unwrap_err();
-    assert_eq!(status.code(), Code::Unknown, "{status:?}");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(
-        status.message().starts_with("failed to parse config: "),
+        !status.message().starts_with("failed to decode config"),
         "{status:?}"
     );
+    let unknown_kind = format!("{WORKER}\n---\napiVersion: v1alpha1\nkind: NoSuchConfig\n");
+    let status = apply(&api, &unknown_kind).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("NoSuchConfig"), "{status:?}");
 
     // Talos accepts a malformed bootstrap token; talos-sim's own contract
     // check still refuses it.

@@ -8,7 +8,8 @@
 //!
 //! The command reads the config on stdin and answers by exit status: 0 valid
 //! (warnings on stdout, one per line), 1 invalid, 2 unparsable; on 1 and 2
-//! stderr is exactly Talos' error message.
+//! stderr is exactly Talos' error message. Talos 1.13 answers both the same
+//! way, so talos-sim does too (see [`crate::talos_api`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -26,12 +27,9 @@ pub enum Verdict {
     Valid {
         warnings: Vec<String>,
     },
-    /// Loads but fails validation: Talos answers `InvalidArgument`,
-    /// "configuration validation failed: <message>".
+    /// Loads but fails validation; Talos' message.
     Invalid(String),
-    /// Does not load (YAML, unknown keys or kinds): Talos' maintenance API
-    /// returns a plain error, "failed to parse config: <message>", which
-    /// gRPC sends as `Unknown`.
+    /// Does not load (YAML, unknown keys or kinds); Talos' message.
     Unparsable(String),
 }
 

@@ -9,7 +9,8 @@
 //   - Validate loads a config with configloader.NewFromBytes and validates it
 //     in metal mode, strict (warnings of the v1alpha1 document are errors),
 //     which is what a node in maintenance mode does on ApplyConfiguration
-//     (without strict).
+//     (without strict; Talos 1.13 answers a failure of either step with
+//     InvalidArgument and the error's text).
 package talosconfig
 
 import (
@@ -118,16 +119,14 @@ func (MetalMode) InContainer() bool { return false }
 var _ validation.RuntimeMode = MetalMode{}
 
 // ParseError is a config that machinery cannot load (YAML, unknown kinds or
-// keys, duplicate documents). Talos' maintenance API answers it with a plain
-// error ("failed to parse config: ..."), gRPC code Unknown.
+// keys, duplicate documents).
 type ParseError struct{ Err error }
 
 func (e *ParseError) Error() string { return e.Err.Error() }
 
 func (e *ParseError) Unwrap() error { return e.Err }
 
-// InvalidError is a config that loads but fails validation. Talos' maintenance
-// API answers it with InvalidArgument, "configuration validation failed: ...".
+// InvalidError is a config that loads but fails validation.
 type InvalidError struct{ Err error }
 
 func (e *InvalidError) Error() string { return e.Err.Error() }

@@ -1,7 +1,7 @@
 // Command talos-config generates and validates Talos machine configs with
 // Talos' own machinery (see package talosconfig).
 //
-//	talos-config gen -cluster-name NAME -endpoint URL -talos-version v1.13 [-kubernetes-ca FILE] [-o FILE]
+//	talos-config gen -cluster-name NAME -endpoint URL -talos-version v1.13 [-kubernetes-ca FILE|-] [-o FILE]
 //	talos-config validate < config.yaml
 //
 // gen writes a worker config as `talosctl gen config` of that Talos minor
@@ -10,8 +10,8 @@
 // validate reads a config on stdin and validates it in metal mode, strict.
 // Exit status: 0 valid (warnings, if any, on stdout, one per line); 1 invalid;
 // 2 the config does not load; 3 usage or I/O error. On 1 and 2, stderr holds
-// exactly Talos' error message, which talos-sim wraps the way Talos' maintenance
-// API does.
+// exactly Talos' error message, which talos-sim returns as Talos' maintenance
+// API does (InvalidArgument, the message as is).
 package main
 
 import (
@@ -61,7 +61,7 @@ func gen(args []string) int {
 	flags.StringVar(&o.Endpoint, "endpoint", "", "control plane endpoint, https://host:port (required)")
 	flags.StringVar(&o.TalosVersion, "talos-version", "", "Talos version contract, e.g. v1.13 (required)")
 	flags.StringVar(&o.KubernetesVersion, "kubernetes-version", "", "kubelet version (default: machinery's)")
-	flags.StringVar(&caFile, "kubernetes-ca", "", "PEM file of the cluster's Kubernetes CA certificate (default: a fresh CA)")
+	flags.StringVar(&caFile, "kubernetes-ca", "", "PEM file of the cluster's Kubernetes CA certificate, - for stdin (default: a fresh CA)")
 	flags.StringVar(&o.InstallDisk, "install-disk", "/dev/sda", "machine.install.disk (empty: left out)")
 	flags.StringVar(&o.InstallImage, "install-image", "", "machine.install.image (empty: left out)")
 	flags.BoolVar(&o.WithDocs, "with-docs", false, "keep documentation comments and examples")
@@ -78,7 +78,16 @@ func gen(args []string) int {
 	}
 
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		var (
+			pem []byte
+			err error
+		)
+		if caFile == "-" {
+			pem, err = io.ReadAll(os.Stdin)
+		} else {
+			pem, err = os.ReadFile(caFile)
+		}
+
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "gen: reading the Kubernetes CA: %v\n", err)
 
