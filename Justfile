@@ -37,6 +37,22 @@ karpenter-crds:
 kube-bins:
     e2e/kube/build.sh | tail -n 1
 
+# talos-config: Talos' machinery as a command (`gen` a worker config as
+# talosctl gen config does, `validate` one as a node does), cached; the e2e
+# base config and talos-sim's --config-validator
+talos-config:
+    talos-sim/conformance/build.sh | tail -n 1
+
+# Regenerate the renderer's base configs (one per supported Talos minor; throwaway
+# secrets; install/driver_tests.rs names the v1.13 file's cluster.token id)
+talos-testdata: talos-config
+    for v in v1.11 v1.12 v1.13; do \
+        { echo "# talos-config gen -cluster-name demo -endpoint https://10.0.0.1:6443 -talos-version $v -kubernetes-version 1.35.0"; \
+          echo "# (Talos machinery's generate package, what \`talosctl gen config\` runs): throwaway secrets, test data only."; \
+          {{cache}}/bin/talos-config gen -cluster-name demo -endpoint https://10.0.0.1:6443 -talos-version $v -kubernetes-version 1.35.0; \
+        } > controller/src/talos/testdata/worker-$v.yaml; \
+    done
+
 build: build-rust build-bridge karpenter-crds
 
 # Regenerate the committed Go code of the proto
@@ -69,7 +85,7 @@ lint:
 # (hack/e2e-run.py, which also builds the Rust binaries, with the features of
 # `cargo test --workspace`); `cargo test -p e2e --test scenarios -- <name>::`
 # runs one.
-e2e: build-bridge karpenter-crds
+e2e: build-bridge karpenter-crds talos-config
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" python3 hack/e2e-run.py
 
 # Same scenarios against an existing cluster (e.g. `just kind-up` first)

@@ -256,6 +256,8 @@ impl Stack {
         // talos-sim: the servers' OS (rescue SSH, Talos API, kubelet).
         let admin_port = free_port()?;
         let talossim_url = format!("http://127.0.0.1:{admin_port}");
+        // Talos' machinery as a command (built on first use, then cached).
+        let talos_config = tokio::task::spawn_blocking(talosconfig::talos_config_bin).await??;
         let mut talos_cmd = Command::new(bins.rust("talos-sim"));
         if let Some(delay) = opts.talos_install_delay {
             talos_cmd.args(["--install-delay-ms", &delay.as_millis().to_string()]);
@@ -279,6 +281,10 @@ impl Stack {
                     &TALOS_PORT.to_string(),
                 ])
                 .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
+                // Every applied config is validated by Talos' machinery and
+                // refused the way a real node refuses it.
+                .arg("--config-validator")
+                .arg(&talos_config)
                 .env("RUST_LOG", "info"),
             &logs,
         )?);
