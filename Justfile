@@ -70,10 +70,13 @@ unit:
     just conformance
 
 # The simulators against independent clients: the Scaleway Go SDK (emsim),
-# Talos' Go client library and OpenSSH's ssh (talos-sim)
+# Talos' Go client library and OpenSSH's ssh (talos-sim); rendered configs
+# against each supported Talos minor's machinery (the validators/talos-v*
+# modules, built by talos-sim/conformance's tests)
 conformance:
     cargo build --workspace --exclude e2e --bins --tests
-    for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go vet ./... && go test -count=1 -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0); done
+    for m in emsim/conformance talos-sim/conformance talos-sim/conformance/validators/talos-v*; do (cd "$m" && go vet ./... && f=$(gofmt -l .) && { test -z "$f" || { echo "gofmt: $m: $f"; exit 1; }; }); done
+    for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go test -count=1 -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0); done
 
 lint:
     cargo fmt --all -- --check
@@ -113,9 +116,17 @@ images TAG="dev" REGISTRY="localhost":
 # Everything CI runs
 test: proto-check lint unit chart-check e2e
 
+# The benchmarks' binaries, with the one feature set of the test path (docs/development.md "Disk")
+build-bench: build-bridge karpenter-crds
+    cargo build --workspace --bins --tests
+
 # Install overhead: N nodes against the simulators, flow split into platform waits and provider time (docs/figures.md)
-bench-install *ARGS: build
+bench-install *ARGS: build-bench
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-bench-install {{ARGS}}
+
+# 100 installs at once against emsim with its rate limit on: calls per node, 429s, RSS and CPU, first NodeClaim to last Node Ready (docs/figures.md "Scale")
+bench-scale *ARGS: build-bench
+    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-bench-scale {{ARGS}}
 
 # Karpenter's scheduler over the EM catalog (1000 pods), in-process vs through the bridge + Rust provider; GetInstanceTypes latency (docs/figures.md)
 bench-catalog ROUNDS="30":
