@@ -39,6 +39,16 @@ pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// Calls per second: a finite number, zero or more.
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 0.0 => Ok(r),
+        _ => Err(format!(
+            "{text:?} is not a rate (calls per second, 0 or more)"
+        )),
+    }
+}
+
 /// A Scaleway zone name such as `fr-par-2`.
 pub fn parse_zone(text: &str) -> Result<String, String> {
     let parts: Vec<&str> = text.split('-').collect();
@@ -90,6 +100,14 @@ pub struct ScalewayArgs {
     /// Timeout of one HTTP request to the API.
     #[arg(long = "scw-api-timeout", env = "SCW_API_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub api_timeout: Duration,
+    /// Calls per second per API endpoint (all zones together) the provider
+    /// allows itself; a call beyond it waits for its turn. Keep it below
+    /// the account's rate limit: unpaced, 100 installs at once made most of
+    /// their calls refused ones (429s, each retried); see docs/figures.md,
+    /// "Scale". 0 turns pacing off.
+    #[arg(long = "scw-api-rate-limit", env = "SCW_API_RATE_LIMIT", default_value_t = 8.0,
+        value_parser = parse_rate)]
+    pub api_rate_limit: f64,
 }
 
 #[derive(Debug, Clone, Args)]

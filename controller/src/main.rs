@@ -148,7 +148,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             request_timeout: args.scaleway.api_timeout,
             retry: RetryPolicy::default(),
         })
-        .context("building the Scaleway client")?,
+        .context("building the Scaleway client")?
+        .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
     let client = kube::Client::try_default()
         .await

@@ -1,7 +1,7 @@
 //! `/healthz` and Prometheus metrics over HTTP: catalog gauges, leadership,
 //! the install engine's phase durations and outcomes, failed Lists and the
-//! orphan sweeper's passes and decisions. API calls by class come with the
-//! observability issue.
+//! orphan sweeper's passes and decisions, the Scaleway client's pacing. API
+//! calls by class come with the observability issue.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -66,6 +66,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     );
     install_metrics().render(&mut out);
     safety_metrics().render(&mut out);
+    render_pacing(&crate::scaleway::pacer::stats(), &mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -88,6 +89,41 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())
+}
+
+/// The Scaleway client's pacing (`scaleway/pacer.rs`): calls that waited for
+/// their turn and how long, calls not sent because the wait was too long for
+/// their caller, and the 429s received anyway, per endpoint.
+fn render_pacing(stats: &BTreeMap<&'static str, crate::scaleway::pacer::Stats>, out: &mut String) {
+    type Field = fn(&crate::scaleway::pacer::Stats) -> f64;
+    let families: [(&str, &str, Field); 4] = [
+        (
+            "karpenter_scaleway_api_paced_calls_total",
+            "Scaleway API calls that waited for their turn (client-side pacing), by endpoint.",
+            |s| s.waited as f64,
+        ),
+        (
+            "karpenter_scaleway_api_pacing_wait_seconds_total",
+            "Time Scaleway API calls waited for their turn, by endpoint.",
+            |s| s.wait_seconds,
+        ),
+        (
+            "karpenter_scaleway_api_refused_calls_total",
+            "Scaleway API calls not sent: their turn was further away than their caller could wait (answered as throttled), by endpoint.",
+            |s| s.refused as f64,
+        ),
+        (
+            "karpenter_scaleway_api_throttled_total",
+            "429 answers of the Scaleway API, by endpoint (each retried with backoff by the client).",
+            |s| s.throttled as f64,
+        ),
+    ];
+    for (name, help, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (endpoint, s) in stats {
+            let _ = writeln!(out, "{name}{{endpoint=\"{endpoint}\"}} {}", value(s));
+        }
+    }
 }
 
 /// Upper bounds (seconds) of the install phase-duration buckets: phases last
@@ -283,6 +319,35 @@ impl SafetyMetrics {
             "# HELP {name} Deletions decided by the orphan sweeper that the API refused (retried next pass).\n# TYPE {name} counter\n{name} {}",
             inner.sweeper_delete_failures
         );
+    }
+}
+
+#[cfg(test)]
+mod pacing_metrics_tests {
+    use super::*;
+    use crate::scaleway::pacer::Stats;
+
+    #[test]
+    fn pacing_renders_per_endpoint() {
+        let stats = BTreeMap::from([(
+            "GET /servers/{server_id}",
+            Stats {
+                waited: 3,
+                wait_seconds: 1.5,
+                refused: 0,
+                throttled: 2,
+            },
+        )]);
+        let mut out = String::new();
+        render_pacing(&stats, &mut out);
+        let has = |line: &str| assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+        has("karpenter_scaleway_api_paced_calls_total{endpoint=\"GET /servers/{server_id}\"} 3");
+        has(
+            "karpenter_scaleway_api_pacing_wait_seconds_total{endpoint=\"GET /servers/{server_id}\"} 1.5",
+        );
+        has("karpenter_scaleway_api_refused_calls_total{endpoint=\"GET /servers/{server_id}\"} 0");
+        has("karpenter_scaleway_api_throttled_total{endpoint=\"GET /servers/{server_id}\"} 2");
+        has("# TYPE karpenter_scaleway_api_throttled_total counter");
     }
 }
 

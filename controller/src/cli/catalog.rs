@@ -86,7 +86,8 @@ pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
             request_timeout: args.scaleway.api_timeout,
             retry: RetryPolicy::default(),
         })
-        .context("building the Scaleway client")?,
+        .context("building the Scaleway client")?
+        .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
     match &args.serve {
         Some(socket) => serve(&args, api, socket).await,

@@ -74,7 +74,8 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
             request_timeout: args.scaleway.api_timeout,
             retry: RetryPolicy::default(),
         })
-        .context("building the Scaleway client")?,
+        .context("building the Scaleway client")?
+        .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
     let client = kube::Client::try_default()
         .await

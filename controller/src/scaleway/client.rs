@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tracing::{debug, warn};
 
+use super::pacer::{self as pacing, Pacer, Turn};
 use super::{
     ApiError, BootType, CreateServerRequest, ElasticMetal, Offer, Server, ServerFilter, SshKey,
     SubscriptionPeriod,
@@ -83,7 +84,28 @@ pub struct ScalewayClient {
     base: String,
     secret_key: SecretKey,
     retry: RetryPolicy,
+    /// Calls per endpoint per second (`None`: unpaced).
+    pacer: Option<Pacer>,
+    request_timeout: Duration,
 }
+
+/// How long a call may wait for its turn when the client is paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Patience {
+    /// Calls made for a Karpenter RPC that must answer within seconds
+    /// (Create's adopt-before-create lookup and order, List, Delete): a
+    /// turn further away than [`SHORT_PATIENCE`] fails at once as
+    /// throttled, and Karpenter calls again.
+    Short,
+    /// Calls of background loops that have nothing better to do than wait
+    /// (the install engine's status reads and reboots, catalog and key
+    /// reads): up to the request timeout.
+    Long,
+}
+
+/// The longest wait for a turn of a [`Patience::Short`] call: well within
+/// the bridge's 5 s bound on Create and Delete.
+const SHORT_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Whether a call may be repeated after an answer that leaves it unclear if the
 /// API acted (a timeout, a 5xx).
@@ -115,11 +137,51 @@ impl ScalewayClient {
             base: config.api_url.trim_end_matches('/').to_string(),
             secret_key: config.secret_key,
             retry: config.retry,
+            pacer: None,
+            request_timeout: config.request_timeout,
         })
     }
 
+    /// Paces the client: at most `per_second` calls per endpoint (all zones
+    /// together), each waiting for its turn (see `pacer.rs`). `None` leaves
+    /// it unpaced.
+    pub fn with_pacing(mut self, per_second: Option<f64>) -> Self {
+        self.pacer = per_second
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map(Pacer::new);
+        self
+    }
+
+    /// Waits for the call's turn; `Err(Throttled)` when it is further away
+    /// than the call's patience (nothing is sent).
+    async fn wait_turn(&self, endpoint: &'static str, patience: Patience) -> Result<(), ApiError> {
+        let Some(pacer) = &self.pacer else {
+            return Ok(());
+        };
+        let limit = match patience {
+            Patience::Short => SHORT_PATIENCE.min(self.request_timeout),
+            Patience::Long => self.request_timeout,
+        };
+        let turn = pacer.turn(endpoint, limit).await;
+        pacing::record(endpoint, turn);
+        match turn {
+            Turn::Refused => {
+                debug!(
+                    endpoint,
+                    wait_limit_ms = limit.as_millis() as u64,
+                    "Scaleway API call not sent: its turn is further away than the caller can wait"
+                );
+                Err(ApiError::Throttled)
+            }
+            Turn::Now | Turn::Waited(_) => Ok(()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn call<T: DeserializeOwned>(
         &self,
+        endpoint: &'static str,
+        patience: Patience,
         method: Method,
         path: &str,
         query: &[(&str, String)],
@@ -129,7 +191,11 @@ impl ScalewayClient {
         let url = format!("{}{}", self.base, path);
         let mut attempt = 0;
         loop {
+            self.wait_turn(endpoint, patience).await?;
             let result = self.send_once(method.clone(), &url, query, body).await;
+            if matches!(result, Err(ApiError::Throttled)) {
+                pacing::record_throttled(endpoint);
+            }
             let err = match result {
                 Ok(bytes) => {
                     return serde_json::from_slice(&bytes).map_err(|e| {
@@ -187,6 +253,8 @@ impl ScalewayClient {
     /// paging all fail, because callers (List, GC) must never see a partial list.
     async fn list_all<T: DeserializeOwned>(
         &self,
+        endpoint: &'static str,
+        patience: Patience,
         path: &str,
         query: &[(&str, String)],
         field: &str,
@@ -199,7 +267,15 @@ impl ScalewayClient {
             q.push(("page", page.to_string()));
             q.push(("page_size", PAGE_SIZE.to_string()));
             let body: Value = self
-                .call(Method::GET, path, &q, None, Idempotency::Idempotent)
+                .call(
+                    endpoint,
+                    patience,
+                    Method::GET,
+                    path,
+                    &q,
+                    None,
+                    Idempotency::Idempotent,
+                )
                 .await?;
             let total = body
                 .get("total_count")
@@ -344,6 +420,8 @@ impl ElasticMetal for ScalewayClient {
         let path = zone_path(zone, "/offers")?;
         let offers: Vec<Offer> = self
             .list_all(
+                "GET /offers",
+                Patience::Long,
                 &path,
                 &[("subscription_period", period.as_str().into())],
                 "offers",
@@ -364,14 +442,30 @@ impl ElasticMetal for ScalewayClient {
         let path = zone_path(zone, "/servers")?;
         let body = serde_json::to_value(req)
             .map_err(|e| ApiError::Invalid(format!("encoding create request: {e}")))?;
-        self.call(Method::POST, &path, &[], Some(&body), Idempotency::Unsafe)
-            .await
+        self.call(
+            "POST /servers",
+            Patience::Short,
+            Method::POST,
+            &path,
+            &[],
+            Some(&body),
+            Idempotency::Unsafe,
+        )
+        .await
     }
 
     async fn get_server(&self, zone: &str, id: &str) -> Result<Server, ApiError> {
         let path = zone_path(zone, &format!("/servers/{}", segment(id)?))?;
-        self.call(Method::GET, &path, &[], None, Idempotency::Idempotent)
-            .await
+        self.call(
+            "GET /servers/{server_id}",
+            Patience::Long,
+            Method::GET,
+            &path,
+            &[],
+            None,
+            Idempotency::Idempotent,
+        )
+        .await
     }
 
     async fn list_servers(
@@ -388,14 +482,24 @@ impl ElasticMetal for ScalewayClient {
         if let Some(project) = &filter.project_id {
             query.push(("project_id", project.clone()));
         }
-        let servers: Vec<Server> = self.list_all(&path, &query, "servers").await?;
+        let servers: Vec<Server> = self
+            .list_all("GET /servers", Patience::Short, &path, &query, "servers")
+            .await?;
         Ok(servers.into_iter().filter(|s| filter.matches(s)).collect())
     }
 
     async fn delete_server(&self, zone: &str, id: &str) -> Result<Server, ApiError> {
         let path = zone_path(zone, &format!("/servers/{}", segment(id)?))?;
-        self.call(Method::DELETE, &path, &[], None, Idempotency::Idempotent)
-            .await
+        self.call(
+            "DELETE /servers/{server_id}",
+            Patience::Short,
+            Method::DELETE,
+            &path,
+            &[],
+            None,
+            Idempotency::Idempotent,
+        )
+        .await
     }
 
     async fn reboot_server(
@@ -412,12 +516,22 @@ impl ElasticMetal for ScalewayClient {
             json!(ssh_key_ids)
         };
         let body = json!({ "boot_type": boot_type, "ssh_key_ids": keys });
-        self.call(Method::POST, &path, &[], Some(&body), Idempotency::Unsafe)
-            .await
+        self.call(
+            "POST /servers/{server_id}/reboot",
+            Patience::Long,
+            Method::POST,
+            &path,
+            &[],
+            Some(&body),
+            Idempotency::Unsafe,
+        )
+        .await
     }
 
     async fn list_ssh_keys(&self, project_id: &str) -> Result<Vec<SshKey>, ApiError> {
         self.list_all(
+            "GET /iam/v1alpha1/ssh-keys",
+            Patience::Long,
             "/iam/v1alpha1/ssh-keys",
             &[("project_id", project_id.to_string())],
             "ssh_keys",

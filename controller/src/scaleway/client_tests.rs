@@ -367,3 +367,25 @@ async fn rejects_path_injection() {
     assert!(matches!(err, ApiError::Invalid(_)));
     assert!(format!("{:?}", SecretKey::new("secret-token")) == "<redacted>");
 }
+
+#[tokio::test]
+async fn a_paced_call_that_cannot_wait_its_turn_is_not_sent() {
+    let mock = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/baremetal/v1/zones/{ZONE}/servers")))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"total_count": 0, "servers": []})),
+        )
+        .expect(1)
+        .mount(&mock)
+        .await;
+    // One call every 4 s: the second list's turn is further away than a
+    // call made for a Karpenter RPC may wait.
+    let c = client(&mock).with_pacing(Some(0.25));
+    let filter = ServerFilter::default();
+    assert!(c.list_servers(ZONE, &filter).await.unwrap().is_empty());
+    let err = c.list_servers(ZONE, &filter).await.unwrap_err();
+    assert_eq!(err, ApiError::Throttled);
+    let refused = crate::scaleway::pacer::stats()["GET /servers"].refused;
+    assert!(refused >= 1, "{refused}");
+}

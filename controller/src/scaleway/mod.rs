@@ -7,6 +7,7 @@
 mod client;
 pub mod fake;
 mod model;
+pub mod pacer;
 
 pub use client::{ClientConfig, RetryPolicy, ScalewayClient, SecretKey, classify};
 pub use model::*;
