@@ -5,10 +5,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+// tokio's clock (the same as std's unless a test pauses it), so that expiry
+// can be driven deterministically in tests.
+use tokio::time::Instant;
 
 use futures::future::join_all;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use super::{Billing, InstanceType, Resources, instance_types};
@@ -107,6 +111,9 @@ pub struct CatalogStore {
     unavailable_ttl: Duration,
     /// One lock per (offer, zone), held while an order for it is in flight.
     order_locks: Mutex<HashMap<OfferingKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Woken when an offering is marked unavailable, so that the refresher
+    /// schedules its expiry.
+    marked: Notify,
 }
 
 impl CatalogStore {
@@ -122,6 +129,7 @@ impl CatalogStore {
             tx,
             unavailable_ttl,
             order_locks: Mutex::new(HashMap::new()),
+            marked: Notify::new(),
         })
     }
 
@@ -232,7 +240,14 @@ impl CatalogStore {
             ttl_s = self.unavailable_ttl.as_secs(),
             "offering marked unavailable"
         );
-        self.publish(&inputs, now)
+        let revision = self.publish(&inputs, now);
+        self.marked.notify_one();
+        revision
+    }
+
+    /// When the earliest unavailable mark runs out, if any.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.lock().unavailable.values().map(|r| r.until).min()
     }
 
     /// A registered Node of `offer` reports `allocatable`. The catalog keeps
@@ -257,7 +272,8 @@ impl CatalogStore {
         self.publish(&inputs, Instant::now());
     }
 
-    /// Drops expired unavailable entries (called periodically).
+    /// Drops expired unavailable entries (the refresher calls it when the
+    /// earliest one runs out).
     pub fn expire(&self) {
         self.expire_at(Instant::now());
     }
@@ -346,8 +362,10 @@ fn view(inputs: &Inputs, now: Instant, zones: &[String], billing: Billing) -> Ve
 /// Background refresh: reads the hourly and monthly offers of every zone
 /// every `interval` and publishes the catalog. A zone whose listing fails
 /// keeps its last good offers (and the catalog's age grows); until the first
-/// success the loop retries every few seconds. Expired unavailable-offering
-/// entries are dropped on every tick.
+/// success the loop retries every few seconds. An unavailable offering comes
+/// back the moment its TTL runs out (not at the next tick of some period: a
+/// NodePool waiting for a restocked offer should not wait longer than it was
+/// told).
 pub async fn run_refresher(
     store: Arc<CatalogStore>,
     api: Arc<dyn ElasticMetal>,
@@ -356,15 +374,23 @@ pub async fn run_refresher(
 ) {
     let mut state = RefreshState::default();
     let retry = interval.min(Duration::from_secs(5));
-    let mut next_refresh = tokio::time::Instant::now();
-    let mut expiry = tokio::time::interval(Duration::from_secs(5).min(interval));
+    let mut next_refresh = Instant::now();
     loop {
+        let next_expiry = store.next_expiry();
+        let expiry = async {
+            match next_expiry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tokio::time::sleep_until(next_refresh) => {
                 let ok = refresh_once(&store, api.as_ref(), &zones, &mut state).await;
-                next_refresh = tokio::time::Instant::now() + if ok { interval } else { retry };
+                next_refresh = Instant::now() + if ok { interval } else { retry };
             }
-            _ = expiry.tick() => store.expire(),
+            _ = expiry => store.expire(),
+            // A new mark: compute the next expiry again.
+            _ = store.marked.notified() => {}
         }
     }
 }
@@ -636,6 +662,40 @@ mod tests {
             .find(|t| t.name == "EM-I215E-NVME")
             .unwrap();
         assert_eq!(other.allocatable(), other_before.allocatable());
+    }
+
+    /// The refresher brings an offering back the moment its TTL runs out,
+    /// not at some later tick: a restocked offer is chosen again as soon as
+    /// the operator was told it would be.
+    #[tokio::test(start_paused = true)]
+    async fn an_unavailable_offering_comes_back_exactly_when_its_ttl_runs_out() {
+        let store = CatalogStore::new(Duration::from_secs(60));
+        let api = Arc::new(crate::scaleway::fake::FakeElasticMetal::new());
+        api.set_offers("fr-par-2", offers("fr-par-2"));
+        let refresher = tokio::spawn(run_refresher(
+            store.clone(),
+            api,
+            vec!["fr-par-2".into()],
+            Duration::from_secs(3600),
+        ));
+        let mut rx = store.subscribe();
+        rx.wait_for(|s| s.is_loaded()).await.unwrap();
+
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        store.mark_unavailable("EM-A115X-SSD", "fr-par-2");
+        let available = || offering_available(&store.snapshot(), None, "EM-A115X-SSD", "fr-par-2");
+        assert_eq!(available(), Some(false));
+        tokio::time::sleep(Duration::from_millis(59_990)).await;
+        assert_eq!(available(), Some(false), "10 ms before the TTL runs out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(available(), Some(true), "10 ms after");
+
+        // A second mark after a quiet period is scheduled too.
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        store.mark_unavailable("EM-A115X-SSD", "fr-par-2");
+        tokio::time::sleep(Duration::from_millis(60_010)).await;
+        assert_eq!(available(), Some(true));
+        refresher.abort();
     }
 
     #[tokio::test]
