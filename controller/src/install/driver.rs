@@ -9,7 +9,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::machine::{self, Action, FailureClass, Observation, Plan, State, Transition};
+use super::delivery::{self, Delivered, DeliveryWindow};
+use super::machine::{self, Action, FailureClass, Observation, Plan, State, Step, Transition};
 use super::{InstallEngine, InstallEvent, InstallSpec, Phase, Progress, node_settings};
 use crate::metrics::install_metrics;
 use crate::rescue::{RescueError, RescueSession, SshTarget};
@@ -61,6 +62,8 @@ pub(super) async fn run(engine: InstallEngine, spec: InstallSpec, progress: Opti
         started: started.trunc_subsecs(0),
         saved: None,
         entered: now,
+        // A new order was undelivered when the install began.
+        undelivered: progress.is_none().then_some(now),
     }
     .run(progress)
     .instrument(span)
@@ -82,6 +85,9 @@ struct Driver<'a> {
     /// When the current phase was entered, for the phase-duration metric
     /// (the imaging deadline clock restarts per write; this does not).
     entered: Instant,
+    /// When the last status read that showed the server undelivered was
+    /// sent: the lower bound of the delivery, recorded once it is seen.
+    undelivered: Option<Instant>,
 }
 
 impl Driver<'_> {
@@ -117,7 +123,7 @@ impl Driver<'_> {
             }
             _ => {}
         }
-        let plan = match Plan::new(self.spec, settings) {
+        let mut plan = match Plan::new(self.spec, settings) {
             Ok(plan) => plan,
             Err(reason) => {
                 let (failed, _) = machine::fail(&state, now, reason.clone(), FailureClass::Image);
@@ -144,19 +150,31 @@ impl Driver<'_> {
             }
         }
         self.save(&state).await;
+        plan.delivery = self.expected_delivery(&plan);
+        if let Some(w) = plan.delivery {
+            debug!(offer = %self.spec.offer_name, zone = %self.spec.zone, opens_s = w.opens.as_secs_f64(),
+                closes_s = w.closes.as_secs_f64(), "deliveries seen before: reading the status faster in their window");
+        }
         // A new order is not delivered at once; a resumed install first looks
         // at where things stand.
         let mut due = match &progress {
-            None => now + plan.poll_interval,
+            None => plan.first_status_read(now),
             Some(_) => now,
         };
         loop {
             sleep_until(due).await;
+            let sent = Instant::now();
             let obs = self.perform(&plan, &state, &action).await;
             if let Some(point) = crash_point_after(&state, &obs) {
                 crashpoint::reached(point, &self.spec.node_claim_name);
             }
+            let read_status = matches!(obs, Observation::Server(_));
+            if state.step == Step::AwaitDelivery {
+                // What other installs saw meanwhile counts for this one.
+                plan.delivery = self.expected_delivery(&plan);
+            }
             let transition = machine::advance(&plan, &state, obs, Instant::now());
+            self.watch_delivery(&state, &transition.state, read_status, sent);
             self.record(&state, &transition).await;
             let Transition {
                 state: next_state,
@@ -182,6 +200,43 @@ impl Driver<'_> {
                 _ => {}
             }
         }
+    }
+
+    /// The window where deliveries of this offer in this zone ended lately.
+    fn expected_delivery(&self, plan: &Plan) -> Option<DeliveryWindow> {
+        let seen = self
+            .engine
+            .deliveries
+            .recent(&self.spec.offer_name, &self.spec.zone);
+        delivery::window(&seen, plan.poll_interval, plan.watch_interval())
+    }
+
+    /// Follows a status read made while waiting for delivery (sent at
+    /// `sent`): an undelivered server moves the delivery's lower bound, a
+    /// delivered one ends it and goes into the offer's history.
+    fn watch_delivery(&mut self, before: &State, after: &State, read_status: bool, sent: Instant) {
+        if before.step != Step::AwaitDelivery || !read_status {
+            return;
+        }
+        if after.step == Step::AwaitDelivery {
+            self.undelivered = Some(sent);
+            return;
+        }
+        let Some(undelivered) = self.undelivered.take() else {
+            return;
+        };
+        if after.phase != Phase::Ready {
+            return;
+        }
+        let seen = Delivered {
+            after: undelivered.saturating_duration_since(before.since),
+            by: Instant::now().saturating_duration_since(before.since),
+        };
+        debug!(offer = %self.spec.offer_name, zone = %self.spec.zone, after_s = seen.after.as_secs_f64(),
+            by_s = seen.by.as_secs_f64(), "delivery seen");
+        self.engine
+            .deliveries
+            .record(&self.spec.offer_name, &self.spec.zone, seen);
     }
 
     /// Everything a transition means outside the machine: the phase map,

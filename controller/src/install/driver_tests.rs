@@ -292,3 +292,6 @@ mod resume;
 
 #[path = "driver_cadence_tests.rs"]
 mod cadence;
+
+#[path = "driver_delivery_tests.rs"]
+mod delivery;

@@ -289,3 +289,46 @@ fn the_probe_interval_is_capped_by_the_poll_interval() {
     .unwrap();
     assert_eq!((p.poll_interval, p.probe_interval), (secs(15), secs(2)));
 }
+
+#[test]
+fn delivery_reads_follow_the_window_the_offers_history_gives() {
+    use crate::install::delivery::DeliveryWindow;
+    use crate::install::machine::cadence::delivery_read;
+    let t0 = Instant::now();
+    let t = |s: u64| t0 + secs(s);
+    // Poll interval 15 s in `plan()`: 45 s before the window, 3 s inside.
+    let p = Plan {
+        delivery: Some(DeliveryWindow {
+            opens: secs(220),
+            closes: secs(260),
+        }),
+        ..plan()
+    };
+    let read = |now| delivery_read(&p, t0, now);
+    assert_eq!(read(t0), t(45));
+    // Never past the opening.
+    assert_eq!(read(t(180)), t(220));
+    assert_eq!(read(t(220)), t(223));
+    assert_eq!(read(t(258)), t(261));
+    // A delivery later than every one seen: the poll interval again.
+    assert_eq!(read(t(261)), t(276));
+    // Without history: the poll interval throughout.
+    let plain = plan();
+    assert_eq!(delivery_read(&plain, t0, t(230)), t(245));
+    assert_eq!(plain.first_status_read(t0), t(15));
+    assert_eq!(p.first_status_read(t0), t(45));
+
+    // The machine schedules its reads of a delivering server by it, from the
+    // order (the phase clock), failed reads included.
+    let delivering = at(&State::start(t0), Phase::Delivering, Step::AwaitDelivery);
+    let (_, a, wait) = step(
+        &p,
+        &delivering,
+        server(ServerStatus::Delivering, BootType::Normal),
+        t(230),
+    );
+    assert_eq!((a, wait), (Action::PollServer, secs(3)));
+    let throttled = Observation::ApiFailed(ApiError::Throttled);
+    let (_, a, wait) = step(&p, &delivering, throttled, t(100));
+    assert_eq!((a, wait), (Action::PollServer, secs(45)));
+}

@@ -2,10 +2,15 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::commands::{self, Compression};
+use crate::install::delivery::DeliveryWindow;
 use crate::install::{Deadlines, InstallSettings, InstallSpec, Phase};
 
-/// What does not change during one install.
+/// What an install is planned with. Only `delivery` changes during an
+/// install: the driver refreshes it from the deliveries other installs of
+/// the same offer and zone saw while this one waits for its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub image_url: String,
@@ -28,6 +33,10 @@ pub struct Plan {
     /// Cadence of the local probes (rescue SSH, Talos, Node), never longer
     /// than `poll_interval`.
     pub probe_interval: Duration,
+    /// When deliveries of this offer in this zone ended lately, relative to
+    /// their order (`None`: none seen, or too spread to tell); sets the
+    /// status-read cadence during delivery (`machine_cadence.rs`).
+    pub delivery: Option<DeliveryWindow>,
     /// For Events.
     pub server_id: String,
     pub zone: String,
@@ -64,6 +73,7 @@ impl Plan {
             apply_grace: settings.apply_grace,
             poll_interval: settings.poll_interval,
             probe_interval: settings.probe_interval.min(settings.poll_interval),
+            delivery: None,
             server_id: spec.server_id.clone(),
             zone: spec.zone.clone(),
             offer_name: spec.offer_name.clone(),
@@ -83,6 +93,16 @@ impl Plan {
             Phase::Configured => Some(d.join),
             Phase::Joined | Phase::Failed => None,
         }
+    }
+
+    /// When the first status read of a server ordered at `now` is due.
+    pub fn first_status_read(&self, now: Instant) -> Instant {
+        super::cadence::delivery_read(self, now, now)
+    }
+
+    /// The fast status-read cadence inside a delivery window.
+    pub fn watch_interval(&self) -> Duration {
+        super::cadence::watch_interval(self)
     }
 
     /// The image URL as Events may show it (no query string).

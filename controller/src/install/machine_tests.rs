@@ -37,6 +37,7 @@ fn plan() -> Plan {
         rescue_returns: 1,
         api_failures: 5,
         apply_grace: Duration::from_secs(60),
+        delivery: None,
         server_id: "srv-1".into(),
         zone: "fr-par-2".into(),
         offer_name: "EM-A115X-SSD".into(),

@@ -10,6 +10,7 @@
 //! performs the actions through the ports, one tokio task per server.
 
 mod commands;
+pub mod delivery;
 mod driver;
 #[cfg(test)]
 mod driver_fakes;
@@ -467,6 +468,8 @@ pub struct EngineDeps {
 pub struct InstallEngine {
     deps: EngineDeps,
     phases: Arc<Mutex<HashMap<String, Phase>>>,
+    /// How long deliveries took, per offer and zone (`delivery.rs`).
+    deliveries: Arc<delivery::DeliveryHistory>,
 }
 
 impl InstallEngine {
@@ -474,6 +477,7 @@ impl InstallEngine {
         InstallEngine {
             deps,
             phases: Arc::new(Mutex::new(HashMap::new())),
+            deliveries: Arc::default(),
         }
     }
 
