@@ -127,6 +127,8 @@ struct Outcome {
     usage: BTreeMap<String, Usage>,
     throttling: Throttling,
     install_outcomes: BTreeMap<String, f64>,
+    /// The provider's pacing and 429 counters (`karpenter_scaleway_api_*`).
+    pacing: Vec<String>,
     servers_ordered: u64,
     joined: usize,
     timed_out: bool,
@@ -205,6 +207,11 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
     let first_claim = claims_view.values().map(|c| c.first_seen).min();
     let metrics = stack.provider_metrics(0).await.unwrap_or_default();
     let install_outcomes = outcomes(&metrics);
+    let pacing = metrics
+        .lines()
+        .filter(|l| l.starts_with("karpenter_scaleway_api_"))
+        .map(str::to_string)
+        .collect();
     let log = stack
         .opts
         .work_dir
@@ -220,6 +227,7 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
         usage,
         throttling: Throttling::read(&log),
         install_outcomes,
+        pacing,
         timed_out,
         elapsed,
     };
@@ -391,6 +399,10 @@ fn print_report(args: &Args, o: &Outcome, failures: &[String]) {
         "  gRPC calls from Karpenter that failed (any cause): {:?}",
         o.throttling.rpc_failures
     );
+    println!("  client-side pacing (provider /metrics):");
+    for line in &o.pacing {
+        println!("    {line}");
+    }
     println!();
     println!(
         "{:<22} {:>7} {:>13} {:>9} {:>11} {:>13}",
