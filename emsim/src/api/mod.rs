@@ -185,6 +185,7 @@ async fn gate(
 ) -> Response {
     let started = Instant::now();
     let endpoint = format!("{} {}", req.method(), matched.as_str());
+    let server = crate::counters::server_of(&endpoint, req.uri().path()).map(str::to_string);
     // The lock is released before any injected delay.
     let fault = state
         .faults
@@ -226,11 +227,12 @@ async fn gate(
         Err(error) => error.into_response(),
     };
     let status = response.status().as_u16();
-    state
-        .counters
-        .lock()
-        .expect("counters lock")
-        .record(&endpoint, status);
+    let mut counters = state.counters.lock().expect("counters lock");
+    counters.record(&endpoint, status);
+    if let Some(server) = &server {
+        counters.record_for_server(server, &endpoint, status);
+    }
+    drop(counters);
     tracing::debug!(%endpoint, status, elapsed_ms = started.elapsed().as_millis() as u64, "api call");
     response
 }
