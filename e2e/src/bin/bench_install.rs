@@ -23,6 +23,9 @@ use e2e::scenario;
 use e2e::sims::EmsimEvent;
 use e2e::stack::{Stack, StackOptions};
 
+mod benchkit;
+use benchkit::api::Calls;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kps-bench-install",
@@ -44,6 +47,18 @@ struct Args {
     /// Real bytes per second the image is served at (per download).
     #[arg(long, default_value_t = 8 << 20)]
     image_rate: u64,
+    /// Nodes of the same offer provisioned first, so that the provider has
+    /// seen deliveries of it (the history its delivery cadence follows); the
+    /// `--nodes` measured are ordered once it has seen every one of these
+    /// delivered. Reported apart, as installs without history.
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
+    /// The provider's API pace (`--scw-api-rate-limit`, calls per second per
+    /// endpoint); default: the provider's own. A time-scaled run polls as
+    /// many times faster as the world runs, so its pace should scale too
+    /// (8 / time scale), or the pacing, not the platform, sets the waits.
+    #[arg(long)]
+    provider_pace: Option<f64>,
     /// Leave the stack running at the end (Ctrl-C to stop).
     #[arg(long)]
     keep: bool,
@@ -53,6 +68,9 @@ struct Args {
 #[derive(Debug, Clone)]
 struct Flow {
     claim: String,
+    /// Calls naming this server (emsim): status reads, all.
+    reads: u64,
+    calls: u64,
     order: DateTime<Utc>,
     delivered: DateTime<Utc>,
     rescue_requested: DateTime<Utc>,
@@ -115,9 +133,25 @@ async fn main() -> Result<()> {
     opts.time_scale = args.time_scale;
     opts.poll_interval = Duration::from_millis(args.poll_ms);
     opts.image_bytes_per_second = Some(args.image_rate);
+    if let Some(pace) = args.provider_pace {
+        opts.provider_args = vec!["--scw-api-rate-limit".into(), pace.to_string()];
+    }
     println!(
-        "kps-bench-install: {} node(s) of {}, time scale {}, provider poll interval {} ms, image {} at {} B/s",
-        args.nodes, args.offer, args.time_scale, args.poll_ms, opts.image_size, args.image_rate
+        "kps-bench-install: {} node(s) of {} after {} warm-up node(s), time scale {}, provider poll interval {} ms, image {} at {} B/s",
+        args.nodes,
+        args.offer,
+        args.warmup,
+        args.time_scale,
+        args.poll_ms,
+        opts.image_size,
+        args.image_rate
+    );
+    println!(
+        "machine: {} cores, load {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     println!("logs: {}", opts.work_dir.join("logs").display());
     let stack = Stack::up(opts).await?;
@@ -147,11 +181,19 @@ async fn run(stack: &Stack, args: &Args) -> Result<()> {
         ),
     )
     .await?;
+    if args.warmup > 0 {
+        api_quota_for(stack, args).await?;
+    }
+    let first_wave = if args.warmup > 0 {
+        args.warmup
+    } else {
+        args.nodes
+    };
     kubeutil::apply_yaml(
         &stack.client,
         &scenario::inflate_yaml_on(
             "bench",
-            args.nodes,
+            first_wave,
             "1",
             &[("karpenter.sh/nodepool", "bench")],
             true,
@@ -159,7 +201,19 @@ async fn run(stack: &Stack, args: &Args) -> Result<()> {
     )
     .await?;
     let timeout = Duration::from_secs_f64(120.0 + 600.0 * args.time_scale * 2.0);
-    scenario::wait_pods_running(stack, "bench", args.nodes as usize, timeout).await?;
+    // Orders after this instant are the measured ones.
+    let mut measured_from = None;
+    if args.warmup > 0 {
+        wait_deliveries_seen(stack, args.warmup as usize, timeout).await?;
+        measured_from = Some(Utc::now());
+        scenario::scale(stack, "bench", args.warmup + args.nodes).await?;
+        println!(
+            "warm-up: the provider saw {} deliveries; {} more nodes ordered",
+            args.warmup, args.nodes
+        );
+    }
+    let total = (args.warmup + args.nodes) as usize;
+    scenario::wait_pods_running(stack, "bench", total, timeout * 2).await?;
     // Let the last Ready be recorded by the watch.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -182,6 +236,8 @@ async fn run(stack: &Stack, args: &Args) -> Result<()> {
     let transfers: Vec<Transfer> = stack.image.transfers();
     let servers = stack.owned_servers().await?;
     let sims = stack.talossim.servers().await?;
+    let counters = stack.emsim.counters().await?;
+    let calls = Calls::from_counters(&counters);
     let claim_view = claims.snapshot();
     let first_seen_wall = {
         let now_i = std::time::Instant::now();
@@ -206,6 +262,14 @@ async fn run(stack: &Stack, args: &Args) -> Result<()> {
             .to_string();
         match build_flow(&id, &claim, s, &events, &sims, &ready, &to_wall) {
             Ok(mut f) => {
+                let of_server = &counters["servers"][&id];
+                f.reads = of_server["GET /baremetal/v1/zones/{zone}/servers/{server_id}"]["total"]
+                    .as_u64()
+                    .unwrap_or(0);
+                f.calls = of_server
+                    .as_object()
+                    .map(|m| m.values().filter_map(|c| c["total"].as_u64()).sum())
+                    .unwrap_or(0);
                 f.launch = claim_view
                     .get(&claim)
                     .map(|c| secs(first_seen_wall(c.first_seen), f.order));
@@ -243,8 +307,53 @@ async fn run(stack: &Stack, args: &Args) -> Result<()> {
         f.transfer_start = t.started;
         f.transfer_end = end;
     }
-    print_report(args, stack, &flows, &irregular);
+    let (warm, measured): (Vec<Flow>, Vec<Flow>) = flows
+        .into_iter()
+        .partition(|f| measured_from.is_some_and(|t| f.order < t));
+    print_definitions(args);
+    if !warm.is_empty() {
+        println!("Warm-up (no delivery seen before: the poll interval throughout):");
+        print_group(args, &warm);
+        println!();
+        println!("Measured (after the warm-up's deliveries):");
+    }
+    print_group(args, &measured);
+    for i in &irregular {
+        println!("irregular: {i}");
+    }
+    println!();
+    println!("Scaleway API calls of the whole run (emsim), per node:");
+    print!("{}", calls.table(total));
+    println!("work dir: {}", stack.opts.work_dir.display());
     Ok(())
+}
+
+/// The warm-up and the measured nodes together exceed the offer's quota
+/// (10 in emsim's catalog) once they are more than that: lifted.
+async fn api_quota_for(stack: &Stack, args: &Args) -> Result<()> {
+    if args.warmup + args.nodes > 10 {
+        benchkit::api::set_quota(&stack.emsim, &args.offer, None).await?;
+    }
+    Ok(())
+}
+
+/// Waits until the provider has asked for the rescue reboot of `n` servers
+/// of this cluster: it has seen each of them delivered.
+async fn wait_deliveries_seen(stack: &Stack, n: usize, timeout: Duration) -> Result<()> {
+    e2e::wait::until(
+        &format!("{n} warm-up deliveries seen by the provider"),
+        timeout,
+        Duration::from_millis(500),
+        || async {
+            let servers = stack.owned_servers().await?;
+            let seen = servers
+                .iter()
+                .filter(|s| s["boot_history"].as_array().is_some_and(|b| !b.is_empty()))
+                .count();
+            Ok((seen >= n).then_some(()))
+        },
+    )
+    .await
 }
 
 fn build_flow(
@@ -289,6 +398,8 @@ fn build_flow(
         .context("expected exactly one applied config")?;
     Ok(Flow {
         claim: claim.to_string(),
+        reads: 0,
+        calls: 0,
         order,
         delivered: to_wall(ons[0].at),
         rescue_requested,
@@ -334,7 +445,7 @@ fn watch_node_ready(stack: &Stack) -> ReadyLog {
     (log, task)
 }
 
-fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]) {
+fn print_definitions(args: &Args) {
     let s = args.time_scale;
     println!();
     println!("Definitions (all in real seconds; simulated seconds = real / {s}):");
@@ -358,9 +469,15 @@ fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]
     );
     println!("              a4 server up -> config applied (maintenance API poll, render, apply)");
     println!("  launch    NodeClaim seen -> order (Karpenter batch + Create; outside the flow)");
-    println!();
     println!(
-        "{:<16} {:>7} | {:>8} {:>6} {:>8} {:>6} {:>6} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>7} | {:>6}",
+        "  reads     status reads of the server (GET /servers/{{id}}); calls: every call naming it"
+    );
+    println!();
+}
+
+fn print_group(args: &Args, flows: &[Flow]) {
+    println!(
+        "{:<16} {:>7} | {:>8} {:>6} {:>8} {:>6} {:>6} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>7} | {:>6} | {:>5} {:>5}",
         "node",
         "flow",
         "delivery",
@@ -374,7 +491,9 @@ fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]
         "a4",
         "added",
         "added%",
-        "launch"
+        "launch",
+        "reads",
+        "calls"
     );
     let mut total_flow = 0.0;
     let mut total_added = 0.0;
@@ -388,7 +507,7 @@ fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]
         total_added += added;
         worst = worst.max(pct);
         println!(
-            "{:<16} {:>7.3} | {:>8.3} {:>6.3} {:>8.3} {:>6.3} {:>6.3} | {:>6.3} {:>6.3} {:>6.3} {:>6.3} | {:>6.3} {:>6.2}% | {:>6}",
+            "{:<16} {:>7.3} | {:>8.3} {:>6.3} {:>8.3} {:>6.3} {:>6.3} | {:>6.3} {:>6.3} {:>6.3} {:>6.3} | {:>6.3} {:>6.2}% | {:>6} | {:>5} {:>5}",
             f.claim,
             f.flow(),
             p[0],
@@ -403,11 +522,10 @@ fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]
             added,
             pct,
             f.launch.map_or("-".into(), |l| format!("{l:.3}")),
+            f.reads,
+            f.calls,
         );
         debug_assert!((p.iter().sum::<f64>() + added - f.flow()).abs() < 1e-3);
-    }
-    for i in irregular {
-        println!("irregular: {i}");
     }
     if !flows.is_empty() {
         let n = flows.len() as f64;
@@ -425,6 +543,13 @@ fn print_report(args: &Args, stack: &Stack, flows: &[Flow], irregular: &[String]
             args.poll_ms,
             1.5 * args.poll_ms as f64 / 1000.0
         );
+        let a1: Vec<f64> = flows.iter().map(|f| f.added()[0]).collect();
+        println!(
+            "a1 (delivery noticed): mean {:.3} s, max {:.3} s; per node: {:.1} status reads, {:.1} calls naming the server",
+            a1.iter().sum::<f64>() / n,
+            a1.iter().copied().fold(0.0, f64::max),
+            flows.iter().map(|f| f.reads as f64).sum::<f64>() / n,
+            flows.iter().map(|f| f.calls as f64).sum::<f64>() / n,
+        );
     }
-    println!("work dir: {}", stack.opts.work_dir.display());
 }

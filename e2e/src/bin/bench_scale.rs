@@ -102,10 +102,15 @@ async fn main() -> Result<()> {
     println!("logs: {}", opts.work_dir.join("logs").display());
     println!("machine: {} cores, load {}", cores(), loadavg());
     let mut stack = Stack::up(opts).await?;
-    let pids: Vec<(String, u32)> = [PROVIDER, BRIDGE, "emsim", "talos-sim"]
+    let mut pids: Vec<(String, u32)> = [PROVIDER, BRIDGE, "emsim", "talos-sim"]
         .into_iter()
         .filter_map(|name| Some((name.to_string(), stack.proc_mut(name)?.pid())))
         .collect();
+    // The control plane, by its process names (etcd, kube-apiserver, ...).
+    for pid in stack.cp.pids() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        pids.push((comm.trim().to_string(), pid));
+    }
     let result = run(&stack, &args, &pids).await;
     if let Err(e) = &result {
         eprintln!("benchmark failed: {e:#}\n{}", stack.diagnostics());
@@ -125,6 +130,9 @@ struct Outcome {
     first_claim: Option<Instant>,
     calls: Calls,
     usage: BTreeMap<String, Usage>,
+    /// The whole machine's CPU use over the run, in cores (every process,
+    /// other jobs on the machine included).
+    machine_busy: f64,
     throttling: Throttling,
     install_outcomes: BTreeMap<String, f64>,
     /// The provider's pacing and 429 counters (`karpenter_scaleway_api_*`).
@@ -154,6 +162,7 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
     api::set_rate_limit(&stack.emsim, limit).await?;
     let before = Calls::read(&stack.emsim).await?;
     let sampler = Sampler::start(pids)?;
+    let machine = benchkit::procstat::MachineCpu::read()?;
     let claims = ClaimWatch::start(&stack.client);
     let (ready, ready_task) = watch_node_ready(stack);
     let started = Instant::now();
@@ -201,6 +210,7 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
     let elapsed = started.elapsed();
     let calls = Calls::read(&stack.emsim).await?.since(&before);
     let usage = sampler.stop();
+    let machine_busy = machine.busy_since()?;
     ready_task.abort();
     let ready = ready.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let claims_view = claims.snapshot();
@@ -225,6 +235,7 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
         servers_ordered: calls.ok("POST /baremetal/v1/zones/{zone}/servers"),
         calls,
         usage,
+        machine_busy,
         throttling: Throttling::read(&log),
         install_outcomes,
         pacing,
@@ -420,6 +431,13 @@ fn print_report(args: &Args, o: &Outcome, failures: &[String]) {
             if u.lost { " (exited)" } else { "" }
         );
     }
+    let stack_cores: f64 = o.usage.values().map(Usage::mean_cores).sum();
+    println!(
+        "the machine: {:.2} of {} cores busy on average over the run, {:.2} of them the processes above",
+        o.machine_busy,
+        cores(),
+        stack_cores
+    );
     println!();
     let provider_rss = o
         .usage

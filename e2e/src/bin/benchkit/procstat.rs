@@ -203,6 +203,52 @@ impl Drop for Sampler {
     }
 }
 
+/// The machine's CPU time (`/proc/stat`, every process), to tell how busy
+/// the machine was, other jobs included.
+pub struct MachineCpu {
+    at: Instant,
+    busy_s: f64,
+}
+
+impl MachineCpu {
+    pub fn read() -> Result<MachineCpu> {
+        Ok(MachineCpu {
+            at: Instant::now(),
+            busy_s: machine_busy_s(clock_ticks())?,
+        })
+    }
+
+    /// Cores busy on average since the read.
+    pub fn busy_since(&self) -> Result<f64> {
+        let now = machine_busy_s(clock_ticks())?;
+        Ok((now - self.busy_s) / self.at.elapsed().as_secs_f64().max(1e-9))
+    }
+}
+
+/// CPU seconds spent by the whole machine outside idle and iowait.
+fn machine_busy_s(ticks_per_s: f64) -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").context("/proc/stat")?;
+    let cpu = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line in /proc/stat")?;
+    let fields: Vec<f64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal, then guest times
+    // that user and nice already hold.
+    let busy: f64 = fields
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    Ok(busy / ticks_per_s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,5 +257,6 @@ mod tests {
     fn reads_this_process() {
         let s = read(std::process::id(), 100.0).unwrap();
         assert!(s.rss_kib > 0 && s.hwm_kib >= s.rss_kib, "{s:?}");
+        assert!(machine_busy_s(100.0).unwrap() > 0.0);
     }
 }
