@@ -9,8 +9,9 @@ use chrono::{DateTime, SubsecRound, Utc};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::delivery::{self, Delivered, DeliveryWindow};
+use super::history::{self, Wait, Window};
 use super::machine::{self, Action, FailureClass, Observation, Plan, State, Step, Transition};
+use super::waits::{Look, WaitWatch};
 use super::{InstallEngine, InstallEvent, InstallSpec, Phase, Progress, node_settings};
 use crate::metrics::install_metrics;
 use crate::rescue::{RescueError, RescueSession, SshTarget};
@@ -63,7 +64,7 @@ pub(super) async fn run(engine: InstallEngine, spec: InstallSpec, progress: Opti
         saved: None,
         entered: now,
         // A new order was undelivered when the install began.
-        undelivered: progress.is_none().then_some(now),
+        waits: WaitWatch::new(progress.is_none().then_some(now)),
     }
     .run(progress)
     .instrument(span)
@@ -85,9 +86,8 @@ struct Driver<'a> {
     /// When the current phase was entered, for the phase-duration metric
     /// (the imaging deadline clock restarts per write; this does not).
     entered: Instant,
-    /// When the last status read that showed the server undelivered was
-    /// sent: the lower bound of the delivery, recorded once it is seen.
-    undelivered: Option<Instant>,
+    /// Brackets this install's delivery and normal boot for the history.
+    waits: WaitWatch,
 }
 
 impl Driver<'_> {
@@ -150,10 +150,11 @@ impl Driver<'_> {
             }
         }
         self.save(&state).await;
-        plan.delivery = self.expected_delivery(&plan);
+        plan.delivery = self.expected(Wait::Delivery, &plan);
         if let Some(w) = plan.delivery {
             debug!(offer = %self.spec.offer_name, zone = %self.spec.zone, opens_s = w.opens.as_secs_f64(),
-                closes_s = w.closes.as_secs_f64(), "deliveries seen before: reading the status faster in their window");
+                closes_s = w.closes.as_secs_f64(), every_s = w.every.as_secs_f64(),
+                "deliveries seen before: reading the status faster in their window");
         }
         // A new order is not delivered at once; a resumed install first looks
         // at where things stand.
@@ -168,13 +169,26 @@ impl Driver<'_> {
             if let Some(point) = crash_point_after(&state, &obs) {
                 crashpoint::reached(point, &self.spec.node_claim_name);
             }
-            let read_status = matches!(obs, Observation::Server(_));
+            let look = look_of(&obs);
+            // What other installs saw meanwhile counts for this one.
             if state.step == Step::AwaitDelivery {
-                // What other installs saw meanwhile counts for this one.
-                plan.delivery = self.expected_delivery(&plan);
+                plan.delivery = self.expected(Wait::Delivery, &plan);
             }
-            let transition = machine::advance(&plan, &state, obs, Instant::now());
-            self.watch_delivery(&state, &transition.state, read_status, sent);
+            if matches!(state.step, Step::RebootNormal | Step::ProbeTalos) {
+                plan.boot = self.expected(Wait::Boot, &plan);
+            }
+            let answered = Instant::now();
+            let transition = machine::advance(&plan, &state, obs, answered);
+            if let Some((wait, seen)) =
+                self.waits
+                    .observe(&state, &transition.state, look, sent, answered)
+            {
+                debug!(?wait, offer = %self.spec.offer_name, zone = %self.spec.zone,
+                    after_s = seen.after.as_secs_f64(), by_s = seen.by.as_secs_f64(), "wait seen ending");
+                self.engine
+                    .history
+                    .record(wait, &self.spec.offer_name, &self.spec.zone, seen);
+            }
             self.record(&state, &transition).await;
             let Transition {
                 state: next_state,
@@ -202,41 +216,17 @@ impl Driver<'_> {
         }
     }
 
-    /// The window where deliveries of this offer in this zone ended lately.
-    fn expected_delivery(&self, plan: &Plan) -> Option<DeliveryWindow> {
+    /// The window where waits of this kind ended lately for this offer in
+    /// this zone.
+    fn expected(&self, wait: Wait, plan: &Plan) -> Option<Window> {
         let seen = self
             .engine
-            .deliveries
-            .recent(&self.spec.offer_name, &self.spec.zone);
-        delivery::window(&seen, plan.poll_interval, plan.watch_interval())
-    }
-
-    /// Follows a status read made while waiting for delivery (sent at
-    /// `sent`): an undelivered server moves the delivery's lower bound, a
-    /// delivered one ends it and goes into the offer's history.
-    fn watch_delivery(&mut self, before: &State, after: &State, read_status: bool, sent: Instant) {
-        if before.step != Step::AwaitDelivery || !read_status {
-            return;
+            .history
+            .recent(wait, &self.spec.offer_name, &self.spec.zone);
+        match wait {
+            Wait::Delivery => history::delivery_window(&seen, plan.poll_interval),
+            Wait::Boot => history::boot_window(&seen, plan.probe_interval),
         }
-        if after.step == Step::AwaitDelivery {
-            self.undelivered = Some(sent);
-            return;
-        }
-        let Some(undelivered) = self.undelivered.take() else {
-            return;
-        };
-        if after.phase != Phase::Ready {
-            return;
-        }
-        let seen = Delivered {
-            after: undelivered.saturating_duration_since(before.since),
-            by: Instant::now().saturating_duration_since(before.since),
-        };
-        debug!(offer = %self.spec.offer_name, zone = %self.spec.zone, after_s = seen.after.as_secs_f64(),
-            by_s = seen.by.as_secs_f64(), "delivery seen");
-        self.engine
-            .deliveries
-            .record(&self.spec.offer_name, &self.spec.zone, seen);
     }
 
     /// Everything a transition means outside the machine: the phase map,
@@ -751,6 +741,17 @@ async fn bounded<T>(limit: Duration, call: impl Future<Output = T>) -> Result<T,
     timeout(limit, call)
         .await
         .map_err(|_| format!("no answer within {}s", limit.as_secs()))
+}
+
+/// What an observation tells about the waits the history learns.
+fn look_of(obs: &Observation) -> Look {
+    match obs {
+        Observation::Server(_) => Look::Status,
+        Observation::Rebooted => Look::Rebooted,
+        Observation::TalosDown(_) => Look::TalosDown,
+        Observation::TalosUp => Look::TalosUp,
+        _ => Look::Other,
+    }
 }
 
 fn api_failed(what: &str, err: ApiError) -> Observation {

@@ -150,8 +150,7 @@ async fn until_delivered(engine: &InstallEngine, id: &str) {
     panic!("{id} never left delivery: {:?}", engine.phase(id));
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_offers_last_deliveries_set_when_the_status_is_read() {
+fn world() -> (Arc<TimedDeliveries>, InstallEngine) {
     let em = Arc::new(TimedDeliveries {
         inner: Arc::new(FakeElasticMetal::new()),
         ready_at: Mutex::default(),
@@ -159,54 +158,51 @@ async fn the_offers_last_deliveries_set_when_the_status_is_read() {
         reads: Mutex::default(),
     });
     let engine = engine(em.clone());
+    (em, engine)
+}
 
-    // No history: one read every poll interval (10 s); the delivery at
-    // 243 s is seen at 250 s.
+/// The first delivery, without history: one read every poll interval (10 s);
+/// delivered at 243 s, seen at 250 s. History: after 240 s, by 250 s, so a
+/// window 230 s .. 260 s after the order; one read every 10 s until the
+/// mean (245 s) would be 24.5 reads, 4 go before the window (every 60 s, the
+/// last at its opening), which leaves one every 0.73 s: 1 s, the fastest.
+async fn first_delivery(em: &TimedDeliveries, engine: &InstallEngine) {
     em.order("srv-1", Duration::from_secs(243));
     engine.start(install_of("srv-1"));
-    until_delivered(&engine, "srv-1").await;
-    let first: Vec<u64> = (1..=25).map(|i| i * 10).collect();
-    assert_eq!(em.reads_of("srv-1")[..25], first[..]);
+    until_delivered(engine, "srv-1").await;
+    let plain: Vec<u64> = (1..=25).map(|i| i * 10).collect();
+    assert_eq!(em.reads_of("srv-1")[..25], plain[..]);
+}
 
-    // The next order at 300 s, delivered 245 s later. The history (after
-    // 240 s, by 250 s) opens a window 230 s .. 260 s after the order: a read
-    // every 30 s before it, the first at its opening, then every 2 s.
+/// The reads of `id` ordered at 300 s, relative to its order.
+async fn second_delivery(em: &TimedDeliveries, engine: &InstallEngine, after: u64) -> Vec<u64> {
     tokio::time::sleep_until(em.start + Duration::from_secs(300)).await;
-    em.order("srv-2", Duration::from_secs(245));
+    em.order("srv-2", Duration::from_secs(after));
     engine.start(install_of("srv-2"));
-    until_delivered(&engine, "srv-2").await;
-    let reads: Vec<u64> = em.reads_of("srv-2").iter().map(|t| t - 300).collect();
-    let expected: Vec<u64> = [30, 60, 90, 120, 150, 180, 210, 230]
-        .into_iter()
-        .chain((232..=246).step_by(2))
-        .collect();
-    // Noticed 1 s after the delivery instead of 5 s, in 16 reads instead
-    // of 25.
+    until_delivered(engine, "srv-2").await;
+    em.reads_of("srv-2").iter().map(|t| t - 300).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_offers_last_deliveries_set_when_the_status_is_read() {
+    let (em, engine) = world();
+    first_delivery(&em, &engine).await;
+    // Delivered 245 s after its order: seen at once, in 19 reads instead of
+    // 25, instead of 5 s late.
+    let reads = second_delivery(&em, &engine, 245).await;
+    let expected: Vec<u64> = [60, 120, 180, 230].into_iter().chain(231..=245).collect();
     assert_eq!(reads[..expected.len()], expected[..], "{reads:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_delivery_later_than_every_one_seen_falls_back_to_the_poll_interval() {
-    let em = Arc::new(TimedDeliveries {
-        inner: Arc::new(FakeElasticMetal::new()),
-        ready_at: Mutex::default(),
-        start: Instant::now(),
-        reads: Mutex::default(),
-    });
-    let engine = engine(em.clone());
-    em.order("srv-1", Duration::from_secs(43));
-    engine.start(install_of("srv-1"));
-    until_delivered(&engine, "srv-1").await;
-    // History: after 40 s, by 50 s -> window 30 s .. 60 s.
-    tokio::time::sleep_until(em.start + Duration::from_secs(100)).await;
-    em.order("srv-2", Duration::from_secs(95));
-    engine.start(install_of("srv-2"));
-    until_delivered(&engine, "srv-2").await;
-    let reads: Vec<u64> = em.reads_of("srv-2").iter().map(|t| t - 100).collect();
-    let expected: Vec<u64> = [30]
+    let (em, engine) = world();
+    first_delivery(&em, &engine).await;
+    let reads = second_delivery(&em, &engine, 275).await;
+    let expected: Vec<u64> = [60, 120, 180, 230]
         .into_iter()
-        .chain((32..=60).step_by(2))
-        .chain((70..=100).step_by(10))
+        .chain(231..=260)
+        .chain([270, 280])
         .collect();
     assert_eq!(reads[..expected.len()], expected[..], "{reads:?}");
 }

@@ -3,7 +3,8 @@
 //! Two cadences. The Elastic Metal API is remote and rate-limited: a server's
 //! status is read once per poll interval, except while it is delivered when
 //! the deliveries seen before tell when this one should end (see
-//! [`delivery_read`]). Everything else the engine waits
+//! [`delivery_read`]; the normal boot's Talos probes likewise,
+//! [`boot_probe`]). Everything else the engine waits
 //! for is cheap to ask directly: an SSH login on the rescue system, the Talos
 //! maintenance API, the Node in the Kubernetes API; those are probed once per
 //! probe interval (a few seconds). And an action that what was just seen made
@@ -16,43 +17,48 @@ use tokio::time::Instant;
 
 use super::rescue::next_status_poll;
 use super::{Action, Plan, State, Step};
-
-/// Before the expected end of a delivery, the status is read this many
-/// poll intervals apart: what is saved pays for the fast reads of the window.
-pub(super) const BEFORE_WINDOW: u32 = 3;
-
-/// Inside the window, the status is read this many times per poll interval
-/// (every second at the 5 s default).
-pub(super) const WATCH_DIVISOR: u32 = 5;
+use crate::install::Phase;
+use crate::install::history::READS_BEFORE_WINDOW;
 
 /// When the next status read of a server being delivered (ordered at
 /// `ordered`) is due, the last one made at `now`.
 ///
 /// Without a window (no deliveries of this offer in this zone seen yet, or
-/// too spread to predict): every poll interval. With one: every
-/// [`BEFORE_WINDOW`] poll intervals until it opens (never past its opening),
-/// every poll interval / [`WATCH_DIVISOR`] inside it, every poll interval
-/// after it (a delivery later than every one seen). On the emsim catalog's
-/// 3 min 45 s – 4 min 47 s deliveries this makes about as many reads per
-/// delivery as one every poll interval, and notices the delivery within a
-/// second rather than half a poll interval late (docs/figures.md).
+/// too spread to predict): every poll interval. With one (`history.rs`):
+/// every [`READS_BEFORE_WINDOW`] poll intervals until it opens (never past
+/// its opening), at the window's pace inside it, every poll interval after
+/// it (a delivery later than every one seen).
 pub(super) fn delivery_read(plan: &Plan, ordered: Instant, now: Instant) -> Instant {
     let Some(window) = plan.delivery else {
         return now + plan.poll_interval;
     };
     let (opens, closes) = (ordered + window.opens, ordered + window.closes);
     if now < opens {
-        (now + plan.poll_interval * BEFORE_WINDOW).min(opens)
+        (now + plan.poll_interval * READS_BEFORE_WINDOW).min(opens)
     } else if now < closes {
-        now + watch_interval(plan)
+        now + window.every
     } else {
         now + plan.poll_interval
     }
 }
 
-/// The cadence of the status reads inside a delivery window.
-pub(super) fn watch_interval(plan: &Plan) -> Duration {
-    plan.poll_interval / WATCH_DIVISOR
+/// When the next Talos probe of a server booting normally (reboot requested
+/// at `rebooted`) is due, the last one made at `now`: every probe interval,
+/// but at the window's pace inside the window where the offer's boots ended
+/// (`history.rs`); the probes cost no API call, so none are saved before it.
+pub(super) fn boot_probe(plan: &Plan, rebooted: Instant, now: Instant) -> Instant {
+    let next = now + plan.probe_interval;
+    let Some(window) = plan.boot else {
+        return next;
+    };
+    let (opens, closes) = (rebooted + window.opens, rebooted + window.closes);
+    if now < opens {
+        next.min(opens)
+    } else if now < closes {
+        now + window.every
+    } else {
+        next
+    }
 }
 
 /// When `action`, chosen on leaving `before` for `next` at `now`, is due.
@@ -90,6 +96,10 @@ pub(super) fn due(
         // reboot call, the server first has to go down and boot.
         Action::ProbeTalos { .. } => match before.step {
             Step::ResumeBooting | Step::ResumeMaintenance => at_once,
+            // The normal reboot is under way: the boot's cadence.
+            Step::RebootNormal | Step::ProbeTalos if next.phase == Phase::Booting => {
+                return boot_probe(plan, next.since, now);
+            }
             _ => plan.probe_interval,
         },
         Action::PollNode => match before.step {

@@ -292,31 +292,33 @@ fn the_probe_interval_is_capped_by_the_poll_interval() {
 
 #[test]
 fn delivery_reads_follow_the_window_the_offers_history_gives() {
-    use crate::install::delivery::DeliveryWindow;
+    use crate::install::history::Window;
     use crate::install::machine::cadence::delivery_read;
     let t0 = Instant::now();
     let t = |s: u64| t0 + secs(s);
-    // Poll interval 15 s in `plan()`: 45 s before the window, 3 s inside.
+    // Poll interval 15 s in `plan()`: 90 s apart before the window, 2 s
+    // inside.
     let p = Plan {
-        delivery: Some(DeliveryWindow {
+        delivery: Some(Window {
             opens: secs(220),
             closes: secs(260),
+            every: secs(2),
         }),
         ..plan()
     };
     let read = |now| delivery_read(&p, t0, now);
-    assert_eq!(read(t0), t(45));
+    assert_eq!(read(t0), t(90));
     // Never past the opening.
     assert_eq!(read(t(180)), t(220));
-    assert_eq!(read(t(220)), t(223));
-    assert_eq!(read(t(258)), t(261));
+    assert_eq!(read(t(220)), t(222));
+    assert_eq!(read(t(258)), t(260));
     // A delivery later than every one seen: the poll interval again.
-    assert_eq!(read(t(261)), t(276));
+    assert_eq!(read(t(260)), t(275));
     // Without history: the poll interval throughout.
     let plain = plan();
     assert_eq!(delivery_read(&plain, t0, t(230)), t(245));
     assert_eq!(plain.first_status_read(t0), t(15));
-    assert_eq!(p.first_status_read(t0), t(45));
+    assert_eq!(p.first_status_read(t0), t(90));
 
     // The machine schedules its reads of a delivering server by it, from the
     // order (the phase clock), failed reads included.
@@ -327,8 +329,40 @@ fn delivery_reads_follow_the_window_the_offers_history_gives() {
         server(ServerStatus::Delivering, BootType::Normal),
         t(230),
     );
-    assert_eq!((a, wait), (Action::PollServer, secs(3)));
+    assert_eq!((a, wait), (Action::PollServer, secs(2)));
     let throttled = Observation::ApiFailed(ApiError::Throttled);
     let (_, a, wait) = step(&p, &delivering, throttled, t(100));
-    assert_eq!((a, wait), (Action::PollServer, secs(45)));
+    assert_eq!((a, wait), (Action::PollServer, secs(90)));
+}
+
+#[test]
+fn talos_probes_follow_the_window_of_the_offers_boots() {
+    use crate::install::history::Window;
+    let t0 = Instant::now();
+    let t = |ms: u64| t0 + Duration::from_millis(ms);
+    let p = Plan {
+        boot: Some(Window {
+            opens: secs(9),
+            closes: secs(14),
+            every: Duration::from_millis(500),
+        }),
+        ..plan()
+    };
+    let rebooting = State {
+        phase: Phase::Booting,
+        ..imaging(t0, Step::RebootNormal, 1)
+    };
+    // Probe interval 2 s until the window opens (never past it), 0.5 s in
+    // it, 2 s after it.
+    let (s, _, wait) = step(&p, &rebooting, Observation::Rebooted, t0);
+    assert_eq!((s.step, wait), (Step::ProbeTalos, secs(2)));
+    let (_, _, wait) = step(&p, &s, talos_down(), t(8_000));
+    assert_eq!(wait, secs(1));
+    let (_, _, wait) = step(&p, &s, talos_down(), t(9_000));
+    assert_eq!(wait, Duration::from_millis(500));
+    let (_, _, wait) = step(&p, &s, talos_down(), t(14_000));
+    assert_eq!(wait, secs(2));
+    // Without history: the probe interval.
+    let (_, _, wait) = step(&plan(), &s, talos_down(), t(9_000));
+    assert_eq!(wait, secs(2));
 }

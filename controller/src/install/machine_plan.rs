@@ -5,12 +5,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::commands::{self, Compression};
-use crate::install::delivery::DeliveryWindow;
+use crate::install::history::Window;
 use crate::install::{Deadlines, InstallSettings, InstallSpec, Phase};
 
-/// What an install is planned with. Only `delivery` changes during an
-/// install: the driver refreshes it from the deliveries other installs of
-/// the same offer and zone saw while this one waits for its own.
+/// What an install is planned with. Only `delivery` and `boot` change
+/// during an install: the driver refreshes them from what other installs of
+/// the same offer and zone saw while this one waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub image_url: String,
@@ -36,7 +36,10 @@ pub struct Plan {
     /// When deliveries of this offer in this zone ended lately, relative to
     /// their order (`None`: none seen, or too spread to tell); sets the
     /// status-read cadence during delivery (`machine_cadence.rs`).
-    pub delivery: Option<DeliveryWindow>,
+    pub delivery: Option<Window>,
+    /// The same for normal boots (reboot requested -> Talos maintenance API
+    /// answering); sets the Talos probe cadence while booting.
+    pub boot: Option<Window>,
     /// For Events.
     pub server_id: String,
     pub zone: String,
@@ -74,6 +77,7 @@ impl Plan {
             poll_interval: settings.poll_interval,
             probe_interval: settings.probe_interval.min(settings.poll_interval),
             delivery: None,
+            boot: None,
             server_id: spec.server_id.clone(),
             zone: spec.zone.clone(),
             offer_name: spec.offer_name.clone(),
@@ -98,11 +102,6 @@ impl Plan {
     /// When the first status read of a server ordered at `now` is due.
     pub fn first_status_read(&self, now: Instant) -> Instant {
         super::cadence::delivery_read(self, now, now)
-    }
-
-    /// The fast status-read cadence inside a delivery window.
-    pub fn watch_interval(&self) -> Duration {
-        super::cadence::watch_interval(self)
     }
 
     /// The image URL as Events may show it (no query string).

@@ -38,6 +38,7 @@ fn plan() -> Plan {
         api_failures: 5,
         apply_grace: Duration::from_secs(60),
         delivery: None,
+        boot: None,
         server_id: "srv-1".into(),
         zone: "fr-par-2".into(),
         offer_name: "EM-A115X-SSD".into(),

@@ -10,16 +10,17 @@
 //! performs the actions through the ports, one tokio task per server.
 
 mod commands;
-pub mod delivery;
 mod driver;
 #[cfg(test)]
 mod driver_fakes;
 #[cfg(test)]
 mod driver_tests;
+pub mod history;
 pub mod machine;
 mod resume;
 #[cfg(test)]
 mod tests_support;
+mod waits;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -468,8 +469,8 @@ pub struct EngineDeps {
 pub struct InstallEngine {
     deps: EngineDeps,
     phases: Arc<Mutex<HashMap<String, Phase>>>,
-    /// How long deliveries took, per offer and zone (`delivery.rs`).
-    deliveries: Arc<delivery::DeliveryHistory>,
+    /// How long deliveries and boots took, per offer and zone (`history.rs`).
+    history: Arc<history::History>,
 }
 
 impl InstallEngine {
@@ -477,7 +478,7 @@ impl InstallEngine {
         InstallEngine {
             deps,
             phases: Arc::new(Mutex::new(HashMap::new())),
-            deliveries: Arc::default(),
+            history: Arc::default(),
         }
     }
 
