@@ -581,40 +581,53 @@ impl Driver<'_> {
     /// the taint and deletes the token again (both idempotent), with retries.
     async fn finish_again(self) {
         let deps = &self.engine.deps;
-        let claim = self.spec.node_claim_name.as_str();
-        let node = self.spec.node_name.as_str();
-        let mut pause = deps.settings.poll_interval;
-        let mut initialized = false;
+        let (node, claim) = (
+            self.spec.node_name.as_str(),
+            self.spec.node_claim_name.as_str(),
+        );
+        let done = self
+            .retried("removing the Node's uninitialized taint", || {
+                deps.nodes.initialize_node(node)
+            })
+            .await
+            && self
+                .retried("deleting the node's bootstrap token", || {
+                    deps.nodes.release_token(claim)
+                })
+                .await;
+        if !done {
+            // Forgotten, so that the next resume pass hands it over again.
+            self.engine.forget(&self.spec.server_id);
+            error!(nodeclaim = %claim, "could not finish the join; the next resume pass tries again");
+        }
+    }
+
+    /// Calls `call` until it succeeds (true), is refused, or the attempts run
+    /// out (false), with a growing pause between attempts.
+    async fn retried<F, Fut>(&self, what: &str, mut call: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<(), NodePortError>>,
+    {
+        let settings = &self.engine.deps.settings;
+        let mut pause = settings.poll_interval;
         for attempt in 1..=CLEANUP_ATTEMPTS {
-            if !initialized {
-                match bounded(deps.settings.call_timeout, deps.nodes.initialize_node(node)).await {
-                    Ok(Ok(())) => initialized = true,
-                    Ok(Err(NodePortError::Refused(err))) => {
-                        error!(%node, error = %err, "cannot remove the Node's uninitialized taint");
-                        return;
-                    }
-                    outcome => {
-                        warn!(%node, attempt, ?outcome, "removing the Node's uninitialized taint failed; retrying");
-                        sleep(pause).await;
-                        pause = (pause * 2).min(MAX_BACKOFF);
-                        continue;
-                    }
-                }
-            }
-            match bounded(deps.settings.call_timeout, deps.nodes.release_token(claim)).await {
-                Ok(Ok(())) => return,
+            match bounded(settings.call_timeout, call()).await {
+                Ok(Ok(())) => return true,
                 Ok(Err(NodePortError::Refused(err))) => {
-                    error!(nodeclaim = %claim, error = %err, "cannot delete the node's bootstrap token");
-                    return;
+                    error!(error = %err, "{what}: refused");
+                    return false;
                 }
                 outcome => {
-                    warn!(nodeclaim = %claim, attempt, ?outcome, "deleting the node's bootstrap token failed; retrying");
-                    sleep(pause).await;
-                    pause = (pause * 2).min(MAX_BACKOFF);
+                    warn!(attempt, ?outcome, "{what} failed; retrying");
+                    if attempt < CLEANUP_ATTEMPTS {
+                        sleep(pause).await;
+                        pause = (pause * 2).min(MAX_BACKOFF);
+                    }
                 }
             }
         }
-        error!(nodeclaim = %claim, "gave up finishing the join; the next resume pass tries again");
+        false
     }
 
     /// Terminal failure: Events, metric, then the server goes back and the

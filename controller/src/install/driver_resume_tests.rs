@@ -204,6 +204,28 @@ async fn resumed_joined_only_finishes_the_join_again() {
     assert!(w.nodes.progress.lock().unwrap().is_empty());
 }
 
+/// A join that cannot be finished now (the API server keeps failing) is
+/// forgotten after its attempts, so that the next resume pass tries again.
+#[tokio::test(start_paused = true)]
+async fn an_unfinished_join_is_handed_over_again_by_the_next_resume() {
+    let w = world(FakeRescue::reachable(), FakeTalos::default());
+    *w.nodes.failing_initializes.lock().unwrap() = 7;
+    w.engine
+        .resume(spec(URL), progress(Phase::Joined, Duration::from_secs(600)));
+    settle().await;
+    assert_eq!(w.engine.phase("srv-1"), None, "forgotten after 5 attempts");
+    assert!(w.nodes.log.lock().unwrap().is_empty());
+
+    w.engine
+        .resume(spec(URL), progress(Phase::Joined, Duration::from_secs(600)));
+    settle().await;
+    assert_eq!(
+        *w.nodes.log.lock().unwrap(),
+        ["initialize:default-abc12", "release:default-abc12"]
+    );
+    assert_eq!(w.engine.phase("srv-1"), Some(Phase::Joined));
+}
+
 #[tokio::test(start_paused = true)]
 async fn resumed_failed_is_cleaned_up_again() {
     let w = world(FakeRescue::reachable(), FakeTalos::default());

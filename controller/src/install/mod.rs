@@ -526,6 +526,15 @@ impl InstallEngine {
             .copied()
     }
 
+    /// Drops what this engine knows of a server, so that the next
+    /// [`Self::resume`] (or [`Self::start`]) of it runs again.
+    fn forget(&self, server_id: &str) {
+        self.phases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(server_id);
+    }
+
     fn set_phase(&self, server_id: &str, phase: Phase) {
         self.phases
             .lock()
