@@ -71,11 +71,14 @@ unit:
 
 # The simulators against independent clients: the Scaleway Go SDK (emsim),
 # Talos' Go client library and OpenSSH's ssh (talos-sim); rendered configs
-# against each supported Talos minor's machinery (the validators/talos-v*
-# modules, built by talos-sim/conformance's tests)
+# against each supported Talos minor's machinery (validators/, one source
+# built per minor with its module file talos-v*.mod, by talos-sim/conformance's
+# tests)
 conformance:
     cargo build --workspace --exclude e2e --bins --tests
-    for m in emsim/conformance talos-sim/conformance talos-sim/conformance/validators/talos-v*; do (cd "$m" && go vet ./... && f=$(gofmt -l .) && { test -z "$f" || { echo "gofmt: $m: $f"; exit 1; }; }); done
+    for m in emsim/conformance talos-sim/conformance talos-sim/conformance/validators; do (cd "$m" && f=$(gofmt -l .) && { test -z "$f" || { echo "gofmt: $m: $f"; exit 1; }; }); done
+    for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go vet ./...); done
+    for f in talos-sim/conformance/validators/talos-v*.mod; do (cd talos-sim/conformance/validators && go vet -modfile="$(basename "$f")" ./...); done
     for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go test -count=1 -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0); done
 
 lint:

@@ -22,8 +22,9 @@ var talosMinors = []string{"v1.11", "v1.12", "v1.13"}
 // newestMinor is the minor of the machinery this module links (go.mod): its
 // configs are validated in process. A config for an older minor is validated
 // by that minor's machinery, which may refuse what newer machinery accepts
-// (a document kind it does not know): validators/talos-<minor>, a module of
-// its own since Go links one version of a module per binary.
+// (a document kind it does not know): validators/main.go built per minor
+// with that minor's module file (validators/talos-<minor>.mod), since Go
+// links one version of a module per binary.
 const newestMinor = "v1.13"
 
 const machineryModule = "github.com/siderolabs/talos/pkg/machinery"

@@ -1,18 +1,22 @@
-// Command talos-validate-v1.12 validates a Talos machine config with the
-// machinery of Talos 1.12 (the version go.mod pins), as a node running that
-// minor does on ApplyConfiguration: configloader.NewFromBytes, then Validate
-// in metal mode, strict (warnings of the v1alpha1 document are errors).
+// Command talos-validate-<minor> validates a Talos machine config with the
+// machinery of an older Talos minor, as a node running that minor does on
+// ApplyConfiguration: configloader.NewFromBytes, then Validate in metal mode,
+// strict (warnings of the v1alpha1 document are errors).
 //
-//	talos-validate-v1.12 < config.yaml
-//	talos-validate-v1.12 -version
+//	talos-validate-v1.11 < config.yaml
+//	talos-validate-v1.11 -version
 //
-// It is `talos-config validate` (talos-sim/conformance/cmd/talos-config,
-// linked with the newest machinery) for an older minor: Go builds one version
-// of a module per binary, so each minor's machinery gets a module of its own.
-// The conformance test (render_config_test.go) validates the configs rendered
-// from a v1.12 base config with it, because Talos 1.12 refuses documents that
-// newer machinery accepts (the network kinds 1.13 added, e.g.
-// `"KubeSpanConfig" "v1alpha1": not registered`).
+// One source, one binary per minor: Go builds one version of a module per
+// binary, so each minor's machinery is pinned by a module file of its own
+// (talos-<minor>.mod and .sum beside this file, used with `go build
+// -modfile`; build.sh). It is `talos-config validate`
+// (talos-sim/conformance/cmd/talos-config, linked with the newest machinery)
+// for an older minor. The conformance test (render_config_test.go) validates
+// the configs rendered from a base config of each minor with that minor's
+// validator, because an older Talos refuses documents that newer machinery
+// accepts (1.11: `"HostnameConfig" "v1alpha1": not registered`; 1.12 the
+// network kinds 1.13 added, e.g. `"KubeSpanConfig" "v1alpha1": not
+// registered`).
 //
 // Exit status: 0 valid (warnings, if any, on stdout, one per line); 1 invalid;
 // 2 the config does not load; 3 usage or I/O error. On 1 and 2, stderr holds
