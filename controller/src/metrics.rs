@@ -96,7 +96,7 @@ pub async fn serve(
 /// their caller, and the 429s received anyway, per endpoint.
 fn render_pacing(stats: &BTreeMap<&'static str, crate::scaleway::pacer::Stats>, out: &mut String) {
     type Field = fn(&crate::scaleway::pacer::Stats) -> f64;
-    let families: [(&str, &str, Field); 4] = [
+    let families: [(&str, &str, Field); 5] = [
         (
             "karpenter_scaleway_api_paced_calls_total",
             "Scaleway API calls that waited for their turn (client-side pacing), by endpoint.",
@@ -111,6 +111,11 @@ fn render_pacing(stats: &BTreeMap<&'static str, crate::scaleway::pacer::Stats>, 
             "karpenter_scaleway_api_refused_calls_total",
             "Scaleway API calls not sent: their turn was further away than their caller could wait (answered as throttled), by endpoint.",
             |s| s.refused as f64,
+        ),
+        (
+            "karpenter_scaleway_api_skipped_reads_total",
+            "Optional status reads (the install engine's fast reads near a delivery's expected end) not made: the pace had no free turn, by endpoint.",
+            |s| s.skipped as f64,
         ),
         (
             "karpenter_scaleway_api_throttled_total",
@@ -335,6 +340,7 @@ mod pacing_metrics_tests {
                 waited: 3,
                 wait_seconds: 1.5,
                 refused: 0,
+                skipped: 4,
                 throttled: 2,
             },
         )]);
@@ -347,6 +353,7 @@ mod pacing_metrics_tests {
         );
         has("karpenter_scaleway_api_refused_calls_total{endpoint=\"GET /servers/{server_id}\"} 0");
         has("karpenter_scaleway_api_throttled_total{endpoint=\"GET /servers/{server_id}\"} 2");
+        has("karpenter_scaleway_api_skipped_reads_total{endpoint=\"GET /servers/{server_id}\"} 4");
         has("# TYPE karpenter_scaleway_api_throttled_total counter");
     }
 }

@@ -25,6 +25,8 @@ struct TimedDeliveries {
     ready_at: Mutex<HashMap<String, Instant>>,
     start: Instant,
     reads: Mutex<Vec<(String, u64)>>,
+    /// The API's pace has no spare turn: reads made only if idle are not made.
+    busy: bool,
 }
 
 impl TimedDeliveries {
@@ -78,6 +80,13 @@ impl ElasticMetal for TimedDeliveries {
         let at = (Instant::now() - self.start).as_secs();
         self.reads.lock().unwrap().push((id.to_string(), at));
         self.inner.get_server(zone, id).await
+    }
+
+    async fn get_server_if_idle(&self, zone: &str, id: &str) -> Result<Option<Server>, ApiError> {
+        if self.busy {
+            return Ok(None);
+        }
+        self.get_server(zone, id).await.map(Some)
     }
 
     async fn list_servers(
@@ -151,11 +160,16 @@ async fn until_delivered(engine: &InstallEngine, id: &str) {
 }
 
 fn world() -> (Arc<TimedDeliveries>, InstallEngine) {
+    world_with(false)
+}
+
+fn world_with(busy: bool) -> (Arc<TimedDeliveries>, InstallEngine) {
     let em = Arc::new(TimedDeliveries {
         inner: Arc::new(FakeElasticMetal::new()),
         ready_at: Mutex::default(),
         start: Instant::now(),
         reads: Mutex::default(),
+        busy,
     });
     let engine = engine(em.clone());
     (em, engine)
@@ -205,4 +219,15 @@ async fn a_delivery_later_than_every_one_seen_falls_back_to_the_poll_interval() 
         .chain([270, 280])
         .collect();
     assert_eq!(reads[..expected.len()], expected[..], "{reads:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn window_reads_use_only_spare_turns_of_the_api() {
+    // Every fast read finds the pace busy: none is made, and the first read
+    // after the window (at its closing, 260 s) sees the delivery. The reads
+    // before the window are made whatever the load.
+    let (em, engine) = world_with(true);
+    first_delivery(&em, &engine).await;
+    let reads = second_delivery(&em, &engine, 245).await;
+    assert_eq!(reads[..4], [60, 120, 180, 260], "{reads:?}");
 }

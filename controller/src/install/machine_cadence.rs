@@ -42,6 +42,14 @@ pub(super) fn delivery_read(plan: &Plan, ordered: Instant, now: Instant) -> Inst
     }
 }
 
+/// Whether a status read at `now` of a server ordered at `ordered` falls
+/// inside its delivery window: such a read is an extra one, made only if
+/// the API's pace has a spare turn (the driver skips it otherwise).
+pub(super) fn in_delivery_window(plan: &Plan, ordered: Instant, now: Instant) -> bool {
+    plan.delivery
+        .is_some_and(|w| now >= ordered + w.opens && now < ordered + w.closes)
+}
+
 /// When the next Talos probe of a server booting normally (reboot requested
 /// at `rebooted`) is due, the last one made at `now`: every probe interval,
 /// but at the window's pace inside the window where the offer's boots ended

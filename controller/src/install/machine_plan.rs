@@ -104,6 +104,12 @@ impl Plan {
         super::cadence::delivery_read(self, now, now)
     }
 
+    /// Whether a status read at `now` of a server ordered at `ordered` is one
+    /// of its delivery window's fast reads.
+    pub fn watching_delivery(&self, ordered: Instant, now: Instant) -> bool {
+        super::cadence::in_delivery_window(self, ordered, now)
+    }
+
     /// The image URL as Events may show it (no query string).
     pub(super) fn url(&self) -> &str {
         commands::display_url(&self.image_url)

@@ -101,6 +101,9 @@ enum Patience {
     /// (the install engine's status reads and reboots, catalog and key
     /// reads): up to the request timeout.
     Long,
+    /// The first attempt's turn was already taken by the caller (a read
+    /// made only if idle); retries wait as [`Patience::Long`].
+    Taken,
 }
 
 /// The longest wait for a turn of a [`Patience::Short`] call: well within
@@ -160,7 +163,7 @@ impl ScalewayClient {
         };
         let limit = match patience {
             Patience::Short => SHORT_PATIENCE.min(self.request_timeout),
-            Patience::Long => self.request_timeout,
+            Patience::Long | Patience::Taken => self.request_timeout,
         };
         let turn = pacer.turn(endpoint, limit).await;
         pacing::record(endpoint, turn);
@@ -191,7 +194,9 @@ impl ScalewayClient {
         let url = format!("{}{}", self.base, path);
         let mut attempt = 0;
         loop {
-            self.wait_turn(endpoint, patience).await?;
+            if !(attempt == 0 && patience == Patience::Taken) {
+                self.wait_turn(endpoint, patience).await?;
+            }
             let result = self.send_once(method.clone(), &url, query, body).await;
             if matches!(result, Err(ApiError::Throttled)) {
                 pacing::record_throttled(endpoint);
@@ -466,6 +471,29 @@ impl ElasticMetal for ScalewayClient {
             Idempotency::Idempotent,
         )
         .await
+    }
+
+    async fn get_server_if_idle(&self, zone: &str, id: &str) -> Result<Option<Server>, ApiError> {
+        const ENDPOINT: &str = "GET /servers/{server_id}";
+        let path = zone_path(zone, &format!("/servers/{}", segment(id)?))?;
+        if let Some(pacer) = &self.pacer {
+            let turn = pacer.turn(ENDPOINT, Duration::ZERO).await;
+            if turn == Turn::Refused {
+                pacing::record_skipped(ENDPOINT);
+                return Ok(None);
+            }
+        }
+        self.call(
+            ENDPOINT,
+            Patience::Taken,
+            Method::GET,
+            &path,
+            &[],
+            None,
+            Idempotency::Idempotent,
+        )
+        .await
+        .map(Some)
     }
 
     async fn list_servers(

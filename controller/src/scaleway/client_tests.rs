@@ -389,3 +389,22 @@ async fn a_paced_call_that_cannot_wait_its_turn_is_not_sent() {
     let refused = crate::scaleway::pacer::stats()["GET /servers"].refused;
     assert!(refused >= 1, "{refused}");
 }
+
+#[tokio::test]
+async fn a_read_made_only_if_idle_is_skipped_when_no_turn_is_free() {
+    let mock = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/baremetal/v1/zones/{ZONE}/servers/abc")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(server_json("abc", &[])))
+        .expect(1)
+        .mount(&mock)
+        .await;
+    // One call every 4 s: the first read takes the free turn, the second
+    // finds none and is not sent.
+    let c = client(&mock).with_pacing(Some(0.25));
+    let first = c.get_server_if_idle(ZONE, "abc").await.unwrap();
+    assert_eq!(first.map(|s| s.id), Some("abc".to_string()));
+    assert_eq!(c.get_server_if_idle(ZONE, "abc").await.unwrap(), None);
+    let skipped = crate::scaleway::pacer::stats()["GET /servers/{server_id}"].skipped;
+    assert!(skipped >= 1, "{skipped}");
+}

@@ -85,6 +85,14 @@ pub trait ElasticMetal: Send + Sync + 'static {
         req: &CreateServerRequest,
     ) -> Result<Server, ApiError>;
     async fn get_server(&self, zone: &str, id: &str) -> Result<Server, ApiError>;
+    /// A read that is made only if it costs no wait: `Ok(None)` when the
+    /// client's pace has no free turn now (the install engine's fast reads
+    /// near the expected end of a delivery use only spare capacity, so that
+    /// they never delay the reads other installs wait on). Unpaced clients
+    /// and fakes always read.
+    async fn get_server_if_idle(&self, zone: &str, id: &str) -> Result<Option<Server>, ApiError> {
+        self.get_server(zone, id).await.map(Some)
+    }
     /// Every page of servers matching the filter. Any failure, including a page
     /// that is missing or a `total_count` that does not match, is an error:
     /// never a shorter list.

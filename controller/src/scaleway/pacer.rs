@@ -94,6 +94,8 @@ pub struct Stats {
     pub wait_seconds: f64,
     /// Calls not sent: their turn was further away than they could wait.
     pub refused: u64,
+    /// Reads made only if idle that were not made: no turn was free.
+    pub skipped: u64,
     /// 429 answers received anyway (another client of the same account, or
     /// a limit lower than the pace).
     pub throttled: u64,
@@ -116,6 +118,11 @@ pub fn record(endpoint: &'static str, turn: Turn) {
         }),
         Turn::Refused => with_stats(endpoint, |s| s.refused += 1),
     }
+}
+
+/// Counts a read skipped for want of a free turn.
+pub fn record_skipped(endpoint: &'static str) {
+    with_stats(endpoint, |s| s.skipped += 1);
 }
 
 /// Counts a 429 answer.
