@@ -81,13 +81,26 @@ impl ConfigValidator {
             .spawn()
             .with_context(|| format!("starting {}", self.program.display()))?;
         let mut stdin = child.stdin.take().context("validator stdin")?;
-        stdin
-            .write_all(config)
-            .await
-            .context("writing the config to the validator")?;
+        let written = stdin.write_all(config).await;
         drop(stdin);
         let out = child.wait_with_output().await?;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if let Err(err) = written {
+            // A validator that exits before reading its whole input (it
+            // crashed, or refused to start) closes the pipe: its exit
+            // status and stderr say why, whichever of the write and the exit
+            // came first. Only a success without reading everything is no
+            // verdict at all.
+            if err.kind() != std::io::ErrorKind::BrokenPipe {
+                return Err(err).context("writing the config to the validator");
+            }
+            if out.status.success() {
+                bail!(
+                    "{} validate exited 0 without reading the whole config",
+                    self.program.display()
+                );
+            }
+        }
         match out.status.code() {
             Some(0) => Ok(Verdict::Valid {
                 warnings: String::from_utf8_lossy(&out.stdout)

@@ -77,10 +77,32 @@ async fn a_crashing_validator_is_an_error_not_a_verdict() {
     let script = dir.path().join("validator");
     std::fs::write(&script, "#!/bin/sh\necho boom >&2\nexit 7\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let validator = ConfigValidator::new(&script).unwrap();
+    // Whether the validator dies before or after the config is written (a
+    // config larger than a pipe holds always finds it gone), its exit status
+    // and stderr are the answer.
+    for config in [b"x".to_vec(), vec![b'#'; 1 << 20]] {
+        let err = validator.check(&config).await.unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
+    }
+}
+
+/// A validator that answers "valid" without reading the config judged
+/// nothing: an error, never a verdict. The config is larger than a pipe
+/// holds, so the write fails whatever the timing.
+#[tokio::test]
+async fn a_validator_that_does_not_read_the_config_gives_no_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("validator");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let err = ConfigValidator::new(&script)
         .unwrap()
-        .check(b"x")
+        .check(&vec![b'#'; 1 << 20])
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("boom"), "{err}");
+    assert!(
+        err.to_string().contains("without reading the whole config"),
+        "{err}"
+    );
 }
