@@ -201,6 +201,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         talos_port: args.talos_api_port,
         deadlines: args.install.deadlines().map_err(anyhow::Error::msg)?,
         apply_grace: args.install.apply_grace,
+        // The client's pace (`with_pacing` above): what delivery windows share.
+        status_read_spacing: Some(args.scaleway.api_rate_limit)
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map(|r| Duration::from_secs_f64(1.0 / r)),
         ..InstallSettings::default()
     };
     // Node repair must never cut an install: the policies follow the deadlines.

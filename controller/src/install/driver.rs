@@ -9,9 +9,9 @@ use chrono::{DateTime, SubsecRound, Utc};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use super::history::{self, Wait, Window};
+use super::history::Wait;
 use super::machine::{self, Action, FailureClass, Observation, Plan, State, Step, Transition};
-use super::waits::{Look, WaitWatch};
+use super::waits::WaitWatch;
 use super::{InstallEngine, InstallEvent, InstallSpec, Phase, Progress, node_settings};
 use crate::metrics::install_metrics;
 use crate::rescue::{RescueError, RescueSession, SshTarget};
@@ -168,6 +168,7 @@ impl Driver<'_> {
             let window_read = action == Action::PollServer
                 && state.step == Step::AwaitDelivery
                 && plan.watching_delivery(state.since, sent);
+            self.engine.set_watching(&self.spec.server_id, window_read);
             let obs = if window_read {
                 match self.read_if_idle().await {
                     Some(obs) => obs,
@@ -229,33 +230,6 @@ impl Driver<'_> {
                 }
                 _ => {}
             }
-        }
-    }
-
-    /// A status read made only if the API's pace has a free turn now
-    /// (`None`: skipped).
-    async fn read_if_idle(&self) -> Option<Observation> {
-        let deps = &self.engine.deps;
-        let (zone, id) = (self.spec.zone.as_str(), self.spec.server_id.as_str());
-        let call = deps.elastic_metal.get_server_if_idle(zone, id);
-        match bounded(deps.settings.call_timeout, call).await {
-            Ok(Ok(Some(server))) => Some(Observation::Server(Box::new(server))),
-            Ok(Ok(None)) => None,
-            Ok(Err(err)) => Some(api_failed("get server", err)),
-            Err(elapsed) => Some(api_failed("get server", ApiError::Unavailable(elapsed))),
-        }
-    }
-
-    /// The window where waits of this kind ended lately for this offer in
-    /// this zone.
-    fn expected(&self, wait: Wait, plan: &Plan) -> Option<Window> {
-        let seen = self
-            .engine
-            .history
-            .recent(wait, &self.spec.offer_name, &self.spec.zone);
-        match wait {
-            Wait::Delivery => history::delivery_window(&seen, plan.poll_interval),
-            Wait::Boot => history::boot_window(&seen, plan.probe_interval),
         }
     }
 
@@ -786,17 +760,6 @@ async fn bounded<T>(limit: Duration, call: impl Future<Output = T>) -> Result<T,
         .map_err(|_| format!("no answer within {}s", limit.as_secs()))
 }
 
-/// What an observation tells about the waits the history learns.
-fn look_of(obs: &Observation) -> Look {
-    match obs {
-        Observation::Server(_) => Look::Status,
-        Observation::Rebooted => Look::Rebooted,
-        Observation::TalosDown(_) => Look::TalosDown,
-        Observation::TalosUp => Look::TalosUp,
-        _ => Look::Other,
-    }
-}
-
 fn api_failed(what: &str, err: ApiError) -> Observation {
     if err.is_retryable() {
         debug!(error = %err, "{what} failed; will retry");
@@ -805,3 +768,7 @@ fn api_failed(what: &str, err: ApiError) -> Observation {
     }
     Observation::ApiFailed(err)
 }
+
+#[path = "driver_waits.rs"]
+mod waits;
+use waits::look_of;

@@ -119,6 +119,10 @@ impl ElasticMetal for TimedDeliveries {
 }
 
 fn engine(em: Arc<TimedDeliveries>) -> InstallEngine {
+    engine_paced(em, None)
+}
+
+fn engine_paced(em: Arc<TimedDeliveries>, status_read_spacing: Option<Duration>) -> InstallEngine {
     let talos = Arc::new(FakeTalos::default());
     *talos.em.lock().unwrap() = Some(em.inner.clone());
     InstallEngine::new(EngineDeps {
@@ -133,6 +137,7 @@ fn engine(em: Arc<TimedDeliveries>) -> InstallEngine {
         settings: InstallSettings {
             poll_interval: Duration::from_secs(10),
             probe_interval: Duration::from_secs(2),
+            status_read_spacing,
             ..InstallSettings::default()
         },
     })
@@ -230,4 +235,25 @@ async fn window_reads_use_only_spare_turns_of_the_api() {
     first_delivery(&em, &engine).await;
     let reads = second_delivery(&em, &engine, 245).await;
     assert_eq!(reads[..4], [60, 120, 180, 260], "{reads:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn window_reads_share_what_the_clients_pace_leaves() {
+    // The client reads the status at most every 2 s (0.5 a second): the
+    // window's fast reads get 80 % of it, one every 2.5 s instead of 1 s.
+    let em = Arc::new(TimedDeliveries {
+        inner: Arc::new(FakeElasticMetal::new()),
+        ready_at: Mutex::default(),
+        start: Instant::now(),
+        reads: Mutex::default(),
+        busy: false,
+    });
+    let engine = engine_paced(em.clone(), Some(Duration::from_secs(2)));
+    first_delivery(&em, &engine).await;
+    let reads = second_delivery(&em, &engine, 245).await;
+    assert_eq!(
+        reads[..10],
+        [60, 120, 180, 230, 232, 235, 237, 240, 242, 245],
+        "{reads:?}"
+    );
 }

@@ -123,6 +123,35 @@ pub fn boot_window(seen: &[Seen], probe: Duration) -> Option<Window> {
     bounded(opens, closes, probe / BOOT_PROBES)
 }
 
+/// Share of the API's spare pace the fast reads of all delivery windows
+/// may use together: the rest is headroom for the reads that are not
+/// planned (a status read at once after a reboot, a retry, another caller).
+pub const FAST_READS_SHARE: f64 = 0.8;
+
+/// A delivery window's pace once shared: the client allows `pace` status
+/// reads a second, `reading` installs read the status at the plain cadence
+/// (one every `poll`), and `watching` installs (this one included) are
+/// inside a window at once. Their fast reads share [`FAST_READS_SHARE`] of
+/// what the plain reads leave, fairly: ten windows at once read ten times
+/// slower than one. `None` when nothing is left: the plain cadence then.
+pub fn shared(
+    window: Window,
+    pace: f64,
+    reading: usize,
+    watching: usize,
+    poll: Duration,
+) -> Option<Window> {
+    let spare = FAST_READS_SHARE * (pace - reading as f64 / poll.as_secs_f64());
+    if spare <= 0.0 {
+        return None;
+    }
+    let share = Duration::from_secs_f64(watching.max(1) as f64 / spare);
+    Some(Window {
+        every: window.every.max(share),
+        ..window
+    })
+}
+
 /// Recent waits per (kind, offer, zone), shared by every install of the
 /// engine.
 #[derive(Debug, Default)]
@@ -223,6 +252,28 @@ mod tests {
             (w.opens, w.closes, w.every),
             (s(8), s(14), Duration::from_millis(500))
         );
+    }
+
+    #[test]
+    fn windows_at_once_share_the_pace_the_plain_reads_leave() {
+        let w = Window {
+            opens: s(200),
+            closes: s(300),
+            every: Duration::from_millis(500),
+        };
+        // 8 reads a second, 10 installs reading every 5 s (2 a second):
+        // 4.8 a second for the windows. One window keeps its own pace.
+        let one = shared(w, 8.0, 10, 1, s(5)).unwrap();
+        assert_eq!(one.every, Duration::from_millis(500));
+        // Ten at once: one read every 10 / 4.8 s each.
+        let ten = shared(w, 8.0, 10, 10, s(5)).unwrap();
+        assert!(
+            (ten.every.as_secs_f64() - 10.0 / 4.8).abs() < 1e-6,
+            "{ten:?}"
+        );
+        assert_eq!((ten.opens, ten.closes), (w.opens, w.closes));
+        // The plain reads take the whole pace: no fast reads.
+        assert_eq!(shared(w, 8.0, 40, 1, s(5)), None);
     }
 
     #[test]

@@ -434,6 +434,11 @@ pub struct InstallSettings {
     /// or of one SSH connect. Commands in rescue are bounded by the imaging
     /// deadline instead.
     pub call_timeout: Duration,
+    /// The Elastic Metal client's pace as the time between two status reads
+    /// (1 / `--scw-api-rate-limit`); the fast reads of delivery windows
+    /// share what the plain reads leave of it (`history::shared`). `None`:
+    /// unpaced, each window keeps its own pace.
+    pub status_read_spacing: Option<Duration>,
 }
 
 impl Default for InstallSettings {
@@ -449,6 +454,7 @@ impl Default for InstallSettings {
             api_failure_budget: 30,
             apply_grace: Duration::from_secs(120),
             call_timeout: Duration::from_secs(60),
+            status_read_spacing: None,
         }
     }
 }
@@ -471,6 +477,8 @@ pub struct InstallEngine {
     phases: Arc<Mutex<HashMap<String, Phase>>>,
     /// How long deliveries and boots took, per offer and zone (`history.rs`).
     history: Arc<history::History>,
+    /// Servers whose install is inside its delivery window now.
+    watching: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl InstallEngine {
@@ -479,6 +487,7 @@ impl InstallEngine {
             deps,
             phases: Arc::new(Mutex::new(HashMap::new())),
             history: Arc::default(),
+            watching: Arc::default(),
         }
     }
 
@@ -533,6 +542,40 @@ impl InstallEngine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(server_id);
+    }
+
+    /// Marks whether `server_id`'s install reads inside its delivery window.
+    fn set_watching(&self, server_id: &str, watching: bool) {
+        let mut all = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+        if watching {
+            all.insert(server_id.to_string());
+        } else {
+            all.remove(server_id);
+        }
+    }
+
+    /// How many installs read inside their delivery window now.
+    fn watching_count(&self) -> usize {
+        self.watching
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Installs whose phase reads the server's status at the plain cadence
+    /// (waiting for delivery or for the rescue system).
+    fn reading_status(&self) -> usize {
+        self.phases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|p| {
+                matches!(
+                    p,
+                    Phase::Ordered | Phase::Delivering | Phase::Ready | Phase::Rescue
+                )
+            })
+            .count()
     }
 
     fn set_phase(&self, server_id: &str, phase: Phase) {

@@ -324,6 +324,14 @@ async fn run(stack: &Stack, args: &Args) -> Result<()> {
     println!();
     println!("Scaleway API calls of the whole run (emsim), per node:");
     print!("{}", calls.table(total));
+    let metrics = stack.provider_metrics(0).await.unwrap_or_default();
+    println!("The provider's pacing (its /metrics):");
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("karpenter_scaleway_api_"))
+    {
+        println!("  {line}");
+    }
     println!("work dir: {}", stack.opts.work_dir.display());
     Ok(())
 }
