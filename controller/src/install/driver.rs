@@ -150,7 +150,7 @@ impl Driver<'_> {
             }
         }
         self.save(&state).await;
-        plan.delivery = self.expected(Wait::Delivery, &plan);
+        plan.delivery = self.expected(Wait::Delivery, &plan, &state);
         if let Some(w) = plan.delivery {
             debug!(offer = %self.spec.offer_name, zone = %self.spec.zone, opens_s = w.opens.as_secs_f64(),
                 closes_s = w.closes.as_secs_f64(), every_s = w.every.as_secs_f64(),
@@ -187,12 +187,13 @@ impl Driver<'_> {
                 crashpoint::reached(point, &self.spec.node_claim_name);
             }
             let look = look_of(&obs);
+            self.waits.looked(state.step, look);
             // What other installs saw meanwhile counts for this one.
             if state.step == Step::AwaitDelivery {
-                plan.delivery = self.expected(Wait::Delivery, &plan);
+                plan.delivery = self.expected(Wait::Delivery, &plan, &state);
             }
             if matches!(state.step, Step::RebootNormal | Step::ProbeTalos) {
-                plan.boot = self.expected(Wait::Boot, &plan);
+                plan.boot = self.expected(Wait::Boot, &plan, &state);
             }
             let answered = Instant::now();
             let transition = machine::advance(&plan, &state, obs, answered);

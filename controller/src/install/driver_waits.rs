@@ -2,9 +2,11 @@
 //! windows it plans with, the fast reads made only on spare turns of the
 //! API's pace, and what each observation tells.
 
+use tokio::time::Instant;
+
 use super::{Driver, api_failed, bounded};
 use crate::install::history::{self, Wait, Window};
-use crate::install::machine::{Observation, Plan};
+use crate::install::machine::{Observation, Plan, State};
 use crate::install::waits::Look;
 use crate::scaleway::ApiError;
 
@@ -32,14 +34,18 @@ impl Driver<'_> {
 
     /// The window where waits of this kind ended lately for this offer in
     /// this zone.
-    pub(super) fn expected(&self, wait: Wait, plan: &Plan) -> Option<Window> {
+    pub(super) fn expected(&self, wait: Wait, plan: &Plan, state: &State) -> Option<Window> {
         let seen = self
             .engine
             .history
             .recent(wait, &self.spec.offer_name, &self.spec.zone);
         match wait {
             Wait::Delivery => {
-                let window = history::delivery_window(&seen, plan.poll_interval)?;
+                let progress = history::Progress {
+                    elapsed: Instant::now().saturating_duration_since(state.since),
+                    reads: self.waits.delivery_reads(),
+                };
+                let window = history::delivery_window(&seen, plan.poll_interval, progress)?;
                 let Some(spacing) = self.engine.deps.settings.status_read_spacing else {
                     return Some(window);
                 };

@@ -91,23 +91,47 @@ fn bounded(opens: Duration, closes: Duration, every: Duration) -> Option<Window>
     })
 }
 
-/// The status-read window for a delivery, given the deliveries seen and the
-/// poll interval `poll`. Its pace spends on average the reads one every
-/// poll interval would make until the mean delivery seen, less those made
-/// before the window (every [`READS_BEFORE_WINDOW`] intervals), and is
-/// never faster than poll / [`FASTEST_READS`]. `None` without history, or
-/// when nothing is left to spend or the window would be too long.
-pub fn delivery_window(seen: &[Seen], poll: Duration) -> Option<Window> {
+/// A delivery under way, as far as its reads go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Progress {
+    /// Time since the order.
+    pub elapsed: Duration,
+    /// Status reads made so far.
+    pub reads: u32,
+}
+
+/// The status-read window for a delivery, given the deliveries seen, the
+/// poll interval `poll` and how far this delivery got. Its pace spends the
+/// reads one every poll interval would make until the mean of the
+/// deliveries seen that ended later than this one's wait so far, less those
+/// already made and those still to make before the window (every
+/// [`READS_BEFORE_WINDOW`] intervals), and is never faster than
+/// poll / [`FASTEST_READS`]. The cost grows linearly with the delivery
+/// time on both cadences, so at the mean they are equal and on average a
+/// delivery costs no more reads than the plain cadence, even for an install
+/// that learnt the window halfway (one ordered with the deliveries that
+/// taught it). `None` without history, when this delivery already waited
+/// longer than every one seen, when nothing is left to spend, or when the
+/// window would be too long.
+pub fn delivery_window(seen: &[Seen], poll: Duration, now: Progress) -> Option<Window> {
     let (opens, closes) = span(seen, poll)?;
-    let mean = seen
+    // The deliveries seen that this one may still be like: those that ended
+    // after the time it has already waited.
+    let later: Vec<f64> = seen
         .iter()
         .map(|s| (s.after + s.by.max(s.after)).as_secs_f64() / 2.0)
-        .sum::<f64>()
-        / seen.len() as f64;
+        .filter(|mid| *mid > now.elapsed.as_secs_f64())
+        .collect();
+    if later.is_empty() {
+        return None;
+    }
+    let mean = later.iter().sum::<f64>() / later.len() as f64;
     let p = poll.as_secs_f64();
-    let before = (opens.as_secs_f64() / (p * f64::from(READS_BEFORE_WINDOW))).ceil();
+    let until_opening = opens.saturating_sub(now.elapsed).as_secs_f64();
+    let before =
+        f64::from(now.reads) + (until_opening / (p * f64::from(READS_BEFORE_WINDOW))).ceil();
     let left = mean / p - before;
-    let to_mean = mean - opens.as_secs_f64();
+    let to_mean = mean - opens.max(now.elapsed).as_secs_f64();
     if left < 1.0 || to_mean <= 0.0 {
         return None;
     }
@@ -188,6 +212,12 @@ mod tests {
         Duration::from_secs(secs)
     }
 
+    /// A delivery that learns its window at its order.
+    const START: Progress = Progress {
+        elapsed: Duration::ZERO,
+        reads: 0,
+    };
+
     fn seen(after: u64, by: u64) -> Seen {
         Seen {
             after: s(after),
@@ -197,7 +227,7 @@ mod tests {
 
     #[test]
     fn no_history_no_window() {
-        assert_eq!(delivery_window(&[], s(5)), None);
+        assert_eq!(delivery_window(&[], s(5), START), None);
         assert_eq!(boot_window(&[], s(2)), None);
     }
 
@@ -208,7 +238,7 @@ mod tests {
         // before the window (every 30 s, the last at its opening), 41 are
         // left for the 15 s from the opening to the mean: more than one every
         // 0.5 s, the fastest allowed.
-        let w = delivery_window(&[seen(240, 250)], s(5)).unwrap();
+        let w = delivery_window(&[seen(240, 250)], s(5), START).unwrap();
         assert_eq!((w.opens, w.closes), (s(230), s(260)));
         assert_eq!(w.every, Duration::from_millis(500));
     }
@@ -223,7 +253,7 @@ mod tests {
             seen(270, 271),
             seen(284, 285),
         ];
-        let w = delivery_window(&all, s(5)).unwrap();
+        let w = delivery_window(&all, s(5), START).unwrap();
         assert_eq!((w.opens, w.closes), (s(205), s(305)));
         // Mean 254.3 s: 50.86 plain reads, 7 before the window, 43.86 left
         // for the 49.3 s from the opening to the mean.
@@ -234,15 +264,49 @@ mod tests {
     #[test]
     fn a_history_too_spread_to_predict_gives_no_window() {
         let all = [seen(60, 61), seen(600, 601)];
-        assert_eq!(delivery_window(&all, s(5)), None);
+        assert_eq!(delivery_window(&all, s(5), START), None);
         assert_eq!(boot_window(&all, s(2)), None);
+    }
+
+    #[test]
+    fn a_window_learnt_halfway_spends_only_what_the_plain_reads_left() {
+        let all = [seen(240, 250)];
+        // Ordered with the delivery that taught the window and read every
+        // 5 s since: at 235 s, 47 reads are made, 2 are left until the mean
+        // (245 s), one every 5 s: no faster than the plain cadence.
+        let halfway = Progress {
+            elapsed: s(235),
+            reads: 47,
+        };
+        let w = delivery_window(&all, s(5), halfway).unwrap();
+        assert_eq!(w.every, s(5));
+        // Read every 30 s since its order (it knew a window then): 8 reads
+        // made, 41 left for the 10 s to the mean: the fastest pace.
+        let thrifty = Progress {
+            elapsed: s(235),
+            reads: 8,
+        };
+        let w = delivery_window(&all, s(5), thrifty).unwrap();
+        assert_eq!(w.every, Duration::from_millis(500));
+        // Nothing left at all: the plain cadence.
+        let spent = Progress {
+            elapsed: s(244),
+            reads: 49,
+        };
+        assert_eq!(delivery_window(&all, s(5), spent), None);
+        // Waited longer than every delivery seen: the plain cadence.
+        let late = Progress {
+            elapsed: s(246),
+            reads: 9,
+        };
+        assert_eq!(delivery_window(&all, s(5), late), None);
     }
 
     #[test]
     fn a_short_delivery_leaves_nothing_to_spend() {
         // Seen within the first poll interval: the plain cadence is as cheap
         // as it gets.
-        assert_eq!(delivery_window(&[seen(0, 4)], s(5)), None);
+        assert_eq!(delivery_window(&[seen(0, 4)], s(5), START), None);
     }
 
     #[test]

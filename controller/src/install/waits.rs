@@ -29,6 +29,8 @@ pub struct WaitWatch {
     /// When the last read that found the server undelivered was sent (the
     /// order itself for a new one).
     undelivered: Option<Instant>,
+    /// Status reads made while waiting for delivery.
+    delivery_reads: u32,
     /// The normal boot under way: when it began (the phase clock the
     /// cadence counts from) and when the last probe that found Talos down
     /// was sent.
@@ -41,8 +43,22 @@ impl WaitWatch {
     pub fn new(ordered: Option<Instant>) -> Self {
         WaitWatch {
             undelivered: ordered,
+            delivery_reads: 0,
             boot: None,
         }
+    }
+
+    /// Counts a look made at `step`, as soon as it is answered (before the
+    /// transition it leads to is computed).
+    pub fn looked(&mut self, step: Step, look: Look) {
+        if (step, look) == (Step::AwaitDelivery, Look::Status) {
+            self.delivery_reads += 1;
+        }
+    }
+
+    /// Status reads made so far while waiting for delivery.
+    pub fn delivery_reads(&self) -> u32 {
+        self.delivery_reads
     }
 
     /// Follows one transition; returns the wait that just ended, measured
@@ -128,10 +144,12 @@ mod tests {
         let mut w = WaitWatch::new(Some(t0));
         let delivering = at(t0, Phase::Delivering, Step::AwaitDelivery, 0);
         let ready = at(t0, Phase::Ready, Step::RebootRescue, 250);
+        w.looked(Step::AwaitDelivery, Look::Status);
         assert_eq!(
             w.observe(&delivering, &delivering, Look::Status, t(240), t(241)),
             None
         );
+        w.looked(Step::AwaitDelivery, Look::Status);
         let seen = w.observe(&delivering, &ready, Look::Status, t(249), t(250));
         assert_eq!(
             seen,
@@ -147,6 +165,12 @@ mod tests {
         assert_eq!(
             w.observe(&delivering, &ready, Look::Status, t(251), t(251)),
             None
+        );
+        w.looked(Step::AwaitRescue, Look::Status);
+        assert_eq!(
+            w.delivery_reads(),
+            2,
+            "reads after the delivery do not count"
         );
     }
 
