@@ -133,6 +133,8 @@ struct Outcome {
     /// The whole machine's CPU use over the run, in cores (every process,
     /// other jobs on the machine included).
     machine_busy: f64,
+    /// Its busiest 5 s.
+    machine_busiest: f64,
     throttling: Throttling,
     install_outcomes: BTreeMap<String, f64>,
     /// The provider's pacing and 429 counters (`karpenter_scaleway_api_*`).
@@ -209,6 +211,7 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
     };
     let elapsed = started.elapsed();
     let calls = Calls::read(&stack.emsim).await?.since(&before);
+    let machine_busiest = sampler.machine_busiest();
     let usage = sampler.stop();
     let machine_busy = machine.busy_since()?;
     ready_task.abort();
@@ -236,6 +239,7 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
         calls,
         usage,
         machine_busy,
+        machine_busiest,
         throttling: Throttling::read(&log),
         install_outcomes,
         pacing,
@@ -433,10 +437,11 @@ fn print_report(args: &Args, o: &Outcome, failures: &[String]) {
     }
     let stack_cores: f64 = o.usage.values().map(Usage::mean_cores).sum();
     println!(
-        "the machine: {:.2} of {} cores busy on average over the run, {:.2} of them the processes above",
+        "the machine: {:.2} of {} cores busy on average over the run ({:.2} of them the processes above), {:.2} in its busiest 5 s",
         o.machine_busy,
         cores(),
-        stack_cores
+        stack_cores,
+        o.machine_busiest
     );
     println!();
     let provider_rss = o

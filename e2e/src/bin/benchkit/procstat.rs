@@ -106,6 +106,8 @@ struct Series {
 /// Samples a set of processes every half second until stopped.
 pub struct Sampler {
     series: Arc<Mutex<BTreeMap<String, Series>>>,
+    /// The whole machine's busiest [`BUSY_WINDOW`], in cores.
+    machine_busiest: Arc<Mutex<f64>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -132,10 +134,25 @@ impl Sampler {
         }
         let series = Arc::new(Mutex::new(series));
         let shared = series.clone();
+        let machine_busiest = Arc::new(Mutex::new(0.0_f64));
+        let busiest = machine_busiest.clone();
+        let mut machine: VecDeque<(Instant, f64)> = VecDeque::new();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(PERIOD).await;
                 let now = Instant::now();
+                if let Ok(busy) = machine_busy_s(ticks) {
+                    machine.push_back((now, busy));
+                    while let Some(&(t, b)) = machine.front() {
+                        if now - t <= BUSY_WINDOW {
+                            break;
+                        }
+                        let cores = (busy - b) / (now - t).as_secs_f64();
+                        let mut max = busiest.lock().unwrap_or_else(|e| e.into_inner());
+                        *max = f64::max(*max, cores);
+                        machine.pop_front();
+                    }
+                }
                 let mut all = shared.lock().unwrap_or_else(|e| e.into_inner());
                 for s in all.values_mut().filter(|s| !s.lost) {
                     match read(s.pid, ticks) {
@@ -145,13 +162,25 @@ impl Sampler {
                 }
             }
         });
-        Ok(Sampler { series, task })
+        Ok(Sampler {
+            series,
+            machine_busiest,
+            task,
+        })
     }
 
     /// Peak RSS so far of one process, in KiB (None: not sampled).
     pub fn peak_kib(&self, name: &str) -> Option<u64> {
         let all = self.series.lock().unwrap_or_else(|e| e.into_inner());
         all.get(name).map(|s| s.last.hwm_kib)
+    }
+
+    /// The whole machine's busiest few seconds so far, in cores.
+    pub fn machine_busiest(&self) -> f64 {
+        *self
+            .machine_busiest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ends the window: a last read of every process, then the usage of each.
