@@ -216,6 +216,7 @@ allowed=(
 	"create leases.coordination.k8s.io -n $namespace"
 	"get,update,patch leases.coordination.k8s.io/karpenter-leader-election -n $namespace"
 	"get,list,watch nodepools.karpenter.sh"
+	"list pods --all-namespaces"
 	"create pods --subresource=eviction -n $namespace"
 )
 denied=(

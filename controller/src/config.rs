@@ -168,6 +168,12 @@ pub struct ServeArgs {
     /// run at startup and on becoming the leader).
     #[arg(long, env = "RESUME_INTERVAL", default_value = "60s", value_parser = parse_positive_duration)]
     pub resume_interval: Duration,
+    /// Period of the churn watch: Elastic Metal NodePools set up to start
+    /// consolidation replaces they cannot finish are warned about, and orders
+    /// made while a recent sibling of the same NodePool and offer idles are
+    /// reported (Events, `karpenter_scaleway_churn_*`).
+    #[arg(long, env = "CHURN_INTERVAL", default_value = "15s", value_parser = parse_positive_duration)]
+    pub churn_interval: Duration,
     /// Orphan sweeper: deleting servers of this cluster that no NodeClaim claims.
     #[command(flatten)]
     pub sweeper: SweeperArgs,

@@ -18,6 +18,7 @@
 
 pub mod bootstrap_token;
 pub mod catalog;
+pub mod churn;
 pub mod cli;
 pub mod config;
 pub mod crashpoint;

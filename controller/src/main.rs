@@ -226,11 +226,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         settings: install_settings,
     }));
     let node_claims = NodeClaimList::new(client.clone());
+    let class_port = Arc::new(KubeNodeClasses::new(store, client.clone()));
+    let churn_watch = tokio::spawn(
+        karpenter_scaleway::churn::watch::ChurnWatch::new(
+            client.clone(),
+            catalog.clone(),
+            class_port.clone(),
+        )
+        .run(
+            args.churn_interval,
+            is_leader.clone(),
+            stopped(stop_rx.clone()),
+        ),
+    );
     let provider = Arc::new(
         Provider::new(
             api.clone(),
             catalog.clone(),
-            Arc::new(KubeNodeClasses::new(store, client.clone())),
+            class_port,
             engine.clone(),
             ClusterPorts {
                 tokens: token_port,
@@ -312,6 +325,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _ = orphan_sweeper.await;
     let _ = resumer.await;
     let _ = restamper.await;
+    let _ = churn_watch.await;
     if let Some(m) = metrics_server {
         match m.await {
             Ok(Err(e)) => warn!(error = %e, "metrics endpoint failed"),

@@ -67,6 +67,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     install_metrics().render(&mut out);
     safety_metrics().render(&mut out);
     render_pacing(&crate::scaleway::pacer::stats(), &mut out);
+    render_churn(&crate::churn::churn_metrics().snapshot(), &mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -216,6 +217,36 @@ impl InstallMetrics {
         for (result, count) in &inner.outcomes {
             let _ = writeln!(out, "{name}{{result=\"{result}\"}} {count}");
         }
+    }
+}
+
+/// Consolidation churn on Elastic Metal (`crate::churn`): orders made while
+/// a sibling of the same NodePool and offer stood idle, what they cost at the
+/// least, and which NodePools are set up for it.
+pub fn render_churn(c: &crate::churn::ChurnCounts, out: &mut String) {
+    let name = "karpenter_scaleway_churn_orders_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Servers ordered while an Initialized, empty node of the same NodePool and offer, ordered less than an hour before, stood idle.\n# TYPE {name} counter"
+    );
+    for ((pool, offer), n) in &c.orders {
+        let _ = writeln!(out, "{name}{{nodepool=\"{pool}\",offer=\"{offer}\"}} {n}");
+    }
+    let name = "karpenter_scaleway_churn_euros_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The least those orders cost, in EUR (an hour at the hourly price, a month under monthly billing).\n# TYPE {name} counter"
+    );
+    for ((pool, offer), eur) in &c.euros {
+        let _ = writeln!(out, "{name}{{nodepool=\"{pool}\",offer=\"{offer}\"}} {eur}");
+    }
+    let name = "karpenter_scaleway_nodepool_churn_risk";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 when an Elastic Metal NodePool's disruption settings can start consolidation replaces that outlast Karpenter's 10-minute window.\n# TYPE {name} gauge"
+    );
+    for (pool, risk) in &c.at_risk {
+        let _ = writeln!(out, "{name}{{nodepool=\"{pool}\"}} {}", u8::from(*risk));
     }
 }
 
@@ -425,5 +456,38 @@ mod install_metrics_tests {
         );
         has("karpenter_scaleway_install_outcomes_total{result=\"joined\"} 2");
         has("karpenter_scaleway_install_outcomes_total{result=\"out_of_stock\"} 1");
+    }
+}
+
+#[cfg(test)]
+mod churn_metrics_tests {
+    use super::*;
+    use crate::churn::{Churn, ChurnMetrics};
+
+    #[test]
+    fn churn_orders_cost_and_risks_render_as_prometheus_text() {
+        let m = ChurnMetrics::default();
+        let churn = Churn {
+            claim: "metal-c".into(),
+            nodepool: "metal".into(),
+            offer: "EM-A115X-SSD".into(),
+            idle: "metal-b".into(),
+            idle_age: chrono::TimeDelta::minutes(12),
+        };
+        m.count(&churn, Some(0.091));
+        m.count(&churn, Some(0.091));
+        m.set_risks(BTreeMap::from([
+            ("metal".to_string(), true),
+            ("safe".to_string(), false),
+        ]));
+        let mut out = String::new();
+        render_churn(&m.snapshot(), &mut out);
+        let has = |line: &str| assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+        has("# TYPE karpenter_scaleway_churn_orders_total counter");
+        has("karpenter_scaleway_churn_orders_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 2");
+        has("karpenter_scaleway_churn_euros_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 0.182");
+        has("# TYPE karpenter_scaleway_nodepool_churn_risk gauge");
+        has("karpenter_scaleway_nodepool_churn_risk{nodepool=\"metal\"} 1");
+        has("karpenter_scaleway_nodepool_churn_risk{nodepool=\"safe\"} 0");
     }
 }

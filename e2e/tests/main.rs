@@ -9,6 +9,7 @@
 
 mod bad_input;
 mod catalog_ice;
+mod consolidation_churn;
 mod controlplane;
 mod drift;
 mod install_disks;

@@ -346,3 +346,16 @@ mod tests {
         );
     }
 }
+
+/// Whether Karpenter has marked the NodeClaim `Initialized`.
+pub fn initialized(claim: &Value) -> bool {
+    claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Initialized")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+}

@@ -101,7 +101,7 @@ impl Provider {
             // the `uninitialized` taint. A joined one that is not was left
             // half-finished (by a version that persisted `joined` before
             // removing the taint): the engine finishes it again.
-            Some(Phase::Joined) if initialized(claim) => return ResumeOutcome::Inactive,
+            Some(Phase::Joined) if nodeclaim::initialized(claim) => return ResumeOutcome::Inactive,
             _ => {}
         }
         if self.installer.knows(server_id) {
@@ -179,16 +179,3 @@ fn ours(view: &NodeClaimView) -> bool {
 #[cfg(test)]
 #[path = "resume_tests.rs"]
 mod tests;
-
-/// Whether Karpenter has marked the NodeClaim `Initialized`.
-fn initialized(claim: &Value) -> bool {
-    claim
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                c.get("type").and_then(Value::as_str) == Some("Initialized")
-                    && c.get("status").and_then(Value::as_str) == Some("True")
-            })
-        })
-}

@@ -35,7 +35,12 @@ async fn main() -> Result<()> {
     stack.create_nodeclass("default").await?;
     kubeutil::apply_yaml(
         &stack.client,
-        &Stack::nodepool_yaml("default", "default", ""),
+        // The policy recommended for on-demand Elastic Metal (docs/install.md):
+        // a consolidation replace would outlast Karpenter's 10-minute window.
+        &Stack::nodepool_yaml("default", "default", "").replace(
+            "consolidationPolicy: WhenEmptyOrUnderutilized",
+            "consolidationPolicy: WhenEmpty",
+        ),
     )
     .await?;
     println!("NodeClass Ready. Creating Deployment 'inflate' with {replicas} pods of 1 CPU...\n");

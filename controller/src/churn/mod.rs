@@ -1,0 +1,434 @@
+//! Consolidation churn on Elastic Metal: what sets a NodePool up for it, and
+//! how to recognise it when it happens.
+//!
+//! Karpenter core gives a disruption replacement 10 minutes (wall clock, not
+//! configurable: `disruption/queue.go`) to become Initialized. An Elastic
+//! Metal install takes 10-12 minutes, so a consolidation *replace* onto a
+//! freshly ordered server times out: core un-taints the old node, the late
+//! replacement joins empty, and the next consolidation pass orders another
+//! server while the first idles towards deletion. Every round buys a server
+//! billed at least an hour (a month under monthly billing) and the move never
+//! completes (docs/troubleshooting.md, "Servers ordered and deleted every 12
+//! minutes"; the measurements in docs/figures.md).
+//!
+//! Why report and not refuse: the provider could answer InsufficientCapacity
+//! to a Create it takes for a replacement (its candidate already carries
+//! `karpenter.sh/disrupted`), and core would drop the command at once. But
+//! nothing on a NodeClaim says it is a replacement, so a scale-up of the same
+//! NodePool during a consolidation would be refused too. The safe setting is
+//! the NodePool's (`WhenEmpty`), which the warning names.
+//!
+//! This module is pure: [`risk_of`] judges a NodePool's disruption settings,
+//! [`detect`] judges one new order against its NodePool's other NodeClaims.
+//! The kube side ([`watch`]) lists the objects, writes the Events and counts
+//! the metrics.
+
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::nodeclass::{GROUP, KIND};
+
+/// Core's deadline for a disruption replacement to become Initialized.
+pub const REPLACEMENT_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// An idle sibling ordered less than this long before a new order of the same
+/// NodePool and offer makes the new order churn: Elastic Metal bills at least
+/// an hour, so the idle one was paid for and a second one is being bought.
+pub const CHURN_LOOKBACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// What an Elastic Metal install takes on real hardware when all goes well
+/// (delivery 3-5 min, two reboots of 3-5 min, the image), in minutes: the
+/// figure the NodePool warning quotes.
+pub const TYPICAL_INSTALL_MINUTES: (u32, u32) = (10, 12);
+
+pub const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+
+/// What a NodePool's disruption settings allow, as far as churn goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolView {
+    pub name: String,
+    /// The NodePool points at an Elastic Metal NodeClass of this provider.
+    pub elastic_metal: bool,
+    /// `spec.disruption.consolidationPolicy` (core's default when absent).
+    pub policy: String,
+    /// `spec.disruption.consolidateAfter` as written; `None` is `Never`.
+    pub consolidate_after: Option<String>,
+    /// An always-active budget of 0 nodes covers the Underutilized reason.
+    pub underutilized_blocked: bool,
+    /// The template's requirements admit on-demand capacity (every Elastic
+    /// Metal offering the catalog serves today is on-demand: ordering is what
+    /// takes 10-12 minutes).
+    pub on_demand: bool,
+    /// `spec.replicas` is set: a static NodePool, which core never consolidates.
+    pub static_replicas: bool,
+}
+
+/// A NodePool set up to churn, with the numbers the warning gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Risk {
+    pub nodepool: String,
+    pub policy: String,
+    pub consolidate_after: String,
+}
+
+impl Risk {
+    /// The warning, with the numbers and the fix. `hourly_price`: the
+    /// cheapest hourly price among the offers the NodePool may order, when
+    /// known.
+    pub fn message(&self, hourly_price: Option<f64>) -> String {
+        let (lo, hi) = TYPICAL_INSTALL_MINUTES;
+        let cost = match hourly_price {
+            Some(p) => format!(
+                " Each failed replace leaves a server billed at least one hour (from €{p:.2} for this NodePool's offers)."
+            ),
+            None => " Each failed replace leaves a server billed at least one hour.".to_string(),
+        };
+        format!(
+            "NodePool {} can start consolidation replaces it cannot finish: consolidationPolicy {} \
+             with consolidateAfter {} may replace a node by a freshly ordered Elastic Metal server, \
+             whose install takes {lo}-{hi} min, while Karpenter gives a replacement {} min to become \
+             Initialized; past that it gives up and orders again (servers ordered and deleted every \
+             ~12 min).{cost} Fix: consolidationPolicy WhenEmpty for on-demand Elastic Metal NodePools, \
+             or a budget {{nodes: \"0\", reasons: [Underutilized]}} (docs/troubleshooting.md).",
+            self.nodepool,
+            self.policy,
+            self.consolidate_after,
+            REPLACEMENT_WINDOW.as_secs() / 60,
+        )
+    }
+}
+
+/// Whether the NodePool can start a consolidation replace onto a freshly
+/// ordered Elastic Metal server. Drift is not judged: a drift replacement that
+/// outlasts the window fails once, and the next drift command moves the pods
+/// onto it (no server wasted, docs/nodeclass.md).
+pub fn risk_of(pool: &PoolView) -> Option<Risk> {
+    let consolidates = matches!(
+        pool.policy.as_str(),
+        "WhenEmptyOrUnderutilized" | "Balanced"
+    );
+    if !pool.elastic_metal
+        || !consolidates
+        || pool.underutilized_blocked
+        || !pool.on_demand
+        || pool.static_replicas
+    {
+        return None;
+    }
+    Some(Risk {
+        nodepool: pool.name.clone(),
+        policy: pool.policy.clone(),
+        consolidate_after: pool.consolidate_after.clone()?,
+    })
+}
+
+/// Reads what [`risk_of`] needs from a `karpenter.sh/v1` NodePool.
+pub fn parse_pool(pool: &Value) -> Result<PoolView, String> {
+    let name = pool
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .ok_or("NodePool without metadata.name")?
+        .to_string();
+    let spec = pool.get("spec").unwrap_or(&Value::Null);
+    let class_ref = spec.pointer("/template/spec/nodeClassRef");
+    let elastic_metal = class_ref.is_some_and(|r| {
+        r.get("group").and_then(Value::as_str) == Some(GROUP)
+            && r.get("kind").and_then(Value::as_str) == Some(KIND)
+    });
+    let disruption = spec.get("disruption").unwrap_or(&Value::Null);
+    let policy = disruption
+        .get("consolidationPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("WhenEmptyOrUnderutilized")
+        .to_string();
+    // Core requires the field (a NodePool without it is not served); any
+    // duration lets consolidation run, only how soon differs.
+    let consolidate_after = disruption
+        .get("consolidateAfter")
+        .and_then(Value::as_str)
+        .filter(|s| *s != "Never")
+        .map(str::to_string);
+    let underutilized_blocked = disruption
+        .get("budgets")
+        .and_then(Value::as_array)
+        .is_some_and(|budgets| budgets.iter().any(blocks_underutilized));
+    let on_demand = spec
+        .pointer("/template/spec/requirements")
+        .and_then(Value::as_array)
+        .is_none_or(|reqs| {
+            reqs.iter()
+                .filter(|r| r.get("key").and_then(Value::as_str) == Some(LABEL_CAPACITY_TYPE))
+                .all(|r| admits(r, "on-demand"))
+        });
+    Ok(PoolView {
+        name,
+        elastic_metal,
+        policy,
+        consolidate_after,
+        underutilized_blocked,
+        on_demand,
+        static_replicas: spec.get("replicas").is_some_and(|r| !r.is_null()),
+    })
+}
+
+/// An always-active budget of zero nodes that applies to Underutilized.
+fn blocks_underutilized(budget: &Value) -> bool {
+    let zero = matches!(
+        budget.get("nodes").and_then(Value::as_str),
+        Some("0") | Some("0%")
+    );
+    let always = budget.get("schedule").is_none_or(Value::is_null);
+    let reasons = budget.get("reasons").and_then(Value::as_array);
+    let covers = reasons
+        .is_none_or(|rs| rs.is_empty() || rs.iter().any(|r| r.as_str() == Some("Underutilized")));
+    zero && always && covers
+}
+
+/// Whether one node selector requirement admits `value`.
+fn admits(req: &Value, value: &str) -> bool {
+    let values: Vec<&str> = req
+        .get("values")
+        .and_then(Value::as_array)
+        .map(|vs| vs.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match req.get("operator").and_then(Value::as_str) {
+        Some("In") => values.contains(&value),
+        Some("NotIn") => !values.contains(&value),
+        Some("DoesNotExist") => false,
+        _ => true,
+    }
+}
+
+/// One NodeClaim as the detector sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimView {
+    pub name: String,
+    pub uid: String,
+    pub nodepool: Option<String>,
+    pub offer: Option<String>,
+    pub zone: Option<String>,
+    pub created: DateTime<Utc>,
+    /// `status.providerID`: set once the server is ordered.
+    pub provider_id: Option<String>,
+    pub node_name: Option<String>,
+    /// The `Initialized` condition is True.
+    pub initialized: bool,
+    pub deleting: bool,
+    pub node_class: Option<String>,
+}
+
+impl ClaimView {
+    pub fn parse(claim: &Value) -> Option<ClaimView> {
+        let meta = claim.get("metadata")?;
+        let label = |k: &str| {
+            meta.pointer(&format!("/labels/{}", k.replace('/', "~1")))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let created = meta
+            .get("creationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())?
+            .with_timezone(&Utc);
+        let status = claim.get("status").unwrap_or(&Value::Null);
+        let initialized = crate::provider::nodeclaim::initialized(claim);
+        let class_ref = claim.pointer("/spec/nodeClassRef");
+        let node_class = class_ref
+            .filter(|r| {
+                r.get("group").and_then(Value::as_str) == Some(GROUP)
+                    && r.get("kind").and_then(Value::as_str) == Some(KIND)
+            })
+            .and_then(|r| r.get("name").and_then(Value::as_str))
+            .map(str::to_string);
+        Some(ClaimView {
+            name: meta.get("name")?.as_str()?.to_string(),
+            uid: meta
+                .get("uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            nodepool: label(LABEL_NODEPOOL),
+            offer: label(LABEL_INSTANCE_TYPE),
+            zone: label(LABEL_ZONE),
+            created,
+            provider_id: status
+                .get("providerID")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+            node_name: status
+                .get("nodeName")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+            initialized,
+            deleting: meta.get("deletionTimestamp").is_some_and(|d| !d.is_null()),
+            node_class,
+        })
+    }
+}
+
+/// A new order made while a sibling of the same NodePool and offer stood
+/// idle: the idle one was bought for nothing, or this one is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Churn {
+    pub claim: String,
+    pub nodepool: String,
+    pub offer: String,
+    /// The idle sibling and how long before this order it had been ordered.
+    pub idle: String,
+    pub idle_age: chrono::TimeDelta,
+}
+
+impl Churn {
+    /// The Event's note. `cost`: what the order costs at the least (EUR),
+    /// with its unit of billing.
+    pub fn message(&self, cost: Option<(f64, &str)>) -> String {
+        let cost = match cost {
+            Some((eur, unit)) => {
+                format!(" This order costs at least €{eur:.2} (Elastic Metal bills by the {unit}).")
+            }
+            None => String::new(),
+        };
+        format!(
+            "Ordered {offer} for NodePool {pool} while NodeClaim {idle} ({offer}, ordered {age} min ago, \
+             Initialized, no pods) stands idle: a consolidation replace that outlasted Karpenter's \
+             {window}-minute window is the usual cause, and each round buys another server.{cost} \
+             See docs/troubleshooting.md, \"Servers ordered and deleted every 12 minutes\".",
+            offer = self.offer,
+            pool = self.nodepool,
+            idle = self.idle,
+            age = self.idle_age.num_minutes(),
+            window = REPLACEMENT_WINDOW.as_secs() / 60,
+        )
+    }
+}
+
+/// Whether `new`, just ordered, churns: another NodeClaim of its NodePool and
+/// offer, ordered within [`CHURN_LOOKBACK`] before it, is Initialized and
+/// runs no pods (`busy`: the node names that run a pod other than a
+/// DaemonSet's or a mirror pod). A sibling being deleted counts: it was
+/// bought and goes unused.
+pub fn detect(new: &ClaimView, claims: &[ClaimView], busy: &dyn Fn(&str) -> bool) -> Option<Churn> {
+    let pool = new.nodepool.as_ref()?;
+    let offer = new.offer.as_ref()?;
+    new.provider_id.as_ref()?;
+    claims
+        .iter()
+        .filter(|c| c.name != new.name)
+        .filter(|c| c.nodepool.as_ref() == Some(pool) && c.offer.as_ref() == Some(offer))
+        .filter(|c| c.initialized && c.created <= new.created)
+        .filter(|c| new.created - c.created < CHURN_LOOKBACK)
+        .filter(|c| c.node_name.as_deref().is_some_and(|n| !busy(n)))
+        // The most recent idle sibling names the round that just failed.
+        .max_by_key(|c| c.created)
+        .map(|c| Churn {
+            claim: new.name.clone(),
+            nodepool: pool.clone(),
+            offer: offer.clone(),
+            idle: c.name.clone(),
+            idle_age: new.created - c.created,
+        })
+}
+
+/// Whether a pod counts as work on its node: not a DaemonSet's, not a mirror
+/// pod, not finished.
+pub fn is_workload(pod: &Value) -> bool {
+    let daemonset = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|os| {
+            os.iter()
+                .any(|o| o.get("kind").and_then(Value::as_str) == Some("DaemonSet"))
+        });
+    let mirror = pod
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some();
+    let finished = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded") | Some("Failed")
+    );
+    !(daemonset || mirror || finished)
+}
+
+/// The least an order costs: an hour at the hourly price, or a month under
+/// monthly billing. `None` when the catalog does not know the offering.
+pub fn order_cost(
+    types: &[crate::catalog::InstanceType],
+    offer: &str,
+    zone: Option<&str>,
+    monthly: bool,
+) -> Option<(f64, &'static str)> {
+    let it = types.iter().find(|t| t.name == offer)?;
+    let offering = it
+        .offerings
+        .iter()
+        .find(|o| zone.is_none_or(|z| o.zone == z))?;
+    if monthly {
+        offering
+            .monthly
+            .as_ref()
+            .map(|m| (m.price_per_month, "month"))
+    } else {
+        Some((offering.hourly_price, "hour"))
+    }
+}
+
+/// The cheapest hourly price among offers, per name: for the NodePool
+/// warning.
+pub fn cheapest_hourly(types: &[crate::catalog::InstanceType]) -> Option<f64> {
+    types
+        .iter()
+        .flat_map(|t| t.offerings.iter().map(|o| o.hourly_price))
+        .filter(|p| *p > 0.0)
+        .min_by(f64::total_cmp)
+}
+
+/// Counters the metrics endpoint renders (`karpenter_scaleway_churn_*`).
+#[derive(Debug, Default)]
+pub struct ChurnMetrics {
+    inner: std::sync::Mutex<ChurnCounts>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct ChurnCounts {
+    /// (nodepool, offer) → orders that churned.
+    pub orders: BTreeMap<(String, String), u64>,
+    /// (nodepool, offer) → EUR those orders cost at the least.
+    pub euros: BTreeMap<(String, String), f64>,
+    /// nodepool → 1 when set up to churn (absent: not an EM NodePool).
+    pub at_risk: BTreeMap<String, bool>,
+}
+
+impl ChurnMetrics {
+    pub fn count(&self, churn: &Churn, euros: Option<f64>) {
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (churn.nodepool.clone(), churn.offer.clone());
+        *c.orders.entry(key.clone()).or_default() += 1;
+        *c.euros.entry(key).or_default() += euros.unwrap_or(0.0);
+    }
+
+    pub fn set_risks(&self, risks: BTreeMap<String, bool>) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).at_risk = risks;
+    }
+
+    pub fn snapshot(&self) -> ChurnCounts {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+static CHURN_METRICS: std::sync::LazyLock<ChurnMetrics> =
+    std::sync::LazyLock::new(ChurnMetrics::default);
+
+pub fn churn_metrics() -> &'static ChurnMetrics {
+    &CHURN_METRICS
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,304 @@
+//! The churn watch: a periodic pass (leader only) over NodePools and
+//! NodeClaims. NodePools on an Elastic Metal NodeClass whose disruption
+//! settings can start replaces they cannot finish get a Warning Event (once,
+//! again when the settings change or after [`RISK_REPEAT`]); every new order
+//! is checked against its NodePool's idle siblings and a churning one gets a
+//! Warning Event on its NodeClaim and counts in
+//! `karpenter_scaleway_churn_orders_total` / `_euros_total`.
+//!
+//! A pass lists objects instead of watching them: a few lists every
+//! [`DEFAULT_INTERVAL`] cost little next to an install, and a pass that fails
+//! is simply the next one's work (nothing is acted on, only reported).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use super::{ClaimView, churn_metrics, detect, is_workload, order_cost, parse_pool, risk_of};
+use crate::catalog::CatalogStore;
+use crate::k8s_events::{EventRecorder, NewEvent};
+use crate::k8s_nodes::NodeClaimList;
+use crate::nodeclass::Billing;
+use crate::provider::NodeClasses;
+
+/// How often the pass runs.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
+/// A NodePool still set up to churn is warned about again after this long.
+pub const RISK_REPEAT: Duration = Duration::from_secs(3600);
+/// Orders older than this when first seen (a restart, a new leader) are not
+/// judged: their siblings may have changed since.
+const FRESH_ORDER: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+fn node_pool_resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    ApiResource::from_gvk_with_plural(&gvk, "nodepools")
+}
+
+pub struct ChurnWatch {
+    pools: Api<DynamicObject>,
+    claims: NodeClaimList,
+    pods: Api<Pod>,
+    events: EventRecorder,
+    catalog: Arc<CatalogStore>,
+    classes: Arc<dyn NodeClasses>,
+    /// NodeClaims already judged (by uid).
+    judged: BTreeSet<String>,
+    /// NodePool → (warning given, when).
+    warned: HashMap<String, (String, Instant)>,
+    first_pass: bool,
+}
+
+impl ChurnWatch {
+    pub fn new(client: Client, catalog: Arc<CatalogStore>, classes: Arc<dyn NodeClasses>) -> Self {
+        ChurnWatch {
+            pools: Api::all_with(client.clone(), &node_pool_resource()),
+            claims: NodeClaimList::new(client.clone()),
+            pods: Api::all(client.clone()),
+            events: EventRecorder::new(client),
+            catalog,
+            classes,
+            judged: BTreeSet::new(),
+            warned: HashMap::new(),
+            first_pass: true,
+        }
+    }
+
+    pub async fn run(
+        mut self,
+        interval: Duration,
+        is_leader: Arc<dyn Fn() -> bool + Send + Sync>,
+        stop: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tick.tick() => {}
+            }
+            if !is_leader() {
+                // A new leader judges only what is fresh when it takes over.
+                self.first_pass = true;
+                continue;
+            }
+            if let Err(e) = self.pools_pass().await {
+                warn!(error = %e, "churn watch: listing NodePools failed; next pass retries");
+            }
+            if let Err(e) = self.orders_pass().await {
+                warn!(error = %e, "churn watch: listing NodeClaims failed; next pass retries");
+            }
+        }
+    }
+
+    /// Warns about NodePools set up to churn; sets the per-NodePool gauge.
+    async fn pools_pass(&mut self) -> Result<(), kube::Error> {
+        let list = self.pools.list(&ListParams::default()).await?;
+        let snapshot = self.catalog.snapshot();
+        let mut risks = BTreeMap::new();
+        let mut present = BTreeSet::new();
+        for pool in list.items {
+            let uid = pool.metadata.uid.clone().unwrap_or_default();
+            let value = serde_json::to_value(&pool).map_err(kube::Error::SerdeError)?;
+            let view = match parse_pool(&value) {
+                Ok(v) => v,
+                Err(e) => {
+                    debug!(error = %e, "churn watch: NodePool not judged");
+                    continue;
+                }
+            };
+            if !view.elastic_metal {
+                continue;
+            }
+            present.insert(view.name.clone());
+            let Some(risk) = risk_of(&view) else {
+                risks.insert(view.name.clone(), false);
+                self.warned.remove(&view.name);
+                continue;
+            };
+            risks.insert(view.name.clone(), true);
+            let class = value
+                .pointer("/spec/template/spec/nodeClassRef/name")
+                .and_then(Value::as_str);
+            let types = snapshot.for_class(class);
+            let allowed = allowed_offers(&value);
+            let offered: Vec<_> = types
+                .iter()
+                .filter(|t| allowed.as_ref().is_none_or(|a| a.contains(&t.name)))
+                .cloned()
+                .collect();
+            let message = risk.message(super::cheapest_hourly(&offered));
+            let due = match self.warned.get(&view.name) {
+                Some((said, at)) => *said != message || at.elapsed() >= RISK_REPEAT,
+                None => true,
+            };
+            if !due {
+                continue;
+            }
+            warn!(nodepool = %view.name, policy = %risk.policy,
+                consolidate_after = %risk.consolidate_after, "{message}");
+            let event = NewEvent {
+                regarding: ObjectReference {
+                    api_version: Some("karpenter.sh/v1".into()),
+                    kind: Some("NodePool".into()),
+                    name: Some(view.name.clone()),
+                    uid: Some(uid),
+                    ..Default::default()
+                },
+                warning: true,
+                action: "Consolidate".into(),
+                reason: "ConsolidationChurnRisk".into(),
+                note: message.clone(),
+                series_key: format!("churn-risk/{}/{}", view.name, message),
+            };
+            match self.events.record(event).await {
+                Ok(()) => {
+                    self.warned
+                        .insert(view.name.clone(), (message, Instant::now()));
+                }
+                Err(e) => {
+                    warn!(nodepool = %view.name, error = %e, "churn watch: Event not written")
+                }
+            }
+        }
+        self.warned.retain(|name, _| present.contains(name));
+        churn_metrics().set_risks(risks);
+        Ok(())
+    }
+
+    /// Judges every order not judged yet.
+    async fn orders_pass(&mut self) -> Result<(), kube::Error> {
+        let claims: Vec<ClaimView> = self
+            .claims
+            .list()
+            .await?
+            .iter()
+            .filter_map(ClaimView::parse)
+            .collect();
+        let now = chrono::Utc::now();
+        let first = std::mem::replace(&mut self.first_pass, false);
+        let mut idle_cache: HashMap<String, bool> = HashMap::new();
+        for new in &claims {
+            if new.node_class.is_none()
+                || new.provider_id.is_none()
+                || self.judged.contains(&new.uid)
+            {
+                continue;
+            }
+            self.judged.insert(new.uid.clone());
+            if first && now - new.created > FRESH_ORDER {
+                continue;
+            }
+            // Which siblings could make it churn; their pods are read only then.
+            let mut busy: HashMap<String, bool> = HashMap::new();
+            for sib in claims.iter().filter(|c| {
+                c.name != new.name
+                    && c.initialized
+                    && c.nodepool == new.nodepool
+                    && c.offer == new.offer
+            }) {
+                let Some(node) = sib.node_name.as_ref() else {
+                    continue;
+                };
+                let runs = match idle_cache.get(node) {
+                    Some(b) => *b,
+                    None => {
+                        let b = self.runs_work(node).await?;
+                        idle_cache.insert(node.clone(), b);
+                        b
+                    }
+                };
+                busy.insert(node.clone(), runs);
+            }
+            let Some(churn) = detect(new, &claims, &|n| busy.get(n).copied().unwrap_or(true))
+            else {
+                continue;
+            };
+            let monthly = new
+                .node_class
+                .as_deref()
+                .and_then(|c| self.classes.get(c))
+                .is_some_and(|c| c.spec.billing == Billing::Monthly);
+            let snapshot = self.catalog.snapshot();
+            let cost = order_cost(
+                &snapshot.for_class(new.node_class.as_deref()),
+                &churn.offer,
+                new.zone.as_deref(),
+                monthly,
+            );
+            let message = churn.message(cost);
+            warn!(nodeclaim = %churn.claim, nodepool = %churn.nodepool, offer = %churn.offer,
+                idle = %churn.idle, cost_eur = cost.map(|c| c.0), "consolidation churn: {message}");
+            churn_metrics().count(&churn, cost.map(|c| c.0));
+            let event = NewEvent {
+                regarding: ObjectReference {
+                    api_version: Some("karpenter.sh/v1".into()),
+                    kind: Some("NodeClaim".into()),
+                    name: Some(new.name.clone()),
+                    uid: Some(new.uid.clone()),
+                    ..Default::default()
+                },
+                warning: true,
+                action: "Order".into(),
+                reason: "ConsolidationChurn".into(),
+                note: message,
+                series_key: format!("churn/{}", new.uid),
+            };
+            if let Err(e) = self.events.record(event).await {
+                warn!(nodeclaim = %new.name, error = %e, "churn watch: Event not written");
+            }
+        }
+        let live: BTreeSet<&String> = claims.iter().map(|c| &c.uid).collect();
+        self.judged.retain(|uid| live.contains(uid));
+        Ok(())
+    }
+
+    /// Whether a pod other than a DaemonSet's or a mirror pod runs on `node`.
+    async fn runs_work(&self, node: &str) -> Result<bool, kube::Error> {
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let pods = self.pods.list(&params).await?;
+        Ok(pods.items.iter().any(|p| {
+            serde_json::to_value(p)
+                .map(|v| is_workload(&v))
+                .unwrap_or(true)
+        }))
+    }
+}
+
+/// The offers a NodePool's `node.kubernetes.io/instance-type In` requirement
+/// allows (`None`: no such requirement).
+fn allowed_offers(pool: &Value) -> Option<BTreeSet<String>> {
+    let reqs = pool
+        .pointer("/spec/template/spec/requirements")?
+        .as_array()?;
+    let mut allowed: Option<BTreeSet<String>> = None;
+    for r in reqs {
+        if r.get("key").and_then(Value::as_str) != Some(super::LABEL_INSTANCE_TYPE)
+            || r.get("operator").and_then(Value::as_str) != Some("In")
+        {
+            continue;
+        }
+        let values: BTreeSet<String> = r
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        allowed = Some(match allowed {
+            Some(a) => a.intersection(&values).cloned().collect(),
+            None => values,
+        });
+    }
+    allowed
+}
