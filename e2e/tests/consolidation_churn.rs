@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `cs-we` | WhenEmpty, consolidateAfter 90s | widened to a cheaper offer |
 //! | `cs-weu` | WhenEmptyOrUnderutilized, 90s | widened to a cheaper offer |
-//! | `cs-bal` | Balanced, 90s | widened to a much cheaper offer |
+//! | `cs-bal` | Balanced, 90s | widened to a much cheaper offer (62 %) |
 //! | `cs-budget` | WhenEmptyOrUnderutilized, 90s, budget 0 for Underutilized | widened to a cheaper offer |
 //! | `cs-drift` | WhenEmpty, consolidateAfter Never | its template changes (drift) |
 //!
@@ -25,7 +25,8 @@
 //! up), longer than core's window, which is wall clock and not configurable.
 //!
 //! What must hold: the safe NodePools (`cs-we`, `cs-budget`) order nothing
-//! more and are not warned about; the unsafe one (`cs-weu`) is warned about
+//! more and are not warned about; the unsafe ones (`cs-weu`, and `cs-bal`
+//! for a saving its score accepts) are warned about
 //! (Event on the NodePool, `karpenter_scaleway_nodepool_churn_risk`), core
 //! starts a replace, gives up after 10 minutes, and orders again once the
 //! late replacement stands idle, which the provider reports
@@ -343,27 +344,18 @@ async fn run(stack: &mut Stack) -> Result<()> {
             .iter()
             .any(|(n, s)| s.pool == "cs-drift" && *n != drift_first && s.hosted)
             && claims.get(&drift_first).is_some_and(|s| s.gone.is_some());
-        // Balanced may or may not replace (its score); when it did, its
-        // round is watched to the end as well, for the table.
-        let bal_replaced = claims
+        let bal_churned = churn_events
             .iter()
-            .any(|(n, s)| s.pool == "cs-bal" && !before.contains_key(n));
-        let bal_done = !bal_replaced
-            || churn_events
-                .iter()
-                .any(|(_, c, _)| c.starts_with("cs-bal-"))
-            || claims
-                .iter()
-                .any(|(n, s)| s.pool == "cs-bal" && !before.contains_key(n) && s.hosted);
-        if weu_churned && drift_moved && bal_done {
+            .any(|(_, c, _)| c.starts_with("cs-bal-"));
+        if weu_churned && bal_churned && drift_moved {
             println!(
-                "consolidation_churn: [{t:6.1} s] cs-weu churned and cs-drift moved; stopping the watch"
+                "consolidation_churn: [{t:6.1} s] cs-weu and cs-bal churned, cs-drift moved; stopping the watch"
             );
             break;
         }
         if changed.elapsed() > WATCH {
             println!(
-                "consolidation_churn: watch ended (cs-weu churned: {weu_churned}, cs-drift moved: {drift_moved})"
+                "consolidation_churn: watch ended (cs-weu churned: {weu_churned}, cs-drift moved: {drift_moved}, cs-bal churned: {bal_churned})"
             );
             break;
         }
@@ -501,6 +493,17 @@ async fn run(stack: &mut Stack) -> Result<()> {
     println!(
         "consolidation_churn: cs-weu churned at {churned_at:.0} s ({churned}, idle {}), {orders} churn order(s), EUR {euros:.3}",
         idle.0
+    );
+    // Balanced: a 62 % saving passes its score, so it churns like cs-weu.
+    ensure!(
+        churn_events
+            .iter()
+            .any(|(_, c, _)| c.starts_with("cs-bal-")),
+        "no ConsolidationChurn on cs-bal: {:?}",
+        claims
+            .iter()
+            .filter(|(_, s)| s.pool == "cs-bal")
+            .collect::<Vec<_>>()
     );
     // Drift: fails once, then moves the pod onto the late replacement; no churn.
     let drift_claims: Vec<(&String, &Seen)> = claims
