@@ -485,7 +485,9 @@ mod churn_metrics_tests {
         let has = |line: &str| assert!(out.lines().any(|l| l == line), "{line}\n{out}");
         has("# TYPE karpenter_scaleway_churn_orders_total counter");
         has("karpenter_scaleway_churn_orders_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 2");
-        has("karpenter_scaleway_churn_euros_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 0.182");
+        has(
+            "karpenter_scaleway_churn_euros_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 0.182",
+        );
         has("# TYPE karpenter_scaleway_nodepool_churn_risk gauge");
         has("karpenter_scaleway_nodepool_churn_risk{nodepool=\"metal\"} 1");
         has("karpenter_scaleway_nodepool_churn_risk{nodepool=\"safe\"} 0");
