@@ -50,6 +50,20 @@ pub enum ApiError {
     DeniedAuthentication { reason: &'static str },
     #[error("too many requests")]
     TooManyRequests { quota: u64, window_seconds: u64 },
+    /// The Instance API's legacy `invalid_request_error`: an action in the
+    /// wrong state (400), or a quota (403, with the quota's `resource`).
+    #[error("{status}: {message}")]
+    InvalidRequest {
+        status: StatusCode,
+        message: String,
+        resource: Option<String>,
+    },
+    /// `precondition_failed` (a Block volume still attached).
+    #[error("precondition {precondition} failed")]
+    PreconditionFailed {
+        precondition: String,
+        help_message: String,
+    },
     /// An injected fault: status and body as given to `POST /_emsim/faults`.
     #[error("injected fault {status}")]
     Injected {
@@ -75,6 +89,23 @@ impl ApiError {
         Self::message(StatusCode::BAD_REQUEST, "Server is not delivered")
     }
 
+    pub fn invalid_request(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError::InvalidRequest {
+            status,
+            message: message.into(),
+            resource: None,
+        }
+    }
+
+    /// The Instance API's quota answer (legacy 403, recorded by the SDK).
+    pub fn legacy_quota(resource: impl Into<String>) -> Self {
+        ApiError::InvalidRequest {
+            status: StatusCode::FORBIDDEN,
+            message: "Quota exceeded for this resource.".into(),
+            resource: Some(resource.into()),
+        }
+    }
+
     pub fn invalid(argument: &str, reason: &str, help: impl Into<String>) -> Self {
         ApiError::InvalidArguments(vec![ArgumentDetail {
             argument_name: argument.into(),
@@ -85,7 +116,10 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Message { status, .. } | ApiError::Injected { status, .. } => *status,
+            ApiError::Message { status, .. }
+            | ApiError::Injected { status, .. }
+            | ApiError::InvalidRequest { status, .. } => *status,
+            ApiError::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::InvalidArguments(_) => StatusCode::BAD_REQUEST,
             ApiError::TransientState { .. } => StatusCode::CONFLICT,
@@ -153,6 +187,24 @@ impl ApiError {
                 "limit": { "quota": quota, "window_seconds": window_seconds },
                 "reset_seconds": window_seconds,
             }),
+            ApiError::InvalidRequest {
+                message, resource, ..
+            } => {
+                let mut body = json!({ "message": message, "type": "invalid_request_error" });
+                if let Some(resource) = resource {
+                    body["resource"] = json!(resource);
+                }
+                body
+            }
+            ApiError::PreconditionFailed {
+                precondition,
+                help_message,
+            } => json!({
+                "help_message": help_message,
+                "message": "precondition is not respected",
+                "precondition": precondition,
+                "type": "precondition_failed",
+            }),
             ApiError::Injected { body, .. } => return body.clone(),
         })
     }
@@ -211,5 +263,12 @@ mod tests {
         };
         assert_eq!(i.status(), StatusCode::BAD_GATEWAY);
         assert!(i.body().is_none());
+        let quota = ApiError::legacy_quota("compute_servers_type_pop2_2c_8g_available");
+        assert_eq!(quota.status(), StatusCode::FORBIDDEN);
+        assert_eq!(
+            quota.body().unwrap(),
+            json!({"type": "invalid_request_error", "message": "Quota exceeded for this resource.",
+                   "resource": "compute_servers_type_pop2_2c_8g_available"})
+        );
     }
 }

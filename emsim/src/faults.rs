@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::instance::INSTANCE_ZONES;
 
 /// Keeps the fault RNG's stream apart from the world's, so arming a fault does
 /// not change the ids or delivery times a scenario gets.
@@ -46,6 +47,21 @@ pub enum FaultSpec {
     DeliverySeconds(DeliverySeconds),
     ListMissingPage(ListMissingPage),
     ListTotalCount(ListTotalCount),
+    OutOfStockAfterPoweron(PoweronMatch),
+}
+
+/// Which Instance poweron calls a poweron fault applies to; absent fields
+/// match anything.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoweronMatch {
+    /// Commercial type (case-insensitive), e.g. `POP2-2C-8G`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commercial_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,6 +177,7 @@ impl FaultSpec {
             FaultSpec::DeliverySeconds(d) => d.count,
             FaultSpec::ListMissingPage(l) => l.count,
             FaultSpec::ListTotalCount(l) => l.count,
+            FaultSpec::OutOfStockAfterPoweron(p) => p.count,
         }
     }
 
@@ -171,15 +188,17 @@ impl FaultSpec {
             FaultSpec::DeliverySeconds(d) => d.count.as_mut(),
             FaultSpec::ListMissingPage(l) => l.count.as_mut(),
             FaultSpec::ListTotalCount(l) => l.count.as_mut(),
+            FaultSpec::OutOfStockAfterPoweron(p) => p.count.as_mut(),
         }
     }
 
     /// The offer and zone selector of an order fault.
     fn order_match(&self) -> Option<(Option<&str>, Option<&str>)> {
         match self {
-            FaultSpec::Http(_) | FaultSpec::ListMissingPage(_) | FaultSpec::ListTotalCount(_) => {
-                None
-            }
+            FaultSpec::Http(_)
+            | FaultSpec::ListMissingPage(_)
+            | FaultSpec::ListTotalCount(_)
+            | FaultSpec::OutOfStockAfterPoweron(_) => None,
             FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => {
                 Some((m.offer.as_deref(), m.zone.as_deref()))
             }
@@ -310,6 +329,20 @@ impl Faults {
                 }
             }
             FaultSpec::OutOfStockAfterOrder(_) | FaultSpec::StuckDelivery(_) => {}
+            FaultSpec::OutOfStockAfterPoweron(p) => {
+                if let Some(zone) = p.zone.as_deref()
+                    && !INSTANCE_ZONES.contains(&zone)
+                {
+                    return Err(ApiError::invalid(
+                        "zone",
+                        "constraint",
+                        format!(
+                            "unknown zone {zone}, expected one of {}",
+                            INSTANCE_ZONES.join(", ")
+                        ),
+                    ));
+                }
+            }
             FaultSpec::ListMissingPage(l) => {
                 validate_list(&l.endpoint, l.rate, known)?;
                 if l.page == Some(0) {
@@ -418,7 +451,8 @@ impl Faults {
                 FaultSpec::DeliverySeconds(_) => 2,
                 FaultSpec::Http(_)
                 | FaultSpec::ListMissingPage(_)
-                | FaultSpec::ListTotalCount(_) => {
+                | FaultSpec::ListTotalCount(_)
+                | FaultSpec::OutOfStockAfterPoweron(_) => {
                     unreachable!("order faults only")
                 }
             };
@@ -431,7 +465,8 @@ impl Faults {
                 FaultSpec::DeliverySeconds(d) => effects.delivery_seconds = Some(d.seconds),
                 FaultSpec::Http(_)
                 | FaultSpec::ListMissingPage(_)
-                | FaultSpec::ListTotalCount(_) => {}
+                | FaultSpec::ListTotalCount(_)
+                | FaultSpec::OutOfStockAfterPoweron(_) => {}
             }
             fired.push(index);
         }
@@ -440,6 +475,27 @@ impl Faults {
             self.fire(index);
         }
         effects
+    }
+
+    /// Whether an `out_of_stock_after_poweron` fault fires on an Instance
+    /// poweron of `commercial_type` in `zone` (the oldest matching one).
+    pub fn take_poweron(&mut self, commercial_type: &str, zone: &str) -> bool {
+        let index = self.active.iter().position(|f| match &f.spec {
+            FaultSpec::OutOfStockAfterPoweron(p) => {
+                p.commercial_type
+                    .as_deref()
+                    .is_none_or(|t| t.eq_ignore_ascii_case(commercial_type))
+                    && p.zone.as_deref().is_none_or(|z| z == zone)
+            }
+            _ => false,
+        });
+        match index {
+            Some(index) => {
+                self.fire(index);
+                true
+            }
+            None => false,
+        }
     }
 
     /// What the list faults do to a 200 answer of `endpoint` for `page`: the

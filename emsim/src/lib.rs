@@ -11,6 +11,7 @@ pub mod counters;
 pub mod error;
 pub mod events;
 pub mod faults;
+pub mod instance;
 pub mod model;
 pub mod ratelimit;
 pub mod sim;

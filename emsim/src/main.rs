@@ -7,18 +7,20 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use emsim::catalog::Catalog;
+use emsim::instance::InstanceCatalog;
 use emsim::sim::IpRange;
 use emsim::state::{DEFAULT_PROJECT_ID, DEFAULT_SECRET_KEY};
 use emsim::{AppState, Config};
 use tracing_subscriber::EnvFilter;
 
-/// Simulator of the Scaleway Elastic Metal v1 and IAM SSH-key APIs.
+/// Simulator of the Scaleway Elastic Metal v1, Instance v1 (subset), Block v1 (volumes) and IAM SSH-key APIs.
 #[derive(Debug, Parser)]
 #[command(
     name = "emsim",
     version,
     about,
-    after_help = "API: /baremetal/v1/zones/{zone}/... and /iam/v1alpha1/ssh-keys (X-Auth-Token). \
+    after_help = "API: /baremetal/v1/zones/{zone}/..., /instance/v1/zones/{zone}/..., \
+/block/v1/zones/{zone}/volumes and /iam/v1alpha1/ssh-keys (X-Auth-Token). \
 Admin API (no auth): /_emsim/{healthz,events,servers,counters,reset,stock,quota,faults,clock}. \
 Every endpoint and the fault kinds are documented in emsim/README.md."
 )]
@@ -35,6 +37,9 @@ struct Args {
     /// Catalog file (JSON or YAML) replacing the seeded catalog.
     #[arg(long, env = "EMSIM_CATALOG")]
     catalog: Option<PathBuf>,
+    /// Instance catalog file (JSON or YAML) replacing the seeded one.
+    #[arg(long, env = "EMSIM_INSTANCE_CATALOG")]
+    instance_catalog: Option<PathBuf>,
     /// Accepted X-Auth-Token value; repeat for several (env: comma-separated).
     #[arg(long = "secret-key", env = "EMSIM_SECRET_KEYS", value_delimiter = ',', hide_env_values = true,
           default_value = DEFAULT_SECRET_KEY)]
@@ -68,6 +73,11 @@ async fn main() -> anyhow::Result<()> {
         None => Catalog::seeded(),
     };
     let offers = catalog.offers.len();
+    let instance_catalog = match &args.instance_catalog {
+        Some(path) => InstanceCatalog::load(path)?,
+        None => InstanceCatalog::seeded(),
+    };
+    let instance_types = instance_catalog.types.len();
     let state = AppState::new(Config {
         time_scale: args.time_scale,
         seed: args.seed,
@@ -77,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
         ip_range: args.ip_range,
         rate_limit: args.rate_limit,
         catalog,
+        instance_catalog,
         sim_start: None,
     })?;
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -87,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         time_scale = args.time_scale,
         seed = args.seed,
         offers,
+        instance_types,
         ip_range = %args.ip_range,
         project_id = %args.project_id,
         "emsim listening"

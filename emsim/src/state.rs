@@ -14,6 +14,7 @@ use crate::clock::{SimClock, SimTime};
 use crate::counters::Counters;
 use crate::error::ApiError;
 use crate::faults::Faults;
+use crate::instance::InstanceCatalog;
 use crate::ratelimit::RateLimiter;
 use crate::sim::{IpRange, Timings, World, WorldConfig};
 
@@ -33,6 +34,7 @@ pub struct Config {
     /// Calls per second per endpoint before answering 429; `None`: no limit.
     pub rate_limit: Option<f64>,
     pub catalog: Catalog,
+    pub instance_catalog: InstanceCatalog,
     /// Where the simulated clock starts; `None`: the real time at start-up.
     pub sim_start: Option<SimTime>,
 }
@@ -51,6 +53,7 @@ impl Default for Config {
             ip_range: "127.77.0.0/16".parse().expect("valid default range"),
             rate_limit: None,
             catalog: Catalog::seeded(),
+            instance_catalog: InstanceCatalog::seeded(),
             sim_start: None,
         }
     }
@@ -100,7 +103,7 @@ impl AppState {
             check_rate_limit(rate).map_err(anyhow::Error::msg)?;
         }
         let wake = Arc::new(Notify::new());
-        let world = World::new(
+        let world = World::with_instances(
             WorldConfig {
                 seed: config.seed,
                 organization_id: config
@@ -113,6 +116,7 @@ impl AppState {
                 rescue_user: "rescue".into(),
             },
             config.catalog,
+            config.instance_catalog,
             wake.clone(),
         );
         Ok(Self(Arc::new(Shared {

@@ -27,6 +27,7 @@ use crate::clock::{SimTime, format_time, secs};
 use crate::error::ApiError;
 use crate::events::{Event, EventKind};
 use crate::faults::{Faults, Order};
+use crate::instance::{InstanceCatalog, InstanceWorld};
 use crate::model::{self, RescueServer};
 
 /// Simulated durations of the power transitions, in seconds. From the
@@ -137,12 +138,30 @@ pub struct World {
     events: broadcast::Sender<Arc<Event>>,
     /// Wakes the ticker when a nearer deadline appears.
     wake: Arc<Notify>,
+    /// The Instance API's servers, volumes and IPs.
+    instance: InstanceWorld,
 }
 
 impl World {
     pub fn new(config: WorldConfig, catalog: Catalog, wake: Arc<Notify>) -> Self {
+        Self::with_instances(config, catalog, InstanceCatalog::seeded(), wake)
+    }
+
+    pub fn with_instances(
+        config: WorldConfig,
+        catalog: Catalog,
+        instance_catalog: InstanceCatalog,
+        wake: Arc<Notify>,
+    ) -> Self {
         let (events, _) = broadcast::channel(4096);
+        let instance = InstanceWorld::new(
+            instance_catalog,
+            config.seed,
+            &config.organization_id,
+            &config.project_id,
+        );
         let mut world = Self {
+            instance,
             rng: StdRng::seed_from_u64(config.seed),
             ips: IpPool::new(config.ip_range),
             stock: HashMap::new(),
@@ -197,6 +216,20 @@ impl World {
         self.rng = StdRng::seed_from_u64(self.config.seed);
         self.ips = IpPool::new(self.config.ip_range);
         self.restore_catalog_state();
+        self.instance.reset();
+    }
+
+    // ----- instances -----
+
+    pub fn instance(&self) -> &InstanceWorld {
+        &self.instance
+    }
+
+    /// The Instance world and the address pool it shares with bare metal.
+    pub fn instance_mut(&mut self) -> (&mut InstanceWorld, &mut IpPool) {
+        // A call may have set a nearer deadline.
+        self.wake.notify_one();
+        (&mut self.instance, &mut self.ips)
     }
 
     // ----- offers -----
@@ -565,6 +598,7 @@ impl World {
         {
             self.fire(&id, at);
         }
+        self.instance.advance(now, &mut self.ips);
         for server in self.servers.values_mut() {
             if let Some(install) = server.install.as_mut() {
                 let elapsed = (now - install.started_at).as_seconds_f64();
@@ -583,6 +617,7 @@ impl World {
         self.servers
             .values()
             .filter_map(|s| s.pending.as_ref().map(|p| p.at))
+            .chain(self.instance.next_deadline())
             .min()
     }
 
