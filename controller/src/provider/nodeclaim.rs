@@ -226,6 +226,19 @@ pub fn hydrate(claim: &mut Value, h: &Hydration) {
     status.insert("allocatable".into(), json!(h.allocatable));
 }
 
+/// Whether Karpenter has marked the NodeClaim `Initialized`.
+pub fn initialized(claim: &Value) -> bool {
+    claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Initialized")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,17 +358,4 @@ mod tests {
             Some("scaleway://baremetal/fr-par-2/abc")
         );
     }
-}
-
-/// Whether Karpenter has marked the NodeClaim `Initialized`.
-pub fn initialized(claim: &Value) -> bool {
-    claim
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                c.get("type").and_then(Value::as_str) == Some("Initialized")
-                    && c.get("status").and_then(Value::as_str) == Some("True")
-            })
-        })
 }
