@@ -249,21 +249,29 @@ impl ListEffects {
         let Some(object) = body.as_object_mut() else {
             return;
         };
-        if self.drop > 0
-            && let Some(items) = object.values_mut().find_map(Value::as_array_mut)
-        {
-            let keep = items
-                .len()
-                .saturating_sub(usize::try_from(self.drop).unwrap_or(usize::MAX));
-            items.truncate(keep);
+        let drop = usize::try_from(self.drop).unwrap_or(usize::MAX);
+        if drop > 0 {
+            // Items are an array, or (Instance products) a map by type name.
+            if let Some(items) = object.values_mut().find_map(Value::as_array_mut) {
+                items.truncate(items.len().saturating_sub(drop));
+            } else if let Some(items) = object.values_mut().find_map(Value::as_object_mut) {
+                let keep = items.len().saturating_sub(drop);
+                let dropped: Vec<String> = items.keys().skip(keep).cloned().collect();
+                for key in dropped {
+                    items.remove(&key);
+                }
+            }
         }
-        if self.total_delta != 0
-            && let Some(total) = object.get("total_count").and_then(Value::as_u64)
-        {
-            let total = i64::try_from(total).unwrap_or(i64::MAX);
-            let moved = total.saturating_add(self.total_delta).max(0);
-            object.insert("total_count".into(), Value::from(moved));
+        if let Some(total) = object.get("total_count").and_then(Value::as_u64) {
+            object.insert("total_count".into(), Value::from(self.moved_total(total)));
         }
+    }
+
+    /// A total (`total_count` or `X-Total-Count`) moved by `total_delta`,
+    /// floored at 0.
+    pub fn moved_total(&self, total: u64) -> u64 {
+        let total = i64::try_from(total).unwrap_or(i64::MAX);
+        total.saturating_add(self.total_delta).max(0) as u64
     }
 }
 

@@ -98,6 +98,39 @@ impl Params {
         Ok(Page { page, size })
     }
 
+    /// The Instance API's paging: `page` (1-based) and `per_page` (1..=100,
+    /// default 50).
+    pub fn per_page(&self) -> Result<Page, ApiError> {
+        let page = self.number("page")?.unwrap_or(1);
+        if page < 1 {
+            return Err(ApiError::invalid(
+                "page",
+                "constraint",
+                "must be at least 1",
+            ));
+        }
+        let size = self.number("per_page")?.unwrap_or(50);
+        if !(1..=100).contains(&size) {
+            return Err(ApiError::invalid(
+                "per_page",
+                "constraint",
+                "must be between 1 and 100",
+            ));
+        }
+        Ok(Page { page, size })
+    }
+
+    /// Every value of a list parameter, sent comma-joined (`tags=a,b`, as the
+    /// Instance SDK does) or repeated.
+    pub fn list(&self, name: &str) -> Vec<String> {
+        self.all(name)
+            .iter()
+            .flat_map(|v| v.split(','))
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// `order_by` among `allowed`, the first one being the default.
     pub fn order_by<'a>(&self, allowed: &[&'a str]) -> Result<&'a str, ApiError> {
         match self.get("order_by") {
@@ -120,6 +153,24 @@ pub struct Page {
 }
 
 impl Page {
+    /// The `Link` header of the Instance API's lists for this page of
+    /// `total` items (recorded: `</products/servers?page=2&per_page=50&>;
+    /// rel="next",</products/servers?page=3&per_page=50&>; rel="last"`),
+    /// `path` being the path after the zone. None when there is no item.
+    pub fn link(&self, path: &str, total: u64) -> Option<String> {
+        let last = total.div_ceil(self.size);
+        if last == 0 {
+            return None;
+        }
+        let url = |page: u64| format!("<{path}?page={page}&per_page={}&>", self.size);
+        let mut links = Vec::new();
+        if self.page < last {
+            links.push(format!("{}; rel=\"next\"", url(self.page + 1)));
+        }
+        links.push(format!("{}; rel=\"last\"", url(last)));
+        Some(links.join(","))
+    }
+
     /// The items of this page and the total count.
     pub fn slice<T>(&self, items: Vec<T>) -> (Vec<T>, u64) {
         let total = items.len() as u64;
@@ -178,6 +229,25 @@ mod tests {
             .unwrap()
             .slice(vec![1, 2, 3]);
         assert_eq!((items, total), (vec![], 3));
+    }
+
+    #[test]
+    fn instance_paging_and_link_header() {
+        assert!(params("per_page=101").per_page().is_err());
+        assert!(params("per_page=0").per_page().is_err());
+        let page = params("").per_page().unwrap();
+        assert_eq!((page.page, page.size), (1, 50));
+        assert_eq!(
+            page.link("/products/servers", 135).unwrap(),
+            r#"</products/servers?page=2&per_page=50&>; rel="next",</products/servers?page=3&per_page=50&>; rel="last""#
+        );
+        let last = params("page=3").per_page().unwrap();
+        assert_eq!(
+            last.link("/servers", 135).unwrap(),
+            r#"</servers?page=3&per_page=50&>; rel="last""#
+        );
+        assert_eq!(page.link("/servers", 0), None);
+        assert_eq!(params("tags=a,b&tags=c").list("tags"), vec!["a", "b", "c"]);
     }
 
     #[test]

@@ -3,14 +3,17 @@
 
 mod admin;
 mod baremetal;
+mod block;
 pub mod extract;
 mod iam;
+mod instance;
+mod instance_admin;
 
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, patch, post, put};
@@ -23,11 +26,13 @@ use crate::state::AppState;
 pub const HELD_STATUS: u16 = 0;
 
 const ZONE: &str = "/baremetal/v1/zones/{zone}";
+const INSTANCE: &str = "/instance/v1/zones/{zone}";
+const BLOCK: &str = "/block/v1/zones/{zone}";
 
 /// The simulated API endpoints, one entry per method and path template. The
 /// same list names the endpoints for counters and faults.
 fn api_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
-    vec![
+    let mut routes = vec![
         ("GET", format!("{ZONE}/offers"), get(baremetal::list_offers)),
         (
             "GET",
@@ -135,6 +140,95 @@ fn api_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
             "/iam/v1alpha1/ssh-keys/{ssh_key_id}".into(),
             delete(iam::delete_ssh_key),
         ),
+    ];
+    routes.extend(instance_routes());
+    routes
+}
+
+fn instance_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
+    let server = format!("{INSTANCE}/servers/{{server_id}}");
+    vec![
+        (
+            "GET",
+            format!("{INSTANCE}/products/servers"),
+            get(instance::list_products),
+        ),
+        (
+            "GET",
+            format!("{INSTANCE}/products/servers/availability"),
+            get(instance::list_availability),
+        ),
+        (
+            "GET",
+            format!("{INSTANCE}/servers"),
+            get(instance::list_servers),
+        ),
+        (
+            "POST",
+            format!("{INSTANCE}/servers"),
+            post(instance::create_server),
+        ),
+        ("GET", server.clone(), get(instance::get_server)),
+        ("PATCH", server.clone(), patch(instance::update_server)),
+        ("DELETE", server.clone(), delete(instance::delete_server)),
+        (
+            "POST",
+            format!("{server}/action"),
+            post(instance::server_action),
+        ),
+        (
+            "GET",
+            format!("{server}/user_data"),
+            get(instance::list_user_data),
+        ),
+        (
+            "GET",
+            format!("{server}/user_data/{{key}}"),
+            get(instance::get_user_data),
+        ),
+        (
+            "PATCH",
+            format!("{server}/user_data/{{key}}"),
+            patch(instance::set_user_data),
+        ),
+        (
+            "DELETE",
+            format!("{server}/user_data/{{key}}"),
+            delete(instance::delete_user_data),
+        ),
+        (
+            "GET",
+            format!("{INSTANCE}/images"),
+            get(instance::list_images),
+        ),
+        (
+            "GET",
+            format!("{INSTANCE}/images/{{image_id}}"),
+            get(instance::get_image),
+        ),
+        ("GET", format!("{INSTANCE}/ips"), get(instance::list_ips)),
+        ("POST", format!("{INSTANCE}/ips"), post(instance::create_ip)),
+        (
+            "GET",
+            format!("{INSTANCE}/ips/{{ip_id}}"),
+            get(instance::get_ip),
+        ),
+        (
+            "DELETE",
+            format!("{INSTANCE}/ips/{{ip_id}}"),
+            delete(instance::delete_ip),
+        ),
+        ("GET", format!("{BLOCK}/volumes"), get(block::list_volumes)),
+        (
+            "GET",
+            format!("{BLOCK}/volumes/{{volume_id}}"),
+            get(block::get_volume),
+        ),
+        (
+            "DELETE",
+            format!("{BLOCK}/volumes/{{volume_id}}"),
+            delete(block::delete_volume),
+        ),
     ]
 }
 
@@ -172,7 +266,8 @@ pub fn app(state: AppState) -> Router {
             get(admin::rate_limit).put(admin::set_rate_limit),
         )
         .route("/_emsim/clock", get(admin::clock))
-        .route("/_emsim/clock/advance", post(admin::advance_clock));
+        .route("/_emsim/clock/advance", post(admin::advance_clock))
+        .merge(instance_admin::routes());
 
     api.merge(admin).fallback(not_found).with_state(state)
 }
@@ -283,7 +378,23 @@ async fn apply_list_faults(
     effects.apply(&mut value);
     tracing::info!(%endpoint, page, drop = effects.drop, total_delta = effects.total_delta,
         "injected list fault");
-    (StatusCode::OK, axum::Json(value)).into_response()
+    // The Instance API's lists carry their total in a header, kept (or
+    // moved by the fault) with the others.
+    let mut response = (StatusCode::OK, axum::Json(value)).into_response();
+    for (name, value) in &parts.headers {
+        if name == header::CONTENT_LENGTH {
+            continue;
+        }
+        let value = match (
+            name.as_str(),
+            value.to_str().ok().and_then(|v| v.parse().ok()),
+        ) {
+            ("x-total-count", Some(total)) => HeaderValue::from(effects.moved_total(total)),
+            _ => value.clone(),
+        };
+        response.headers_mut().insert(name.clone(), value);
+    }
+    response
 }
 
 /// Unknown paths answer like the real gateway, and are counted so that a test can

@@ -1,0 +1,63 @@
+//! `/block/v1/zones/{zone}/volumes`: the SBS volumes Instances boot from,
+//! which outlive their server (terminate and delete only detach them).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::extract::Params;
+use super::instance::check_instance_zone;
+use crate::error::ApiError;
+use crate::instance::volumes::VolumeKind;
+use crate::instance::wire::block_volume_wire;
+use crate::state::AppState;
+
+type ApiResult = Result<Response, ApiError>;
+
+/// `page`, `page_size`, `project_id`, `name` (substring), `tags` (all of)
+/// → `{volumes, total_count}` (Block is a newer API: the count is in the body).
+pub async fn list_volumes(
+    State(state): State<AppState>,
+    Path(zone): Path<String>,
+    params: Params,
+) -> ApiResult {
+    check_instance_zone(&zone)?;
+    let page = params.page(50)?;
+    let tags = params.all("tags");
+    let (world, _) = state.world();
+    let volumes: Vec<_> = world
+        .instance()
+        .volumes
+        .values()
+        .filter(|v| v.zone == zone && v.kind == VolumeKind::Sbs)
+        .filter(|v| params.get("project_id").is_none_or(|p| v.project == p))
+        .filter(|v| params.get("name").is_none_or(|n| v.name.contains(n)))
+        .filter(|v| tags.iter().all(|t| v.tags.contains(t)))
+        .map(block_volume_wire)
+        .collect();
+    let (volumes, total_count) = page.slice(volumes);
+    Ok(Json(json!({ "volumes": volumes, "total_count": total_count })).into_response())
+}
+
+pub async fn get_volume(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult {
+    check_instance_zone(&zone)?;
+    let (world, _) = state.world();
+    let volume = world.instance().block_volume(&zone, &id)?;
+    Ok(Json(block_volume_wire(volume)).into_response())
+}
+
+/// 204; 412 `precondition_failed` while attached (INFERENCE).
+pub async fn delete_volume(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+) -> ApiResult {
+    check_instance_zone(&zone)?;
+    let (mut world, _) = state.world();
+    world.instance_mut().0.delete_block_volume(&zone, &id)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
