@@ -5,7 +5,10 @@ use std::net::Ipv4Addr;
 
 use serde::Serialize;
 
+use super::world::InstanceWorld;
 use crate::clock::SimTime;
+use crate::error::ApiError;
+use crate::sim::IpPool;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum VolumeKind {
@@ -71,4 +74,85 @@ pub struct FlexIpRecord {
     /// Server id while attached.
     pub server: Option<String>,
     pub ipam_id: String,
+}
+
+fn not_found(resource: &str, id: &str) -> ApiError {
+    ApiError::NotFound {
+        resource: resource.into(),
+        resource_id: id.into(),
+    }
+}
+
+impl InstanceWorld {
+    /// A Block volume (SBS only: local volumes are not Block's).
+    pub fn block_volume(&self, zone: &str, id: &str) -> Result<&VolumeRecord, ApiError> {
+        self.volumes
+            .get(id)
+            .filter(|v| v.zone == zone && v.kind == VolumeKind::Sbs)
+            .ok_or_else(|| not_found("volume", id))
+    }
+
+    pub fn delete_block_volume(&mut self, zone: &str, id: &str) -> Result<(), ApiError> {
+        let volume = self.block_volume(zone, id)?;
+        if let Some((server, _)) = &volume.server {
+            return Err(ApiError::PreconditionFailed {
+                precondition: "resource_still_in_use".into(),
+                help_message: format!("volume is attached to server {server}"),
+            });
+        }
+        self.volumes.remove(id);
+        tracing::info!(volume_id = %id, "block volume deleted");
+        Ok(())
+    }
+
+    pub fn create_ip(
+        &mut self,
+        zone: &str,
+        project: Option<String>,
+        tags: Vec<String>,
+        pool: &mut IpPool,
+    ) -> Result<String, ApiError> {
+        let address = pool.allocate().ok_or_else(|| {
+            ApiError::invalid_request(
+                axum::http::StatusCode::BAD_REQUEST,
+                "emsim: no address left in --ip-range",
+            )
+        })?;
+        let id = self.uuid();
+        let ipam_id = self.uuid();
+        self.ips.insert(
+            id.clone(),
+            FlexIpRecord {
+                id: id.clone(),
+                address,
+                zone: zone.to_string(),
+                organization: self.organization.clone(),
+                project: project.unwrap_or_else(|| self.project.clone()),
+                tags,
+                server: None,
+                ipam_id,
+            },
+        );
+        tracing::info!(ip_id = %id, %zone, %address, "flexible ip created");
+        Ok(id)
+    }
+
+    pub fn ip(&self, zone: &str, id: &str) -> Result<&FlexIpRecord, ApiError> {
+        self.ips
+            .get(id)
+            .filter(|ip| ip.zone == zone)
+            .ok_or_else(|| not_found("instance_ip", id))
+    }
+
+    /// Deleting an attached flexible IP detaches it from its server first.
+    pub fn delete_ip(&mut self, zone: &str, id: &str, pool: &mut IpPool) -> Result<(), ApiError> {
+        let ip = self.ip(zone, id)?.clone();
+        if let Some(server) = ip.server.as_ref().and_then(|s| self.servers.get_mut(s)) {
+            server.flexible_ips.retain(|i| i != id);
+        }
+        self.ips.remove(id);
+        pool.release(ip.address);
+        tracing::info!(ip_id = %id, "flexible ip deleted");
+        Ok(())
+    }
 }
