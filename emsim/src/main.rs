@@ -21,7 +21,8 @@ use tracing_subscriber::EnvFilter;
     about,
     after_help = "API: /baremetal/v1/zones/{zone}/..., /instance/v1/zones/{zone}/..., \
 /block/v1/zones/{zone}/volumes and /iam/v1alpha1/ssh-keys (X-Auth-Token). \
-Admin API (no auth): /_emsim/{healthz,events,servers,counters,reset,stock,quota,faults,clock}. \
+Admin API (no auth): /_emsim/{healthz,events,servers,counters,reset,stock,quota,faults,clock} \
+and /_emsim/instance/{servers,volumes,availability,quota}. \
 Every endpoint and the fault kinds are documented in emsim/README.md."
 )]
 struct Args {

@@ -175,3 +175,39 @@ async fn block_and_ip_endpoints_are_known_to_faults() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["details"][0]["argument_name"], "zone");
 }
+
+#[tokio::test]
+async fn reset_forgets_the_instance_side_and_replays_its_ids() {
+    let sim = start().await;
+    let (_, first) = create(&sim).await;
+    let set =
+        json!({"zone": "fr-par-2", "commercial_type": "POP2-2C-8G", "availability": "shortage"});
+    sim.admin(Method::PUT, "/_emsim/instance/availability", Some(set))
+        .await;
+    let (status, _) = sim.admin(Method::POST, "/_emsim/reset", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, records) = sim
+        .admin(
+            Method::GET,
+            "/_emsim/instance/servers?include_deleted=true",
+            None,
+        )
+        .await;
+    assert_eq!(records["servers"], json!([]));
+    let (_, volumes) = sim
+        .admin(Method::GET, "/_emsim/instance/volumes", None)
+        .await;
+    assert_eq!(volumes["volumes"], json!([]));
+    let (_, availability) = sim
+        .get(&format!("{ZONE}/products/servers/availability"))
+        .await;
+    assert_eq!(
+        availability["servers"]["POP2-2C-8G"]["availability"],
+        "available"
+    );
+    let (_, again) = create(&sim).await;
+    assert_eq!(
+        again["server"]["id"], first["server"]["id"],
+        "same seed, same ids"
+    );
+}

@@ -359,3 +359,23 @@ fn reset_forgets_everything_and_replays_ids() {
     assert_eq!(f.world.availability(ZONE, &spec), Availability::Available);
     assert_eq!(f.create(vm("CPU-1")).unwrap(), first);
 }
+
+#[test]
+fn reboot_passes_through_starting_and_keeps_the_dynamic_ip() {
+    let mut f = fixture();
+    let id = f.create(vm("CPU-1")).unwrap();
+    f.act(t0(), &id, VmAction::Poweron).unwrap();
+    f.world.advance(at(10.0), &mut f.pool);
+    let ip = f.world.server(ZONE, &id).unwrap().dynamic_ip_id.clone();
+    assert!(ip.is_some());
+    f.act(at(20.0), &id, VmAction::Reboot).unwrap();
+    assert_eq!(
+        f.state(at(29.9), &id),
+        Some((VmState::Starting, "rebooting"))
+    );
+    assert_eq!(
+        f.state(at(30.0), &id),
+        Some((VmState::Running, "booting kernel"))
+    );
+    assert_eq!(f.world.server(ZONE, &id).unwrap().dynamic_ip_id, ip);
+}
