@@ -1,15 +1,23 @@
-//! Elastic Metal and IAM: the domain model of the calls this provider makes, the
-//! narrow trait that the real client, the unit-test fake and (over HTTP) emsim all
-//! satisfy, and the error classification every caller matches on.
+//! The Scaleway APIs this provider calls: Elastic Metal and IAM here, the
+//! Instance and Block APIs in [`instance`]. For each, the domain model of the
+//! calls made, the narrow trait that the real client, the unit-test fake and
+//! (over HTTP) emsim all satisfy, and the error classification every caller
+//! matches on. One [`ScalewayClient`] implements every trait on the shared
+//! machinery of `http.rs`.
 //!
 //! This module imports neither kube nor tonic (house style §1).
 
+pub mod block;
 mod client;
+mod errors;
 pub mod fake;
+mod http;
+pub mod instance;
 mod model;
 pub mod pacer;
 
-pub use client::{ClientConfig, RetryPolicy, ScalewayClient, SecretKey, classify};
+pub use errors::classify;
+pub use http::{Api, ClientConfig, RetryPolicy, ScalewayClient, SecretKey};
 pub use model::*;
 
 use async_trait::async_trait;
@@ -17,8 +25,8 @@ use async_trait::async_trait;
 /// A Scaleway zone such as `fr-par-2`.
 pub type Zone = String;
 
-/// Errors of the Elastic Metal / IAM API, classified once at the boundary
-/// (house style §3). Everything above matches on the variant, never on text.
+/// Errors of the Scaleway APIs, classified once at the boundary (house
+/// style §3). Everything above matches on the variant, never on text.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ApiError {
     #[error("not found: {0}")]
@@ -27,7 +35,9 @@ pub enum ApiError {
     OutOfStock(String),
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
-    /// 409 transient_state, or 400 "Server is not delivered": retry later.
+    /// 409 transient_state, EM's 400 "Server is not delivered", an Instance
+    /// action asked in the wrong state ("server should be running"), a Block
+    /// volume not yet detached: retry later.
     #[error("resource in a transient state: {0}")]
     TransientState(String),
     /// 429.
@@ -39,14 +49,17 @@ pub enum ApiError {
     /// No answer within the client's timeout.
     #[error("API timed out: {0}")]
     Timeout(String),
-    /// A listing whose pages contradict each other (`total_count` changed,
-    /// a page missing, more items than announced): never a shorter list.
+    /// A listing whose pages contradict each other or their announced total
+    /// (`total_count` or `X-Total-Count` changed, a page missing, more items
+    /// than announced, no total at all): never a shorter list.
     #[error("API answer inconsistent: {0}")]
     Inconsistent(String),
-    /// 400 invalid_arguments and other refusals that retrying cannot fix.
+    /// 400 invalid_arguments, a locked resource and other refusals that
+    /// retrying cannot fix.
     #[error("invalid request: {0}")]
     Invalid(String),
-    /// 401/403: bad or insufficient credentials.
+    /// 401/403 (except the Instance API's legacy quota 403): bad or
+    /// insufficient credentials.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
 }
