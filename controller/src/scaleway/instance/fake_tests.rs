@@ -1,0 +1,151 @@
+//! The fake follows the real API where the engine's tests will rely on it.
+
+use super::*;
+use crate::scaleway::instance::USER_DATA_KEY;
+
+const ZONE: &str = "fr-par-2";
+
+fn fake() -> FakeInstance {
+    let fake = FakeInstance::new();
+    fake.set_types(ZONE, recorded_types());
+    fake.set_availability(ZONE, recorded_availability());
+    fake
+}
+
+fn request(ty: &str) -> CreateServerRequest {
+    let mut req = CreateServerRequest::new("node-a", ty, "proj").with_sbs_root(20_000_000_000);
+    req.tags = vec!["karpenter.sh/nodeclaim=node-a".into()];
+    req
+}
+
+#[tokio::test]
+async fn a_vm_lives_and_leaves_nothing_billed_behind() {
+    let fake = fake();
+    let s = fake
+        .create_server(ZONE, &request("POP2-2C-8G"))
+        .await
+        .unwrap();
+    assert_eq!(s.state, ServerState::Stopped);
+    assert_eq!(
+        s.allowed_actions,
+        [ServerAction::Poweron, ServerAction::Backup]
+    );
+    let root = s.sbs_volume_ids();
+    assert_eq!(root.len(), 1);
+    assert_eq!(
+        fake.get_volume(ZONE, &root[0]).await.unwrap().size,
+        20_000_000_000
+    );
+
+    fake.set_user_data(ZONE, &s.id, USER_DATA_KEY, "config")
+        .await
+        .unwrap();
+    fake.server_action(ZONE, &s.id, ServerAction::Poweron)
+        .await
+        .unwrap();
+    assert_eq!(fake.server(&s.id).unwrap().state, ServerState::Starting);
+    fake.finish_actions();
+    let running = fake.get_server(ZONE, &s.id).await.unwrap();
+    assert_eq!(running.state, ServerState::Running);
+    assert!(running.ipv4().is_some(), "a dynamic IPv4 once running");
+    let ip = fake.attach_flexible_ip(ZONE, &s.id);
+
+    // Still attached: the volume cannot go yet.
+    let err = fake.delete_volume(ZONE, &root[0]).await.unwrap_err();
+    assert!(matches!(err, ApiError::TransientState(_)), "{err:?}");
+
+    fake.server_action(ZONE, &s.id, ServerAction::Terminate)
+        .await
+        .unwrap();
+    fake.finish_actions();
+    let err = fake.get_server(ZONE, &s.id).await.unwrap_err();
+    assert!(matches!(err, ApiError::NotFound(_)), "{err:?}");
+    assert_eq!(fake.user_data(&s.id, USER_DATA_KEY), None);
+    // The SBS root and the flexible IP survive terminate.
+    assert_eq!(fake.volumes().len(), 1);
+    assert_eq!(fake.flexible_ips(), std::slice::from_ref(&ip));
+    fake.delete_volume(ZONE, &root[0]).await.unwrap();
+    fake.delete_ip(ZONE, &ip).await.unwrap();
+    assert!(fake.volumes().is_empty());
+    assert!(fake.flexible_ips().is_empty());
+}
+
+#[tokio::test]
+async fn a_type_in_shortage_falls_back_to_stopped() {
+    let fake = fake();
+    let mut types = recorded_types();
+    let h100 = types["H100-SXM-2-80G"].clone();
+    types.insert("H100-1-80G".into(), h100);
+    fake.set_types(ZONE, types);
+    fake.set_auto_finish(true);
+    let s = fake
+        .create_server(ZONE, &request("H100-1-80G"))
+        .await
+        .unwrap();
+    fake.server_action(ZONE, &s.id, ServerAction::Poweron)
+        .await
+        .unwrap();
+    let s = fake.get_server(ZONE, &s.id).await.unwrap();
+    assert_eq!(s.state, ServerState::Stopped);
+    assert_eq!(s.ipv4(), None);
+}
+
+#[tokio::test]
+async fn wrong_states_missing_data_and_injected_failures() {
+    let fake = fake();
+    let s = fake
+        .create_server(ZONE, &request("L4-1-24G"))
+        .await
+        .unwrap();
+    let err = fake
+        .server_action(ZONE, &s.id, ServerAction::Terminate)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ApiError::TransientState("server should be running".into())
+    );
+    let err = fake
+        .get_user_data(ZONE, &s.id, USER_DATA_KEY)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::NotFound(_)), "{err:?}");
+
+    fake.set_auto_finish(true);
+    fake.server_action(ZONE, &s.id, ServerAction::Poweron)
+        .await
+        .unwrap();
+    let err = fake.delete_server(ZONE, &s.id).await.unwrap_err();
+    assert_eq!(
+        err,
+        ApiError::TransientState("server should be stopped".into())
+    );
+    fake.server_action(ZONE, &s.id, ServerAction::Poweroff)
+        .await
+        .unwrap();
+    fake.delete_server(ZONE, &s.id).await.unwrap();
+
+    let err = fake
+        .create_server(ZONE, &request("GP1-L"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ApiError::Invalid(_)),
+        "not in the catalog: {err:?}"
+    );
+    fake.fail_next(
+        Op::CreateServer,
+        ApiError::QuotaExceeded("legacy 403".into()),
+    );
+    let err = fake
+        .create_server(ZONE, &request("POP2-2C-8G"))
+        .await
+        .unwrap_err();
+    assert!(err.is_insufficient_capacity());
+    assert_eq!(fake.count(Op::CreateServer), 3);
+    let filter = ServerFilter {
+        name: Some("node-a".into()),
+        ..Default::default()
+    };
+    assert!(fake.list_servers(ZONE, &filter).await.unwrap().is_empty());
+}
