@@ -399,6 +399,50 @@ async fn gpu_types_provision_before_running() {
     assert_eq!(state(&sim, &id).await, pair("running", "booting kernel"));
 }
 
+/// talos-sim reports a VM's hardware on its Node: the admin record gives
+/// its type's vCPUs, memory and GPUs and its root volume's size.
+#[tokio::test]
+async fn admin_records_carry_the_hardware_a_vm_boots_on() {
+    let sim = start().await;
+    let gpu = create(&sim, "L4-1-24G", "gpu", &[]).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let image = image(&sim, "talos-v1.11.5-amd64").await;
+    let (status, body) = sim
+        .post(
+            &format!("{ZONE}/servers"),
+            json!({"name": "cpu", "commercial_type": "POP2-2C-8G", "image": image,
+                   "volumes": {"0": {"size": 20_000_000_000u64, "volume_type": "sbs_volume"}}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let cpu = body["server"]["id"].as_str().unwrap().to_string();
+    let (_, admin) = sim
+        .admin(Method::GET, "/_emsim/instance/servers", None)
+        .await;
+    let hardware = |id: &str| {
+        admin["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap()["hardware"]
+            .clone()
+    };
+    assert_eq!(
+        hardware(&gpu),
+        json!({"ncpus": 8, "ram": 51_539_607_552u64, "gpu": 1,
+               "gpu_info": {"gpu_manufacturer": "NVIDIA", "gpu_name": "L4", "gpu_memory": 25_769_803_776u64},
+               "root_volume_size": 10_000_000_000u64})
+    );
+    assert_eq!(
+        hardware(&cpu),
+        json!({"ncpus": 2, "ram": 8_589_934_592u64, "gpu": 0, "gpu_info": null,
+               "root_volume_size": 20_000_000_000u64})
+    );
+}
+
 #[tokio::test]
 async fn shortage_and_the_poweron_fault_fall_back_to_stopped() {
     let sim = start().await;

@@ -15,9 +15,10 @@ use super::instance::{check_instance_zone, user_data_response};
 use crate::clock::format_time;
 use crate::error::ApiError;
 use crate::instance::Availability;
-use crate::instance::model::Server;
+use crate::instance::model::{GpuInfo, Server};
 use crate::instance::server::{VmPending, VmRecord};
 use crate::instance::volumes::VolumeRecord;
+use crate::instance::world::InstanceWorld;
 use crate::state::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -44,6 +45,37 @@ struct AdminVm<'a> {
     user_data_keys: Vec<&'a String>,
     actions: Vec<Value>,
     deleted_at: Option<String>,
+    hardware: Option<Hardware>,
+}
+
+/// What the VM's OS finds (talos-sim reports it on the Node): its type's
+/// vCPUs, memory and GPUs, and the size of its root volume.
+#[derive(Serialize)]
+struct Hardware {
+    ncpus: u32,
+    ram: u64,
+    gpu: u32,
+    gpu_info: Option<GpuInfo>,
+    root_volume_size: Option<u64>,
+}
+
+fn hardware(instance: &InstanceWorld, s: &VmRecord) -> Option<Hardware> {
+    let spec = instance.catalog().find(&s.zone, &s.commercial_type)?;
+    Some(Hardware {
+        ncpus: spec.ncpus,
+        ram: spec.ram,
+        gpu: spec.gpus(),
+        gpu_info: spec.gpu.as_ref().map(|g| GpuInfo {
+            gpu_manufacturer: g.manufacturer.clone(),
+            gpu_name: g.name.clone(),
+            gpu_memory: g.memory,
+        }),
+        root_volume_size: s
+            .volumes
+            .get("0")
+            .and_then(|id| instance.volumes.get(id))
+            .map(|v| v.size),
+    })
 }
 
 /// Every server of every zone; `?include_deleted=true` adds the gone ones.
@@ -67,6 +99,7 @@ async fn servers(State(state): State<AppState>, params: Params) -> Json<Value> {
                 .map(|(at, action)| json!({ "at": format_time(*at), "action": action }))
                 .collect(),
             deleted_at: s.deleted_at.map(format_time),
+            hardware: hardware(instance, s),
         })
         .collect();
     Json(json!({ "servers": servers }))
