@@ -71,7 +71,7 @@ pub fn arch_of(offer: &Offer) -> Result<&'static str, String> {
 
 /// A label value: lowercase, `[a-z0-9.-]`, at most 63 characters, starting and
 /// ending with an alphanumeric character.
-fn label_value(raw: &str) -> String {
+pub(super) fn label_value(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     for c in raw.trim().chars() {
         let c = c.to_ascii_lowercase();
@@ -238,7 +238,8 @@ pub fn instance_types(
 impl Offering {
     /// Prices the offering for `billing` and decides whether it can be
     /// ordered, from the offer's `enable` and `stock` (and its monthly twin's
-    /// under monthly billing). A `low` stock is orderable; `empty` is not.
+    /// under monthly billing). A `low` stock is orderable; `empty` is not, nor
+    /// is an Instance type's `shortage` (`scarce` is).
     /// Under monthly billing an offer without a monthly twin keeps its hourly
     /// price (consolidation needs a real price for every offering) but is
     /// never available.
@@ -269,6 +270,9 @@ fn stock_reason(enabled: bool, stock: &str, what: &str) -> Option<String> {
         Some(format!("{what}disabled"))
     } else if stock == "empty" {
         Some(format!("{what}stock empty"))
+    } else if stock == "shortage" {
+        // An Instance type's availability (EM stock is never `shortage`).
+        Some(format!("{what}shortage"))
     } else {
         None
     }

@@ -1,15 +1,18 @@
 //! The catalog: Elastic Metal offers of every configured zone turned into
 //! Karpenter instance types, cached in memory and refreshed in the background.
 //!
-//! `mapping` is pure (offer JSON → instance type); `store` holds the last good
+//! `mapping` is pure (offer JSON → instance type), and so is `instance_mapping`
+//! (Instance commercial types → instance types, not served yet); `store` holds the last good
 //! catalog, the unavailable-offerings cache and the per-NodeClass views, and
 //! publishes a new snapshot on every change; `refresh` is the background task.
 //! Nothing here imports kube or tonic.
 
+mod instance_mapping;
 mod mapping;
 mod resources;
 mod store;
 
+pub use instance_mapping::{ZoneProducts, instance_family, vm_instance_types};
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
 pub use resources::{KubeletReservations, Overhead, Resources};
 pub use store::{CatalogStore, ClassView, Snapshot, read_zone, run_refresher};
@@ -41,6 +44,13 @@ pub const LABEL_INSTANCE_GPU_NAME: &str = "karpenter.scaleway.com/instance-gpu-n
 pub const LABEL_INSTANCE_GPU_COUNT: &str = "karpenter.scaleway.com/instance-gpu-count";
 /// Public bandwidth in Mbit/s.
 pub const LABEL_INSTANCE_BANDWIDTH: &str = "karpenter.scaleway.com/instance-bandwidth";
+/// Instance family, from the commercial type (`POP2`, `POP2-HM`, `L4`,
+/// `H100-SXM`); Instance types only, not yet registered in
+/// [`PROVIDER_LABELS`] (the Instance catalog is not served yet).
+pub const LABEL_INSTANCE_FAMILY: &str = "karpenter.scaleway.com/instance-family";
+/// Memory of one GPU in MiB; Instance types only, not yet registered in
+/// [`PROVIDER_LABELS`].
+pub const LABEL_INSTANCE_GPU_MEMORY: &str = "karpenter.scaleway.com/instance-gpu-memory";
 
 /// Labels this provider defines on instance types, registered as well-known by
 /// the bridge (Info). Every one of them appears in every type's requirements,
