@@ -560,3 +560,11 @@ async fn block_volumes_are_read_and_deleted_and_an_attached_one_is_transient() {
     // Still attached at first: transient, retried, then deleted.
     c.delete_volume(ZONE, "vol-1").await.unwrap();
 }
+
+#[test]
+fn a_user_data_body_never_shows_in_debug() {
+    let secret = "token: abc.0123456789abcdef";
+    let printed = format!("{:?}", crate::scaleway::http::Body::Text(secret));
+    assert!(!printed.contains("0123456789abcdef"), "{printed}");
+    assert!(printed.contains(&secret.len().to_string()), "{printed}");
+}
