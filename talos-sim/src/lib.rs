@@ -10,6 +10,7 @@ pub mod disk;
 pub mod faults;
 pub mod follower;
 pub mod image;
+pub mod instance;
 pub mod killable;
 pub mod kubelet;
 pub mod machine_config;

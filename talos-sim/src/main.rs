@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use talos_sim::image::{self, Compression};
+use talos_sim::instance::metadata::Metadata;
 use talos_sim::manager::Simulator;
 use talos_sim::os::Settings;
 use talos_sim::validator::ConfigValidator;
@@ -59,6 +60,10 @@ struct RunArgs {
     /// with Talos' message when it fails, before talos-sim's own checks.
     #[arg(long, env = "TALOS_SIM_CONFIG_VALIDATOR")]
     config_validator: Option<PathBuf>,
+    /// How often emsim's VMs are read (`<url>/_emsim/instance/servers`),
+    /// in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    instance_poll_ms: u64,
 }
 
 #[derive(Args)]
@@ -145,6 +150,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         talos_port: args.talos_port,
         install_delay: Duration::from_millis(args.install_delay_ms),
         config_validator,
+        metadata: Some(Metadata::new(&emsim_url)?),
         ..Settings::new(args.state_dir)
     });
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
@@ -163,8 +169,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let instances = talos_sim::instance::follower::follow(
+        &emsim_url,
+        &*sim,
+        Duration::from_millis(args.instance_poll_ms.max(1)),
+    );
     tokio::select! {
         _ = follower::follow(&emsim_url, &*sim) => {}
+        _ = instances => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         _ = terminate.recv() => tracing::info!("terminated"),
     }

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
-use crate::model::{BootType, Command};
+use crate::model::{BootType, Command, Platform};
 use crate::os::{Boot, Settings};
 use crate::records::{OsState, Record, ServerRecord};
 
@@ -38,6 +38,8 @@ struct Slot {
 struct Running {
     boot_type: BootType,
     address: Ipv4Addr,
+    /// For a VM, which boot this is: a new one restarts the OS.
+    platform: Platform,
     cancel: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -79,6 +81,7 @@ impl Simulator {
                 if let Some(running) = &slot.running
                     && running.boot_type == on.boot_type
                     && running.address == on.address
+                    && running.platform == on.platform
                 {
                     tracing::debug!(server_id = %on.server_id, "power_on for a server already up: nothing to do");
                     return;
@@ -94,6 +97,10 @@ impl Simulator {
                 );
                 slot.record.set_disk(&disk);
                 slot.record.update(|r| {
+                    r.platform = match on.platform {
+                        Platform::Metal => "metal",
+                        Platform::Scaleway(_) => "scaleway",
+                    };
                     r.address = on.address.to_string();
                     r.deleted = false;
                     r.state = OsState::Off;
@@ -103,6 +110,7 @@ impl Simulator {
                 let (settled_tx, settled_rx) = oneshot::channel();
                 let boot_type = on.boot_type;
                 let address = on.address;
+                let platform = on.platform.clone();
                 let boot = Boot {
                     on,
                     disk,
@@ -115,6 +123,7 @@ impl Simulator {
                 slot.running = Some(Running {
                     boot_type,
                     address,
+                    platform,
                     cancel,
                     task: tokio::spawn(boot.run()),
                 });

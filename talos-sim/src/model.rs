@@ -59,6 +59,15 @@ pub struct Offer {
     pub memories: Vec<OfferMemory>,
     #[serde(default)]
     pub tags: Vec<String>,
+    #[serde(default)]
+    pub gpus: Vec<OfferGpu>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct OfferGpu {
+    /// `NVIDIA H100`.
+    #[serde(default)]
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -98,6 +107,24 @@ pub enum Command {
     Deleted { server_id: String },
 }
 
+impl Command {
+    /// The event type it comes from (`power_on`, `power_off`, `deleted`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::PowerOn(_) => "power_on",
+            Command::PowerOff { .. } => "power_off",
+            Command::Deleted { .. } => "deleted",
+        }
+    }
+
+    pub fn server_id(&self) -> &str {
+        match self {
+            Command::PowerOn(on) => &on.server_id,
+            Command::PowerOff { server_id } | Command::Deleted { server_id } => server_id,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct PowerOn {
     pub server_id: String,
@@ -107,6 +134,46 @@ pub struct PowerOn {
     pub rescue_ssh_public_keys: Vec<String>,
     pub rescue_user: String,
     pub machine: Machine,
+    pub platform: Platform,
+}
+
+/// The Talos image a server boots and where its config comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Platform {
+    /// An Elastic Metal server: Talos' `metal` image written on its disk
+    /// from rescue, the config applied in maintenance mode.
+    Metal,
+    /// An Instance: Talos' `scaleway` image, the config read from the
+    /// user data key `cloud-init`.
+    Scaleway(VmBoot),
+}
+
+/// One boot of an Instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmBoot {
+    pub zone: String,
+    /// How many times the VM was started (poweron and reboot actions): a
+    /// new number is a new boot.
+    pub boot: u64,
+    pub image: VmImage,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmImage {
+    pub id: String,
+    pub name: String,
+    /// Talos version from the image name (`talos-v1.11.5-amd64`), or
+    /// `unknown`.
+    pub version: String,
+    /// GOARCH (`amd64`, `arm64`).
+    pub arch: String,
+}
+
+impl VmBoot {
+    /// What Talos' `scaleway` platform reports as the node's providerID.
+    pub fn provider_id(&self, server_id: &str) -> String {
+        format!("scaleway://instance/{}/{server_id}", self.zone)
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -172,6 +239,7 @@ impl Event {
                 .clone()
                 .unwrap_or_else(|| "rescue".to_string()),
             machine,
+            platform: Platform::Metal,
         })
     }
 }
@@ -190,6 +258,9 @@ pub struct Machine {
     /// `uname -m` style (`x86_64`, `riscv64`).
     pub uname_arch: String,
     pub mac: String,
+    /// NVIDIA GPUs, reported as `nvidia.com/gpu` (as with NVIDIA's device
+    /// plugin running).
+    pub gpus: u32,
 }
 
 impl Machine {
@@ -216,6 +287,7 @@ impl Machine {
                 "x86_64".to_string()
             },
             mac: mac_for(server_id),
+            gpus: offer.gpus.iter().filter(|g| is_nvidia(&g.name)).count() as u32,
         })
     }
 
@@ -227,6 +299,12 @@ impl Machine {
     pub fn is_rotational(&self) -> bool {
         matches!(self.disk_kind.to_ascii_lowercase().as_str(), "hdd" | "sata")
     }
+}
+
+/// Whether a GPU (by its name or maker) is one NVIDIA's device plugin
+/// counts as `nvidia.com/gpu`.
+pub fn is_nvidia(name_or_maker: &str) -> bool {
+    name_or_maker.to_ascii_lowercase().contains("nvidia")
 }
 
 /// Kernel device name of the first disk of an offer: NVMe drives are
@@ -280,6 +358,24 @@ mod tests {
         assert_eq!(on.machine.disk_size, 1_920_383_410_176);
         assert_eq!(on.machine.threads, 32);
         assert_eq!(on.machine.memory_bytes, 274_877_906_944);
+    }
+
+    #[test]
+    fn nvidia_gpus_of_an_offer_are_counted() {
+        let mut event: Event = serde_json::from_str(POWER_ON).unwrap();
+        let Command::PowerOn(on) = event.command().unwrap() else {
+            panic!("not a power_on")
+        };
+        assert_eq!(on.machine.gpus, 0);
+        assert_eq!(on.platform, Platform::Metal);
+        event.offer.as_mut().unwrap().gpus = serde_json::from_str(
+            r#"[{"name": "NVIDIA H100", "vram": 80000000000}, {"name": "NVIDIA H100", "vram": 80000000000}]"#,
+        )
+        .unwrap();
+        let Command::PowerOn(on) = event.command().unwrap() else {
+            panic!("not a power_on")
+        };
+        assert_eq!(on.machine.gpus, 2);
     }
 
     #[test]

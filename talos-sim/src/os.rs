@@ -15,10 +15,11 @@ use tokio_util::sync::CancellationToken;
 use crate::disk::Disk;
 use crate::faults::{FaultKind, Faults};
 use crate::image::{BootError, ImageHeader};
+use crate::instance::metadata::Metadata;
 use crate::kubelet::bootstrap::{self, ClientIdentity, ClusterAccess};
 use crate::kubelet::{self, Kubelet};
 use crate::machine_config;
-use crate::model::{BootType, PowerOn};
+use crate::model::{BootType, Platform, PowerOn};
 use crate::records::{OsState, Record};
 use crate::shell::{FaultHooks, ShellEnv};
 use crate::ssh::{RescueSsh, parse_authorized_keys};
@@ -47,6 +48,9 @@ pub struct Settings {
     /// Talos' machinery (`talos-config validate`): every applied config is
     /// validated by it before talos-sim's own checks.
     pub config_validator: Option<ConfigValidator>,
+    /// Where VMs read their user data (emsim's admin API); without it a VM
+    /// stays in maintenance mode.
+    pub metadata: Option<Metadata>,
 }
 
 impl Settings {
@@ -60,6 +64,7 @@ impl Settings {
             install_delay: Duration::from_millis(500),
             faults: Arc::default(),
             config_validator: None,
+            metadata: None,
         }
     }
 }
@@ -80,13 +85,17 @@ pub struct Boot {
 
 impl Boot {
     pub async fn run(self) {
-        match self.on.boot_type {
-            BootType::Rescue => self.rescue().await,
-            BootType::Normal => self.normal().await,
+        match (&self.on.platform, self.on.boot_type) {
+            (Platform::Scaleway(vm), _) => {
+                let vm = vm.clone();
+                self.cloud(vm).await
+            }
+            (Platform::Metal, BootType::Rescue) => self.rescue().await,
+            (Platform::Metal, BootType::Normal) => self.normal().await,
         }
     }
 
-    fn settle(&self) {
+    pub(crate) fn settle(&self) {
         if let Some(tx) = self
             .settled
             .lock()
@@ -97,11 +106,11 @@ impl Boot {
         }
     }
 
-    fn server_id(&self) -> &str {
+    pub(crate) fn server_id(&self) -> &str {
         &self.on.server_id
     }
 
-    fn fail(&self, message: String) {
+    pub(crate) fn fail(&self, message: String) {
         tracing::error!(server_id = %self.server_id(), error = %message, "server OS failed");
         self.record.update(|r| r.boot_error = Some(message));
     }
@@ -209,20 +218,7 @@ impl Boot {
         });
         let yaml = match installed {
             Some(yaml) => yaml,
-            None if self
-                .settings
-                .faults
-                .take(FaultKind::MaintenanceNeverUp, self.server_id()) =>
-            {
-                // Hung before apid started: nothing listens, nothing changes.
-                self.record.update(|r| {
-                    r.boot_error =
-                        Some("fault maintenance_never_up: the Talos API did not start".into())
-                });
-                self.settle();
-                return std::future::pending().await;
-            }
-            None => match self.maintenance(&header).await {
+            None => match self.maintenance_mode(&header).await {
                 Some(yaml) => yaml,
                 None => return,
             },
@@ -234,6 +230,25 @@ impl Boot {
             Err(e) => return self.fail(format!("the installed machine config is invalid: {e}")),
         };
         self.join_cluster(cfg, &header).await;
+    }
+
+    /// Maintenance mode, unless the `maintenance_never_up` fault hangs the
+    /// boot before the API starts; the config applied there, once installed.
+    pub(crate) async fn maintenance_mode(&self, header: &ImageHeader) -> Option<String> {
+        if self
+            .settings
+            .faults
+            .take(FaultKind::MaintenanceNeverUp, self.server_id())
+        {
+            // Hung before apid started: nothing listens, nothing changes.
+            self.record.update(|r| {
+                r.boot_error =
+                    Some("fault maintenance_never_up: the Talos API did not start".into())
+            });
+            self.settle();
+            return std::future::pending().await;
+        }
+        self.maintenance(header).await
     }
 
     /// Serves the maintenance API until a config is applied; returns it
@@ -254,7 +269,11 @@ impl Boot {
             self.record.clone(),
             applied_tx,
         )
-        .with_validator(self.settings.config_validator.clone());
+        .with_validator(self.settings.config_validator.clone())
+        .with_platform(match self.on.platform {
+            Platform::Metal => "metal",
+            Platform::Scaleway(_) => "scaleway",
+        });
         let stop = self.cancel.child_token();
         let mut server = Box::pin(api.serve(listener, stop.clone()));
         let applied = tokio::select! {
@@ -278,7 +297,11 @@ impl Boot {
         Some(applied.yaml)
     }
 
-    async fn join_cluster(&self, cfg: machine_config::NodeConfig, header: &ImageHeader) {
+    pub(crate) async fn join_cluster(
+        &self,
+        mut cfg: machine_config::NodeConfig,
+        header: &ImageHeader,
+    ) {
         if !self.settings.kubelet {
             self.fail("kubelet not started: disabled in this simulator".into());
             return std::future::pending().await;
@@ -290,17 +313,23 @@ impl Boot {
                 return std::future::pending().await;
             }
         };
-        let machine = &self.on.machine;
-        let facts = kubelet::facts(
+        let mut facts = kubelet::facts(
             &cfg,
             &self.on.server_id,
             self.on.address,
             &header.arch,
             &header.version,
-            machine.threads,
-            machine.memory_bytes,
-            machine.disk_size,
+            &self.on.machine,
         );
+        if let Platform::Scaleway(vm) = &self.on.platform {
+            crate::instance::platform_identity(
+                vm,
+                &self.on.server_id,
+                &self.on.server_name,
+                &mut cfg,
+                &mut facts,
+            );
+        }
         let ready = !self
             .settings
             .faults

@@ -36,15 +36,46 @@ pub struct AppliedConfig {
     pub yaml: String,
 }
 
+/// What a VM's boot found in its user data. The value itself (it holds a
+/// bootstrap token) is never recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserDataOutcome {
+    /// Booted from it.
+    Accepted,
+    /// The key is not set (404): maintenance mode.
+    Missing,
+    /// Set but blank: maintenance mode.
+    Empty,
+    /// Not a valid machine config: maintenance mode (`boot_error` says why).
+    Refused,
+    /// The metadata service did not answer; read again.
+    Unreachable,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UserDataRead {
+    /// RFC 3339, wall clock of talos-sim.
+    pub at: String,
+    pub key: String,
+    pub outcome: UserDataOutcome,
+    pub bytes: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServerRecord {
     pub id: String,
+    /// `metal` (Elastic Metal) or `scaleway` (an Instance).
+    pub platform: &'static str,
     pub address: String,
     pub state: OsState,
     pub disk: DiskRecord,
     pub rescue_sessions: u64,
     pub commands: Vec<String>,
     pub applied_configs: Vec<AppliedConfig>,
+    /// Every read of a VM's user data, one per boot that had no installed
+    /// config (and per retry while the metadata service is unreachable).
+    pub user_data_reads: Vec<UserDataRead>,
     pub node_name: Option<String>,
     /// Why the last normal boot found no bootable device, or why the OS
     /// could not start its services.
@@ -61,6 +92,7 @@ impl Record {
     pub fn new(id: &str) -> Self {
         Self(Arc::new(Mutex::new(ServerRecord {
             id: id.to_string(),
+            platform: "metal",
             address: String::new(),
             state: OsState::Off,
             disk: DiskRecord {
@@ -73,6 +105,7 @@ impl Record {
             rescue_sessions: 0,
             commands: Vec::new(),
             applied_configs: Vec::new(),
+            user_data_reads: Vec::new(),
             node_name: None,
             boot_error: None,
             deleted: false,
@@ -125,7 +158,9 @@ mod tests {
             "disk",
             "rescue_sessions",
             "applied_configs",
+            "user_data_reads",
             "node_name",
+            "platform",
         ] {
             assert!(json.get(key).is_some(), "{key} missing");
         }

@@ -54,6 +54,8 @@ pub struct MaintenanceApi {
     applied: Mutex<bool>,
     /// Talos' machinery, when talos-sim was given it.
     validator: Option<ConfigValidator>,
+    /// The image's Talos platform (`metal`, `scaleway`).
+    platform: &'static str,
 }
 
 impl MaintenanceApi {
@@ -79,7 +81,15 @@ impl MaintenanceApi {
             applied_tx,
             applied: Mutex::new(false),
             validator: None,
+            platform: "metal",
         }
+    }
+
+    /// The platform `Version` reports: `metal`, or `scaleway` for a VM
+    /// (whose runtime mode is `cloud`).
+    pub fn with_platform(mut self, platform: &'static str) -> Self {
+        self.platform = platform;
+        self
     }
 
     /// Validates every applied config with Talos' machinery first.
@@ -265,8 +275,12 @@ impl MachineService for MaintenanceApi {
                     arch: self.image_arch.clone(),
                 }),
                 platform: Some(PlatformInfo {
-                    name: "metal".into(),
-                    mode: "metal".into(),
+                    name: self.platform.into(),
+                    mode: if self.platform == "metal" {
+                        "metal".into()
+                    } else {
+                        "cloud".into()
+                    },
                 }),
             }],
         }))

@@ -18,6 +18,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::machine_config::NodeConfig;
+use crate::model::Machine;
 use node::NodeFacts;
 
 const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -253,18 +254,15 @@ impl Kubelet {
     }
 }
 
-/// The facts of a node booted from an image of `talos_version`/`arch` on a
-/// machine with the given hardware.
-#[allow(clippy::too_many_arguments)]
+/// The facts of a node booted from an image of `talos_version`/`arch` on
+/// `machine`.
 pub fn facts(
     cfg: &NodeConfig,
     server_id: &str,
     address: Ipv4Addr,
     arch: &str,
     talos_version: &str,
-    threads: u32,
-    memory_bytes: u64,
-    disk_bytes: u64,
+    machine: &Machine,
 ) -> NodeFacts {
     NodeFacts {
         name: node::node_name(cfg, server_id),
@@ -277,9 +275,10 @@ pub fn facts(
             .as_deref()
             .and_then(node::kubelet_version_from_image)
             .unwrap_or_default(),
-        threads,
-        memory_bytes,
-        disk_bytes,
+        threads: machine.threads,
+        memory_bytes: machine.memory_bytes,
+        disk_bytes: machine.disk_size,
+        gpus: machine.gpus,
         boot_id: uuid_like(),
     }
 }

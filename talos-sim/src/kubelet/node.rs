@@ -24,6 +24,8 @@ pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 pub const LEASE_DURATION_SECONDS: i32 = 40;
 const CONTAINER_RUNTIME: &str = "containerd://2.1.4";
 const KERNEL_VERSION: &str = "6.12.57-talos";
+/// The extended resource NVIDIA's device plugin advertises.
+pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
 
 /// What the kubelet knows about its machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +40,8 @@ pub struct NodeFacts {
     pub threads: u32,
     pub memory_bytes: u64,
     pub disk_bytes: u64,
+    /// Reported as `nvidia.com/gpu`.
+    pub gpus: u32,
     pub boot_id: String,
 }
 
@@ -282,6 +286,13 @@ pub fn resources(
         ("hugepages-1Gi".to_string(), q("0".into())),
         ("hugepages-2Mi".to_string(), q("0".into())),
     ]);
+    let (mut capacity, mut allocatable) = (capacity, allocatable);
+    if facts.gpus > 0 {
+        // Nothing is reserved from devices: all of them are allocatable.
+        for resources in [&mut capacity, &mut allocatable] {
+            resources.insert(NVIDIA_GPU.to_string(), q(facts.gpus.to_string()));
+        }
+    }
     (capacity, allocatable)
 }
 

@@ -19,6 +19,7 @@ fn facts() -> NodeFacts {
         threads: 32,
         memory_bytes: 256 << 30,
         disk_bytes: 1_920_383_410_176,
+        gpus: 0,
         boot_id: "boot".into(),
     }
 }
@@ -138,6 +139,19 @@ fn capacity_comes_from_the_offer_and_allocatable_subtracts_reservations() {
     let (_, with_config) = resources(&config(), &facts());
     assert_eq!(with_config["cpu"].0, "31900m");
     assert_eq!(with_config["pods"].0, "250");
+}
+
+#[test]
+fn gpus_are_reported_as_nvidia_gpu_capacity_and_allocatable() {
+    let (capacity, allocatable) = resources(&config(), &facts());
+    assert!(!capacity.contains_key(NVIDIA_GPU), "no GPU, no resource");
+    assert!(!allocatable.contains_key(NVIDIA_GPU));
+    let gpu = NodeFacts { gpus: 2, ..facts() };
+    let (capacity, allocatable) = resources(&config(), &gpu);
+    assert_eq!(capacity[NVIDIA_GPU].0, "2");
+    assert_eq!(allocatable[NVIDIA_GPU].0, "2");
+    let status = status(&config(), &gpu, true, now(), now());
+    assert_eq!(status.capacity.unwrap()[NVIDIA_GPU].0, "2");
 }
 
 #[test]

@@ -28,6 +28,7 @@ pub fn env_with(disk_kind: &str, disk_size: u64) -> Arc<ShellEnv> {
         }],
         memories: vec![OfferMemory { capacity: 32 << 30 }],
         tags: vec![],
+        gpus: vec![],
     };
     let machine = Machine::from_offer("server-1", &offer).expect("machine");
     let disk = Disk::new(dir.path(), "server-1", &machine.disk_name, disk_size);

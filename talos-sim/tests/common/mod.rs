@@ -12,7 +12,7 @@ use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use russh::{ChannelMsg, client};
 use talos_sim::image::{Compression, write_image};
 use talos_sim::model::{
-    BootType, Command, Machine, Offer, OfferCpu, OfferDisk, OfferMemory, PowerOn,
+    BootType, Command, Machine, Offer, OfferCpu, OfferDisk, OfferMemory, Platform, PowerOn,
 };
 use talos_sim::proto::machine_service_client::MachineServiceClient;
 use talos_sim::records::ServerRecord;
@@ -48,6 +48,7 @@ pub fn offer(disk_kind: &str, disk_size: u64) -> Offer {
         }],
         memories: vec![OfferMemory { capacity: 64 << 30 }],
         tags: vec![],
+        gpus: vec![],
     }
 }
 
@@ -66,6 +67,7 @@ pub fn power_on(
         rescue_ssh_public_keys: keys,
         rescue_user: "rescue".into(),
         machine: Machine::from_offer(id, offer).expect("machine"),
+        platform: Platform::Metal,
     }))
 }
 
