@@ -3,6 +3,8 @@
 //! skips certificate verification like `talosctl --insecure`.
 #![allow(dead_code)]
 
+pub mod apiserver;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -248,4 +250,15 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("timed out waiting for {what}: {:#?}", read().await);
+}
+
+/// Polls `done` until it holds.
+pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
 }
