@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -362,4 +362,80 @@ async fn talos_machinery_judges_the_user_data() {
         "{:?}",
         r.boot_error
     );
+}
+
+/// Everything talos-sim logs in this test binary from the first call on, at
+/// every level.
+fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("talos_sim=trace"))
+            .with_ansi(false)
+            .with_writer(move || Writer(sink.clone()))
+            .init();
+        logs
+    })
+    .clone()
+}
+
+struct Writer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Writer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_data_never_reaches_the_logs() {
+    let logs = captured_logs();
+    let ip = Ipv4Addr::new(127, 95, 0, 23);
+    let (_fake, url, ca_pem) = fake_apiserver(Ipv4Addr::new(127, 95, 0, 51)).await;
+    let (metadata, metadata_url) = metadata_service().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = simulator(&dir, &metadata_url, true, None);
+    let yaml = vm_config(&url, &ca_pem, GOOD_TOKEN);
+
+    metadata.set(
+        "vm-logs",
+        &yaml.replace("type: worker", "type: controlplane"),
+    );
+    sim.apply(running_vm("vm-logs", ip, "POP2-2C-8G", 0, 1))
+        .await;
+    metadata.set("vm-logs", &yaml);
+    sim.apply(running_vm("vm-logs", ip, "POP2-2C-8G", 0, 2))
+        .await;
+    wait_for(
+        "the VM to join",
+        || sim.records(),
+        |r| r.id == "vm-logs" && r.state == OsState::Running,
+    )
+    .await;
+
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("no machine config: maintenance mode"),
+        "{text}"
+    );
+    assert!(
+        text.contains("machine config read from the user data"),
+        "{text}"
+    );
+    assert!(text.contains("node joined the cluster"), "{text}");
+    for secret in [
+        GOOD_TOKEN,
+        "abcdef.0123456789abcdef",
+        "c2VjcmV0",
+        "controlPlane:",
+    ] {
+        assert!(!text.contains(secret), "{secret} logged:\n{text}");
+    }
 }
