@@ -207,6 +207,8 @@ sa="system:serviceaccount:$namespace:karpenter-scaleway"
 allowed=(
 	"get,list,watch scalewayelasticmetalnodeclasses.karpenter.scaleway.com"
 	"patch scalewayelasticmetalnodeclasses.karpenter.scaleway.com --subresource=status"
+	"get,list,watch scalewayinstancenodeclasses.karpenter.scaleway.com"
+	"patch scalewayinstancenodeclasses.karpenter.scaleway.com --subresource=status"
 	"get,list,patch,delete nodeclaims.karpenter.sh"
 	"get,create nodes"
 	"get secrets -n $namespace"
@@ -225,6 +227,8 @@ denied=(
 	"update leases.coordination.k8s.io/another-lease -n $namespace"
 	"patch scalewayelasticmetalnodeclasses.karpenter.scaleway.com"
 	"create,delete scalewayelasticmetalnodeclasses.karpenter.scaleway.com"
+	"patch scalewayinstancenodeclasses.karpenter.scaleway.com"
+	"create,delete scalewayinstancenodeclasses.karpenter.scaleway.com"
 	"create,delete nodepools.karpenter.sh"
 	"create clusterrolebindings.rbac.authorization.k8s.io"
 )

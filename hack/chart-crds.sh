@@ -4,8 +4,9 @@
 #   * karpenter.sh (and autoscaling.x-k8s.io) CRDs: byte-identical copies of
 #     pkg/apis/crds/*.yaml of the sigs.k8s.io/karpenter module pinned in
 #     bridge/go.mod (the CRDs the bridge's core was built against);
-#   * the provider's NodeClass CRD: the output of `karpenter-scaleway crd`,
-#     generated from the Rust types (never edited by hand).
+#   * the provider's NodeClass CRDs (Elastic Metal and Instance): the output of
+#     `karpenter-scaleway crd <Kind>`, generated from the Rust types (never
+#     edited by hand).
 #
 #   hack/chart-crds.sh check   fail (listing the differences) when the chart is stale
 #   hack/chart-crds.sh sync    rewrite the chart's CRDs from both sources
@@ -16,7 +17,11 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 chart_dir="$root/charts/karpenter-crd/templates"
-nodeclass_crd="karpenter.scaleway.com_scalewayelasticmetalnodeclasses.yaml"
+# Generated CRD file → the kind `karpenter-scaleway crd` prints into it.
+declare -A generated_kinds=(
+	[karpenter.scaleway.com_scalewayelasticmetalnodeclasses.yaml]=ScalewayElasticMetalNodeClass
+	[karpenter.scaleway.com_scalewayinstancenodeclasses.yaml]=ScalewayInstanceNodeClass
+)
 mode="${1:-check}"
 
 log() { printf 'chart-crds.sh: %s\n' "$*" >&2; }
@@ -36,14 +41,17 @@ module_version="$(cd "$root/bridge" && go list -m -f '{{.Version}}' sigs.k8s.io/
 	exit 1
 }
 
-generated="$(mktemp)"
-trap 'rm -f "$generated"' EXIT
-if [[ -n "${KPS_PROVIDER_BIN:-}" ]]; then
-	"$KPS_PROVIDER_BIN" crd >"$generated"
-else
-	(cd "$root" && cargo run --quiet -p karpenter-scaleway --bin karpenter-scaleway -- crd) >"$generated"
+generated_dir="$(mktemp -d)"
+trap 'rm -rf "$generated_dir"' EXIT
+provider=("${KPS_PROVIDER_BIN:-}")
+if [[ -z "${KPS_PROVIDER_BIN:-}" ]]; then
+	(cd "$root" && cargo build --quiet -p karpenter-scaleway --bin karpenter-scaleway)
+	provider=("$(cd "$root" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/karpenter-scaleway")
 fi
-[[ -s "$generated" ]] || { log "karpenter-scaleway crd printed nothing"; exit 1; }
+for name in "${!generated_kinds[@]}"; do
+	"${provider[0]}" crd "${generated_kinds[$name]}" >"$generated_dir/$name"
+	[[ -s "$generated_dir/$name" ]] || { log "karpenter-scaleway crd ${generated_kinds[$name]} printed nothing"; exit 1; }
+done
 
 failed=0
 # Every upstream CRD, and no chart file claiming to be one that upstream lacks.
@@ -61,7 +69,7 @@ for src in "$module_dir"/pkg/apis/crds/*.yaml; do
 done
 for dst in "$chart_dir"/*.yaml; do
 	name="$(basename "$dst")"
-	[[ "$name" == "$nodeclass_crd" || -n "${expected[$name]:-}" ]] && continue
+	[[ -n "${generated_kinds[$name]:-}" || -n "${expected[$name]:-}" ]] && continue
 	if [[ "$mode" == sync ]]; then
 		rm -f "$dst"
 		log "removed $name (not a CRD of sigs.k8s.io/karpenter@$module_version)"
@@ -71,17 +79,20 @@ for dst in "$chart_dir"/*.yaml; do
 	fi
 done
 
-if [[ "$mode" == sync ]]; then
-	if ! cmp -s "$generated" "$chart_dir/$nodeclass_crd"; then
-		install -m 0644 "$generated" "$chart_dir/$nodeclass_crd"
-		log "regenerated $nodeclass_crd"
+for name in "${!generated_kinds[@]}"; do
+	kind="${generated_kinds[$name]}"
+	if [[ "$mode" == sync ]]; then
+		if ! cmp -s "$generated_dir/$name" "$chart_dir/$name"; then
+			install -m 0644 "$generated_dir/$name" "$chart_dir/$name"
+			log "regenerated $name"
+		fi
+	elif ! cmp -s "$generated_dir/$name" "$chart_dir/$name"; then
+		log "$name differs from 'karpenter-scaleway crd $kind' (run: hack/chart-crds.sh sync):"
+		diff -u "$chart_dir/$name" "$generated_dir/$name" | head -40 >&2 || true
+		failed=1
 	fi
-	log "synced ${#expected[@]} CRDs of sigs.k8s.io/karpenter@$module_version and the generated NodeClass CRD"
-elif ! cmp -s "$generated" "$chart_dir/$nodeclass_crd"; then
-	log "$nodeclass_crd differs from 'karpenter-scaleway crd' (run: hack/chart-crds.sh sync):"
-	diff -u "$chart_dir/$nodeclass_crd" "$generated" | head -40 >&2 || true
-	failed=1
-fi
+done
+[[ "$mode" == sync ]] && log "synced ${#expected[@]} CRDs of sigs.k8s.io/karpenter@$module_version and the ${#generated_kinds[@]} generated NodeClass CRDs"
 
 if [[ "$failed" != 0 ]]; then
 	exit 1

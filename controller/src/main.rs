@@ -60,8 +60,12 @@ enum Command {
     /// Run the provider: gRPC CloudProvider service, NodeClass reconciler,
     /// catalog refresh and install engine.
     Serve(Box<ServeArgs>),
-    /// Print the NodeClass CRD (YAML).
-    Crd,
+    /// Print the NodeClass CRDs (YAML): both kinds, or the one named.
+    Crd {
+        /// `ScalewayElasticMetalNodeClass` or `ScalewayInstanceNodeClass`;
+        /// unset = both, as one multi-document stream.
+        kind: Option<String>,
+    },
     /// Print the machine config a NodeClaim would get with a NodeClass
     /// (secrets redacted unless --show-secrets).
     RenderConfig(Box<RenderConfigArgs>),
@@ -92,8 +96,22 @@ async fn main() -> anyhow::Result<()> {
     // One TLS crypto provider for every rustls user (reqwest, kube).
     let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
-        Command::Crd => {
-            print!("{}", nodeclass::crd_yaml());
+        Command::Crd { kind: None } => {
+            print!("{}", nodeclass::all_crds_yaml());
+            Ok(())
+        }
+        Command::Crd { kind: Some(kind) } => {
+            let Some(kind) = nodeclass::NodeClassKind::from_kind(&kind) else {
+                let known: Vec<&str> = nodeclass::NodeClassKind::ALL
+                    .iter()
+                    .map(|k| k.kind())
+                    .collect();
+                anyhow::bail!(
+                    "unknown NodeClass kind {kind:?}: one of {}",
+                    known.join(", ")
+                );
+            };
+            print!("{}", kind.yaml());
             Ok(())
         }
         Command::Serve(args) => {

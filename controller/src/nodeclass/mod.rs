@@ -5,12 +5,14 @@ pub mod content_check;
 mod crd;
 mod image;
 pub mod image_check;
+pub mod instance;
 mod reconciler;
+pub mod rules;
 mod source;
 mod types;
 mod verifications;
 
-pub use crd::{CRD_PATH, crd, crd_yaml};
+pub use crd::{CRD_PATH, NodeClassKind, all_crds_yaml, crd, crd_yaml};
 pub use image::resolve_image_url;
 pub use reconciler::{NodeClassController, ReconcileError};
 pub use source::{KubeNodeClasses, read_secret_key};

@@ -5,6 +5,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::rules::*;
+
 pub const GROUP: &str = "karpenter.scaleway.com";
 pub const VERSION: &str = "v1alpha1";
 pub const KIND: &str = "ScalewayElasticMetalNodeClass";
@@ -28,8 +30,8 @@ pub struct NodeClassSpec {
     #[serde(default)]
     #[schemars(length(max = 16), inner(length(max = 32)))]
     #[x_kube(
-        validation = Rule::new("self.all(z, z.matches('^[a-z]{2}-[a-z]{3}-[0-9]+$'))").message("each zone must be a Scaleway zone name such as fr-par-2 (empty list = every zone the provider serves)"),
-        validation = Rule::new("self.all(z, self.exists_one(y, y == z))").message("zones must not repeat a zone")
+        validation = Rule::new(ZONES_FORMAT).message(ZONES_FORMAT_MESSAGE),
+        validation = Rule::new(ZONES_UNIQUE).message(ZONES_UNIQUE_MESSAGE)
     )]
     pub zones: Vec<String>,
     /// `hourly` (default) or `monthly`. Monthly orders the monthly twin of an offer
@@ -49,7 +51,7 @@ pub struct NodeClassSpec {
     /// Their YAML is checked by the status reconciler (`MachineConfigValid`).
     #[serde(default)]
     #[schemars(length(max = 32), inner(length(max = 65536)))]
-    #[x_kube(validation = Rule::new("self.all(p, p.trim() != '')").message("machineConfigPatches must not contain an empty patch"))]
+    #[x_kube(validation = Rule::new(PATCHES_NOT_EMPTY).message(PATCHES_NOT_EMPTY_MESSAGE))]
     pub machine_config_patches: Vec<String>,
     /// Extra Scaleway tags put on every server. The provider's own ownership
     /// tags (`karpenter.sh/...`, `karpenter.scaleway.com/...`) are reserved:
@@ -58,8 +60,8 @@ pub struct NodeClassSpec {
     #[serde(default)]
     #[schemars(length(max = 32), inner(length(max = 128)))]
     #[x_kube(
-        validation = Rule::new("self.all(t, t != '')").message("tags must not contain an empty tag"),
-        validation = Rule::new("self.all(t, !t.startsWith('karpenter.sh/') && !t.startsWith('karpenter.scaleway.com/'))").message("tags must not start with karpenter.sh/ or karpenter.scaleway.com/: the provider reserves them for its ownership tags")
+        validation = Rule::new(TAGS_NOT_EMPTY).message(TAGS_NOT_EMPTY_MESSAGE),
+        validation = Rule::new(TAGS_NOT_RESERVED).message(TAGS_NOT_RESERVED_MESSAGE)
     )]
     pub tags: Vec<String>,
 }
