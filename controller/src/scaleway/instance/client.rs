@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    Availability, CreateServerRequest, Instance, Server, ServerAction, ServerFilter, ServerPatch,
-    ServerType, Task, TypeAvailability,
+    Availability, CreateServerRequest, Image, ImageFilter, Instance, SecurityGroup, Server,
+    ServerAction, ServerFilter, ServerPatch, ServerType, Task, TypeAvailability,
 };
 use crate::scaleway::http::{Api, Body, Paging, Patience, Request, segment};
 use crate::scaleway::{ApiError, ScalewayClient};
@@ -42,6 +42,16 @@ struct ServerEnvelope {
 #[derive(Deserialize)]
 struct TaskEnvelope {
     task: Task,
+}
+
+#[derive(Deserialize)]
+struct ImageEnvelope {
+    image: Image,
+}
+
+#[derive(Deserialize)]
+struct SecurityGroupEnvelope {
+    security_group: SecurityGroup,
 }
 
 #[async_trait]
@@ -242,6 +252,60 @@ impl Instance for ScalewayClient {
             &path,
         );
         self.send(&req).await.map(drop)
+    }
+
+    async fn list_images(&self, zone: &str, filter: &ImageFilter) -> Result<Vec<Image>, ApiError> {
+        let path = zone_path(zone, "/images")?;
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(name) = &filter.name {
+            query.push(("name", name.clone()));
+        }
+        if !filter.tags.is_empty() {
+            query.push(("tags", filter.tags.join(",")));
+        }
+        if let Some(project) = &filter.project {
+            query.push(("project", project.clone()));
+        }
+        if let Some(arch) = filter.arch {
+            let arch = serde_json::to_value(arch)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .ok_or_else(|| ApiError::Invalid("unknown image architecture".into()))?;
+            query.push(("arch", arch));
+        }
+        let req = instance(
+            "GET /instance/v1/images",
+            Patience::Long,
+            &Method::GET,
+            &path,
+        )
+        .query(&query);
+        let images: Vec<Image> = self.list_all(req, Paging::HeaderTotal, "images").await?;
+        Ok(images.into_iter().filter(|i| filter.matches(i)).collect())
+    }
+
+    async fn get_image(&self, zone: &str, id: &str) -> Result<Image, ApiError> {
+        let path = zone_path(zone, &format!("/images/{}", segment(id)?))?;
+        let req = instance(
+            "GET /instance/v1/images/{image_id}",
+            Patience::Long,
+            &Method::GET,
+            &path,
+        );
+        self.call::<ImageEnvelope>(&req).await.map(|e| e.image)
+    }
+
+    async fn get_security_group(&self, zone: &str, id: &str) -> Result<SecurityGroup, ApiError> {
+        let path = zone_path(zone, &format!("/security_groups/{}", segment(id)?))?;
+        let req = instance(
+            "GET /instance/v1/security_groups/{security_group_id}",
+            Patience::Long,
+            &Method::GET,
+            &path,
+        );
+        self.call::<SecurityGroupEnvelope>(&req)
+            .await
+            .map(|e| e.security_group)
     }
 }
 

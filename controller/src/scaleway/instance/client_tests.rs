@@ -10,7 +10,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 use super::*;
 use crate::scaleway::block::{Block, VolumeStatus};
 use crate::scaleway::instance::fake::{recorded_availability, recorded_types};
-use crate::scaleway::instance::{Arch, ServerState, USER_DATA_KEY};
+use crate::scaleway::instance::{Arch, ImageFilter, ImageState, ServerState, USER_DATA_KEY};
 use crate::scaleway::{ClientConfig, RetryPolicy, SecretKey};
 
 const ZONE: &str = "fr-par-2";
@@ -567,4 +567,122 @@ fn a_user_data_body_never_shows_in_debug() {
     let printed = format!("{:?}", crate::scaleway::http::Body::Text(secret));
     assert!(!printed.contains("0123456789abcdef"), "{printed}");
     assert!(printed.contains(&secret.len().to_string()), "{printed}");
+}
+
+fn image_json(id: &str, name: &str, arch: &str, tags: &[&str]) -> Value {
+    json!({
+        "id": id, "name": name, "arch": arch, "state": "available", "tags": tags,
+        "project": "proj", "public": false, "zone": ZONE,
+        "creation_date": "2026-07-01T10:00:00.000000+00:00",
+        "root_volume": {"id": "snap", "name": "talos", "size": 10000000000u64, "volume_type": "sbs_snapshot"},
+        "extra_volumes": {}, "from_server": null, "organization": "org"
+    })
+}
+
+#[tokio::test]
+async fn lists_images_across_pages_by_the_header_total_and_refilters() {
+    let mock = MockServer::start().await;
+    let p = format!("/instance/v1/zones/{ZONE}/images");
+    let pages = [
+        json!([
+            image_json("i1", "talos-v1.13.9", "x86_64", &["talos", "v1.13.9"]),
+            // The API's name filter matches more than the exact name.
+            image_json("i2", "talos-v1.13.9-old", "x86_64", &["talos", "v1.13.9"]),
+        ]),
+        json!([image_json("i3", "talos-v1.13.9", "x86_64", &["talos"])]),
+    ];
+    for (n, items) in pages.into_iter().enumerate() {
+        Mock::given(method("GET"))
+            .and(path(p.clone()))
+            .and(query_param("page", (n + 1).to_string()))
+            .and(query_param("name", "talos-v1.13.9"))
+            .and(query_param("tags", "talos,v1.13.9"))
+            .and(query_param("project", "proj"))
+            .and(query_param("arch", "x86_64"))
+            .respond_with(page("images", items, 3))
+            .expect(1)
+            .mount(&mock)
+            .await;
+    }
+    let filter = ImageFilter {
+        name: Some("talos-v1.13.9".into()),
+        tags: vec!["talos".into(), "v1.13.9".into()],
+        project: Some("proj".into()),
+        arch: Some(Arch::X86_64),
+    };
+    let images = client(&mock).list_images(ZONE, &filter).await.unwrap();
+    let ids: Vec<&str> = images.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, ["i1"], "only the exact name carrying both tags");
+    assert_eq!(images[0].state, ImageState::Available);
+    assert_eq!(
+        images[0].creation_date.as_deref(),
+        Some("2026-07-01T10:00:00.000000+00:00")
+    );
+}
+
+#[tokio::test]
+async fn an_image_list_short_of_its_header_is_inconsistent() {
+    let mock = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/instance/v1/zones/{ZONE}/images")))
+        .and(query_param("page", "1"))
+        .respond_with(page(
+            "images",
+            json!([image_json("i1", "talos", "arm64", &[])]),
+            2,
+        ))
+        .mount(&mock)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!("/instance/v1/zones/{ZONE}/images")))
+        .and(query_param("page", "2"))
+        .respond_with(page("images", json!([]), 2))
+        .mount(&mock)
+        .await;
+    let err = client(&mock)
+        .list_images(ZONE, &ImageFilter::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Inconsistent(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn gets_an_image_and_a_security_group_or_not_found() {
+    let mock = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/instance/v1/zones/{ZONE}/images/i1")))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"image": image_json("i1", "talos", "arm64", &[])})),
+        )
+        .mount(&mock)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!("/instance/v1/zones/{ZONE}/security_groups/sg1")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"security_group": {
+            "id": "sg1", "name": "nodes", "project": "proj", "zone": ZONE,
+            "inbound_default_policy": "accept", "outbound_default_policy": "accept", "stateful": true
+        }})))
+        .mount(&mock)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!(
+            "/instance/v1/zones/{ZONE}/security_groups/gone"
+        )))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({
+            "type": "not_found", "message": "resource is not found",
+            "resource": "instance_security_group", "resource_id": "gone"
+        })))
+        .mount(&mock)
+        .await;
+    let c = client(&mock);
+    let image = c.get_image(ZONE, "i1").await.unwrap();
+    assert_eq!((image.name.as_str(), image.arch), ("talos", Arch::Arm64));
+    let group = c.get_security_group(ZONE, "sg1").await.unwrap();
+    assert_eq!(group.name, "nodes");
+    let err = c.get_security_group(ZONE, "gone").await.unwrap_err();
+    assert!(matches!(err, ApiError::NotFound(_)), "{err:?}");
+    // Unmatched path: wiremock answers 404 without a body.
+    let err = c.get_image(ZONE, "other").await.unwrap_err();
+    assert!(matches!(err, ApiError::NotFound(_)), "{err:?}");
 }

@@ -19,8 +19,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::{
-    Availability, CreateServerRequest, Instance, PublicIp, Server, ServerAction, ServerFilter,
-    ServerPatch, ServerState, ServerType, ServerVolume, Task, TypeAvailability, VolumeType,
+    Availability, CreateServerRequest, Image, ImageFilter, Instance, PublicIp, SecurityGroup,
+    Server, ServerAction, ServerFilter, ServerPatch, ServerState, ServerType, ServerVolume, Task,
+    TypeAvailability, VolumeType,
 };
 use crate::scaleway::ApiError;
 use crate::scaleway::block::{Block, Reference, Volume, VolumeStatus};
@@ -44,6 +45,9 @@ pub enum Op {
     DeleteIp,
     GetVolume,
     DeleteVolume,
+    ListImages,
+    GetImage,
+    GetSecurityGroup,
 }
 
 /// One recorded call (user data values are not recorded: they are secrets
@@ -72,6 +76,9 @@ struct State {
     user_data: BTreeMap<(String, String), String>,
     volumes: BTreeMap<String, Volume>,
     ips: BTreeMap<String, FlexibleIp>,
+    /// Images and security groups by id (each knows its zone).
+    images: BTreeMap<String, Image>,
+    security_groups: BTreeMap<String, SecurityGroup>,
     failures: HashMap<Op, VecDeque<ApiError>>,
     calls: Vec<Call>,
     next_id: u64,
@@ -111,6 +118,14 @@ impl FakeInstance {
     /// The next call of `op` fails with `err` (queued: several calls fail in order).
     pub fn fail_next(&self, op: Op, err: ApiError) {
         self.lock().failures.entry(op).or_default().push_back(err);
+    }
+
+    pub fn insert_image(&self, image: Image) {
+        self.lock().images.insert(image.id.clone(), image);
+    }
+
+    pub fn insert_security_group(&self, group: SecurityGroup) {
+        self.lock().security_groups.insert(group.id.clone(), group);
     }
 
     pub fn insert_server(&self, server: Server) {
@@ -558,6 +573,34 @@ impl Instance for FakeInstance {
         }
         st.ips.remove(id);
         Ok(())
+    }
+
+    async fn list_images(&self, zone: &str, filter: &ImageFilter) -> Result<Vec<Image>, ApiError> {
+        let st = self.begin(call(Op::ListImages, zone, None))?;
+        Ok(st
+            .images
+            .values()
+            .filter(|i| i.zone == zone && filter.matches(i))
+            .cloned()
+            .collect())
+    }
+
+    async fn get_image(&self, zone: &str, id: &str) -> Result<Image, ApiError> {
+        let st = self.begin(call(Op::GetImage, zone, Some(id)))?;
+        st.images
+            .get(id)
+            .filter(|i| i.zone == zone)
+            .cloned()
+            .ok_or_else(|| not_found("instance_image", id))
+    }
+
+    async fn get_security_group(&self, zone: &str, id: &str) -> Result<SecurityGroup, ApiError> {
+        let st = self.begin(call(Op::GetSecurityGroup, zone, Some(id)))?;
+        st.security_groups
+            .get(id)
+            .filter(|g| g.zone == zone)
+            .cloned()
+            .ok_or_else(|| not_found("instance_security_group", id))
     }
 }
 

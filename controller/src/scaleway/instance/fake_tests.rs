@@ -1,7 +1,7 @@
 //! The fake follows the real API where the engine's tests will rely on it.
 
 use super::*;
-use crate::scaleway::instance::USER_DATA_KEY;
+use crate::scaleway::instance::{Arch, ImageState, USER_DATA_KEY};
 
 const ZONE: &str = "fr-par-2";
 
@@ -148,4 +148,60 @@ async fn wrong_states_missing_data_and_injected_failures() {
         ..Default::default()
     };
     assert!(fake.list_servers(ZONE, &filter).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn images_and_security_groups_are_per_zone() {
+    let fake = FakeInstance::new();
+    let image = |id: &str, zone: &str, arch: Arch| Image {
+        id: id.into(),
+        name: "talos".into(),
+        arch,
+        state: ImageState::Available,
+        tags: vec!["talos".into()],
+        project: "proj".into(),
+        public: false,
+        zone: zone.into(),
+        creation_date: None,
+    };
+    fake.insert_image(image("a", ZONE, Arch::X86_64));
+    fake.insert_image(image("b", ZONE, Arch::Arm64));
+    fake.insert_image(image("c", "nl-ams-1", Arch::X86_64));
+    let filter = ImageFilter {
+        name: Some("talos".into()),
+        arch: Some(Arch::X86_64),
+        ..ImageFilter::default()
+    };
+    let ids: Vec<String> = fake
+        .list_images(ZONE, &filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(ids, ["a"]);
+    assert!(matches!(
+        fake.get_image("nl-ams-1", "a").await,
+        Err(ApiError::NotFound(_))
+    ));
+    fake.insert_security_group(SecurityGroup {
+        id: "sg".into(),
+        name: "nodes".into(),
+        project: "proj".into(),
+        zone: ZONE.into(),
+    });
+    assert_eq!(
+        fake.get_security_group(ZONE, "sg").await.unwrap().name,
+        "nodes"
+    );
+    assert!(matches!(
+        fake.get_security_group("fr-par-1", "sg").await,
+        Err(ApiError::NotFound(_))
+    ));
+    fake.fail_next(Op::ListImages, ApiError::Unauthorized("denied".into()));
+    assert!(matches!(
+        fake.list_images(ZONE, &filter).await,
+        Err(ApiError::Unauthorized(_))
+    ));
+    assert_eq!(fake.count(Op::ListImages), 2);
 }

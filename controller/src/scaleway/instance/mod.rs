@@ -8,8 +8,10 @@
 
 mod client;
 pub mod fake;
+mod images;
 mod model;
 
+pub use images::*;
 pub use model::*;
 
 use std::collections::BTreeMap;
@@ -78,6 +80,13 @@ pub trait Instance: Send + Sync + 'static {
     async fn delete_user_data(&self, zone: &str, id: &str, key: &str) -> Result<(), ApiError>;
     /// Releases a flexible IP (it survives its server).
     async fn delete_ip(&self, zone: &str, id: &str) -> Result<(), ApiError>;
+    /// Every page of images matching the filter, refiltered on our side;
+    /// like [`Instance::list_servers`], complete or an error.
+    async fn list_images(&self, zone: &str, filter: &ImageFilter) -> Result<Vec<Image>, ApiError>;
+    /// `NotFound` when no image has this id in the zone.
+    async fn get_image(&self, zone: &str, id: &str) -> Result<Image, ApiError>;
+    /// `NotFound` when no security group has this id in the zone.
+    async fn get_security_group(&self, zone: &str, id: &str) -> Result<SecurityGroup, ApiError>;
 }
 
 /// Query filters of `GET /servers`.
