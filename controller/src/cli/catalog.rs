@@ -1,9 +1,15 @@
 //! `karpenter-scaleway catalog`: the instance types Karpenter would see, per
 //! zone, read from the Scaleway API with the same flags and environment as
-//! `serve` and mapped by the same code (`catalog::instance_types`): name,
-//! architecture, CPU, memory, disk, GPUs, price, stock, availability and why.
-//! A zone that cannot be read fails the command: a partial table would
-//! silently hide offers.
+//! `serve` and mapped by the same code (`catalog::instance_types` for Elastic
+//! Metal offers, `catalog::vm_instance_types` for Instance commercial types):
+//! kind, name, architecture, CPU, memory, disk, GPUs, price, stock,
+//! availability and why. A zone that cannot be read fails the command: a
+//! partial table would silently hide offers.
+//!
+//! `--kind` chooses the APIs read: `elastic-metal` (the default: what `serve`
+//! offers Karpenter today), `instance`, or `all`. Instance types are shown
+//! for inspection while the provider learns to order them (issue 12); their
+//! disk is the default root volume.
 //!
 //! `--serve SOCKET` instead keeps the catalog current (background refresh, as
 //! `serve` does) and serves the read-only half of the CloudProvider gRPC
@@ -25,9 +31,44 @@ use crate::catalog::{
     Billing, CatalogStore, ClassView, Excluded, InstanceType, LABEL_INSTANCE_DISK_TYPE,
     LABEL_INSTANCE_GPU_NAME, instance_types, read_zone, run_refresher,
 };
+use crate::catalog::{ZoneProducts, vm_instance_types};
 use crate::config::{ScalewayArgs, parse_duration, parse_zone};
 use crate::grpc::{self, CloudProviderService};
+use crate::scaleway::instance::Instance;
 use crate::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
+
+/// The root volume an Instance type is shown with (its ephemeral storage):
+/// 20 GB, the size the Instance NodeClass examples use.
+pub const DEFAULT_VM_ROOT_BYTES: u64 = 20_000_000_000;
+
+/// Which APIs `catalog` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    ElasticMetal,
+    Instance,
+    All,
+}
+
+impl Kind {
+    fn elastic_metal(self) -> bool {
+        matches!(self, Kind::ElasticMetal | Kind::All)
+    }
+    fn instance(self) -> bool {
+        matches!(self, Kind::Instance | Kind::All)
+    }
+}
+
+/// The kind column of a type: `instance` when it came from the Instance API.
+fn kind_of(it: &InstanceType) -> &'static str {
+    if it
+        .labels
+        .contains_key(crate::catalog::LABEL_INSTANCE_FAMILY)
+    {
+        "instance"
+    } else {
+        "elastic-metal"
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BillingArg {
@@ -56,6 +97,9 @@ pub struct CatalogArgs {
     pub billing: BillingArg,
     #[arg(long, value_enum, default_value = "table")]
     pub output: Output,
+    /// Which kinds to read: Elastic Metal offers, Instance commercial types, or both.
+    #[arg(long, value_enum, default_value = "elastic-metal")]
+    pub kind: Kind,
     /// Serve the catalog on this Unix socket (read-only gRPC) instead of
     /// printing it; runs until SIGTERM or Ctrl-C.
     #[arg(long, value_name = "SOCKET")]
@@ -79,7 +123,7 @@ impl CatalogArgs {
 }
 
 pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
-    let api: Arc<dyn ElasticMetal> = Arc::new(
+    let client = Arc::new(
         ScalewayClient::new(ClientConfig {
             api_url: args.scaleway.api_url.clone(),
             secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
@@ -89,11 +133,23 @@ pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
         .context("building the Scaleway client")?
         .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
+    let api: Arc<dyn ElasticMetal> = client.clone();
     match &args.serve {
         Some(socket) => serve(&args, api, socket).await,
         None => {
-            let (types, excluded, read_at) = read(api.as_ref(), &args.zones()).await?;
-            let mut types = types;
+            let zones = args.zones();
+            let (mut types, mut excluded) = (Vec::new(), Vec::new());
+            if args.kind.elastic_metal() {
+                let (t, e) = read(api.as_ref(), &zones).await?;
+                types.extend(t);
+                excluded.extend(e);
+            }
+            if args.kind.instance() {
+                let (t, e) = read_vms(client.as_ref(), &zones).await?;
+                types.extend(t);
+                excluded.extend(e);
+            }
+            let read_at = SystemTime::now();
             for it in &mut types {
                 for o in &mut it.offerings {
                     o.bill(args.billing());
@@ -109,19 +165,41 @@ pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Reads every zone; any failure fails the whole read.
+/// Reads every zone's Elastic Metal offers; any failure fails the whole read.
 async fn read(
     api: &dyn ElasticMetal,
     zones: &[String],
-) -> anyhow::Result<(Vec<InstanceType>, Vec<Excluded>, SystemTime)> {
+) -> anyhow::Result<(Vec<InstanceType>, Vec<Excluded>)> {
     let results = join_all(zones.iter().map(|z| read_zone(api, z))).await;
     let mut by_zone = BTreeMap::new();
     for (zone, result) in zones.iter().zip(results) {
         let offers = result.with_context(|| format!("listing the offers of {zone}"))?;
         by_zone.insert(zone.clone(), offers);
     }
-    let (types, excluded) = instance_types(&by_zone);
-    Ok((types, excluded, SystemTime::now()))
+    Ok(instance_types(&by_zone))
+}
+
+/// Reads every zone's Instance commercial types and their availability; any
+/// failure fails the whole read.
+async fn read_vms(
+    api: &dyn Instance,
+    zones: &[String],
+) -> anyhow::Result<(Vec<InstanceType>, Vec<Excluded>)> {
+    let results = join_all(zones.iter().map(|z| async move {
+        let types = api.list_server_types(z).await?;
+        let availability = api.list_server_availability(z).await?;
+        Ok::<_, crate::scaleway::ApiError>(ZoneProducts {
+            types,
+            availability,
+        })
+    }))
+    .await;
+    let mut by_zone = BTreeMap::new();
+    for (zone, result) in zones.iter().zip(results) {
+        let products = result.with_context(|| format!("listing the Instance types of {zone}"))?;
+        by_zone.insert(zone.clone(), products);
+    }
+    Ok(vm_instance_types(&by_zone, DEFAULT_VM_ROOT_BYTES))
 }
 
 async fn serve(
@@ -189,6 +267,7 @@ pub fn table(types: &[InstanceType], excluded: &[Excluded], read_at: SystemTime)
         rows.sort_by(|(a, ao), (b, bo)| ao.price.total_cmp(&bo.price).then(a.name.cmp(&b.name)));
         let mut lines = vec![
             [
+                "KIND",
                 "NAME",
                 "ARCH",
                 "CPU",
@@ -222,6 +301,7 @@ pub fn table(types: &[InstanceType], excluded: &[Excluded], read_at: SystemTime)
                 _ => o.stock.clone(),
             };
             lines.push([
+                kind_of(it).to_string(),
                 it.name.clone(),
                 it.arch.clone(),
                 (it.capacity.cpu_millis / 1000).to_string(),
@@ -234,7 +314,7 @@ pub fn table(types: &[InstanceType], excluded: &[Excluded], read_at: SystemTime)
                 o.unavailable_reason.clone().unwrap_or_default(),
             ]);
         }
-        let widths: Vec<usize> = (0..10)
+        let widths: Vec<usize> = (0..11)
             .map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0))
             .collect();
         let _ = writeln!(out, "\nzone {zone}");
@@ -262,6 +342,7 @@ fn json(types: &[InstanceType], excluded: &[Excluded]) -> serde_json::Value {
             it.offerings.iter().map(move |o| {
                 serde_json::json!({
                     "zone": o.zone,
+                    "kind": kind_of(it),
                     "name": it.name,
                     "arch": it.arch,
                     "cpu": it.capacity.cpu_millis / 1000,
@@ -307,15 +388,15 @@ mod tests {
     async fn prints_every_zone_with_stock_and_reasons() {
         let api = api();
         let zones = vec!["fr-par-2".to_string(), "nl-ams-1".to_string()];
-        let (types, excluded, at) = read(&api, &zones).await.unwrap();
-        let out = table(&types, &excluded, at);
+        let (types, excluded) = read(&api, &zones).await.unwrap();
+        let out = table(&types, &excluded, SystemTime::now());
         assert!(
             out.contains("zone fr-par-2") && out.contains("zone nl-ams-1"),
             "{out}"
         );
         let h100 = out
             .lines()
-            .find(|l| l.starts_with("EM-T620E-H100"))
+            .find(|l| l.starts_with("elastic-metal  EM-T620E-H100"))
             .unwrap();
         for cell in [
             "amd64",
@@ -330,7 +411,10 @@ mod tests {
         ] {
             assert!(h100.contains(cell), "{cell} missing in {h100:?}");
         }
-        let a115 = out.lines().find(|l| l.starts_with("EM-A115X-SSD")).unwrap();
+        let a115 = out
+            .lines()
+            .find(|l| l.starts_with("elastic-metal  EM-A115X-SSD"))
+            .unwrap();
         assert!(a115.contains("0.0910") && a115.contains(" yes"), "{a115:?}");
         assert!(
             out.contains("EM-RV1-C4M16S128-A (fr-par-2): RISC-V is not supported by Talos"),
@@ -350,7 +434,7 @@ mod tests {
     #[tokio::test]
     async fn monthly_billing_prices_the_twin() {
         let api = api();
-        let (mut types, excluded, _) = read(&api, &["fr-par-2".to_string()]).await.unwrap();
+        let (mut types, excluded) = read(&api, &["fr-par-2".to_string()]).await.unwrap();
         for it in &mut types {
             for o in &mut it.offerings {
                 o.bill(Billing::Monthly);
@@ -365,5 +449,66 @@ mod tests {
             .unwrap();
         assert_eq!(a["offerId"], "fr-par-2-a115x-monthly");
         assert!((a["pricePerHour"].as_f64().unwrap() - 32.99 / 730.0).abs() < 1e-9);
+    }
+
+    #[tokio::test]
+    async fn instance_types_show_with_their_kind_and_zone_prices() {
+        use crate::scaleway::instance::fake::{
+            FakeInstance, recorded_availability, recorded_types,
+        };
+        let vms = FakeInstance::new();
+        vms.set_types("fr-par-2", recorded_types());
+        vms.set_availability("fr-par-2", recorded_availability());
+        let mut par3 = recorded_types();
+        for t in par3.values_mut() {
+            t.hourly_price *= 1.5;
+        }
+        vms.set_types("fr-par-3", par3);
+        let zones = vec!["fr-par-2".to_string(), "fr-par-3".to_string()];
+        let (mut types, mut excluded) = read_vms(&vms, &zones).await.unwrap();
+        let (em, em_excluded) = read(&api(), &["fr-par-2".to_string()]).await.unwrap();
+        types.extend(em);
+        excluded.extend(em_excluded);
+        let out = table(&types, &excluded, SystemTime::now());
+        let row = |zone: &str, name: &str| {
+            let block = out.split("\nzone ").find(|b| b.starts_with(zone)).unwrap();
+            block
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(name))
+                .unwrap_or_else(|| panic!("{name} missing in {zone}: {out}"))
+                .to_string()
+        };
+        let pop2 = row("fr-par-2", "POP2-2C-8G");
+        assert!(pop2.starts_with("instance "), "{pop2}");
+        assert!(pop2.contains("0.0735") && pop2.contains("20GB"), "{pop2}");
+        let pop2_par3 = row("fr-par-3", "POP2-2C-8G");
+        assert!(pop2_par3.contains("0.1102"), "{pop2_par3}"); // 0.0735 × 1.5
+        let em = row("fr-par-2", "EM-A115X-SSD");
+        assert!(em.starts_with("elastic-metal "), "{em}");
+        let j = json(&types, &excluded);
+        let kinds: std::collections::BTreeSet<&str> = j["offerings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|o| o["kind"].as_str())
+            .collect();
+        assert_eq!(kinds, ["elastic-metal", "instance"].into());
+    }
+
+    #[tokio::test]
+    async fn an_instance_zone_that_fails_fails_the_command() {
+        use crate::scaleway::instance::fake::{FakeInstance, Op as VmOp, recorded_types};
+        let vms = FakeInstance::new();
+        vms.set_types("fr-par-2", recorded_types());
+        vms.set_types("pl-waw-2", recorded_types());
+        vms.fail_next(
+            VmOp::ListAvailability,
+            ApiError::Unavailable("HTTP 503".into()),
+        );
+        let err = read_vms(&vms, &["pl-waw-2".to_string()])
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("pl-waw-2"), "{err:#}");
     }
 }
