@@ -337,6 +337,39 @@ pub fn detect(new: &ClaimView, claims: &[ClaimView], busy: &dyn Fn(&str) -> bool
         })
 }
 
+/// Orders older than this when the watch first sees them (a restart, a new
+/// leader) are not judged: their siblings may have changed since.
+pub const FRESH_ORDER: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// The orders of this pass not judged before: Elastic Metal NodeClaims with a
+/// server (providerID set), each judged once (by uid, recorded in `judged`).
+/// On the first pass after a start or a leader change, orders older than
+/// [`FRESH_ORDER`] are recorded as judged without being judged.
+pub fn new_orders<'a>(
+    claims: &'a [ClaimView],
+    judged: &mut std::collections::BTreeSet<String>,
+    first_pass: bool,
+    now: DateTime<Utc>,
+) -> Vec<&'a ClaimView> {
+    let mut out = Vec::new();
+    for c in claims {
+        if c.node_class.is_none() || c.provider_id.is_none() || !judged.insert(c.uid.clone()) {
+            continue;
+        }
+        if first_pass && now - c.created > FRESH_ORDER {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Drops from `judged` the NodeClaims no longer listed.
+pub fn forget_gone(claims: &[ClaimView], judged: &mut std::collections::BTreeSet<String>) {
+    let live: std::collections::BTreeSet<&String> = claims.iter().map(|c| &c.uid).collect();
+    judged.retain(|uid| live.contains(uid));
+}
+
 /// Whether a pod counts as work on its node: not a DaemonSet's, not a mirror
 /// pod, not finished.
 pub fn is_workload(pod: &Value) -> bool {

@@ -243,3 +243,38 @@ fn claim_views_read_labels_conditions_and_the_class() {
     assert_eq!(f.node_class, None);
     assert!(!f.initialized);
 }
+
+#[test]
+fn each_order_is_judged_once_and_a_restart_judges_only_fresh_ones() {
+    let mut old = claim("old", "metal", "EM-B", 0, true);
+    old.uid = "u-old".into();
+    let mut fresh = claim("fresh", "metal", "EM-B", 58, false);
+    fresh.uid = "u-fresh".into();
+    let mut unordered = claim("unordered", "metal", "EM-B", 59, false);
+    unordered.provider_id = None;
+    let mut foreign = claim("foreign", "metal", "EM-B", 59, false);
+    foreign.node_class = None;
+    let claims = vec![old.clone(), fresh.clone(), unordered.clone(), foreign];
+    let now = at(60);
+    let mut judged = std::collections::BTreeSet::new();
+    // First pass after a start: the 60-minute-old order is not judged.
+    let names = |v: Vec<&ClaimView>| v.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        names(new_orders(&claims, &mut judged, true, now)),
+        ["fresh"]
+    );
+    assert!(judged.contains("u-old") && judged.contains("u-fresh"));
+    // Nothing twice.
+    assert!(new_orders(&claims, &mut judged, false, now).is_empty());
+    // The unordered claim is judged once it has its server, whatever its age.
+    let mut ordered = unordered.clone();
+    ordered.provider_id = Some("scaleway://baremetal/fr-par-2/x".into());
+    let claims = vec![old.clone(), fresh.clone(), ordered];
+    assert_eq!(
+        names(new_orders(&claims, &mut judged, false, at(90))),
+        ["unordered"]
+    );
+    // A NodeClaim gone is forgotten.
+    forget_gone(&[fresh], &mut judged);
+    assert_eq!(judged.iter().collect::<Vec<_>>(), ["u-fresh"]);
+}

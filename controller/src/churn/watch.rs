@@ -32,9 +32,6 @@ use crate::provider::NodeClasses;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 /// A NodePool still set up to churn is warned about again after this long.
 pub const RISK_REPEAT: Duration = Duration::from_secs(3600);
-/// Orders older than this when first seen (a restart, a new leader) are not
-/// judged: their siblings may have changed since.
-const FRESH_ORDER: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
 fn node_pool_resource() -> ApiResource {
     let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
@@ -185,17 +182,7 @@ impl ChurnWatch {
         let now = chrono::Utc::now();
         let first = std::mem::replace(&mut self.first_pass, false);
         let mut idle_cache: HashMap<String, bool> = HashMap::new();
-        for new in &claims {
-            if new.node_class.is_none()
-                || new.provider_id.is_none()
-                || self.judged.contains(&new.uid)
-            {
-                continue;
-            }
-            self.judged.insert(new.uid.clone());
-            if first && now - new.created > FRESH_ORDER {
-                continue;
-            }
+        for new in super::new_orders(&claims, &mut self.judged, first, now) {
             // Which siblings could make it churn; their pods are read only then.
             let mut busy: HashMap<String, bool> = HashMap::new();
             for sib in claims.iter().filter(|c| {
@@ -255,8 +242,7 @@ impl ChurnWatch {
                 warn!(nodeclaim = %new.name, error = %e, "churn watch: Event not written");
             }
         }
-        let live: BTreeSet<&String> = claims.iter().map(|c| &c.uid).collect();
-        self.judged.retain(|uid| live.contains(uid));
+        super::forget_gone(&claims, &mut self.judged);
         Ok(())
     }
 
