@@ -79,14 +79,19 @@ pub struct Observations {
 
 /// A condition before timestamps: what changed is decided on these fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Verdict {
-    type_: &'static str,
-    status: &'static str,
-    reason: String,
-    message: String,
+pub(super) struct Verdict {
+    pub(super) type_: &'static str,
+    pub(super) status: &'static str,
+    pub(super) reason: String,
+    pub(super) message: String,
 }
 
-fn verdict(type_: &'static str, status: &'static str, reason: &str, message: String) -> Verdict {
+pub(super) fn verdict(
+    type_: &'static str,
+    status: &'static str,
+    reason: &str,
+    message: String,
+) -> Verdict {
     Verdict {
         type_,
         status,
@@ -95,7 +100,7 @@ fn verdict(type_: &'static str, status: &'static str, reason: &str, message: Str
     }
 }
 
-fn ok(type_: &'static str) -> Verdict {
+pub(super) fn ok(type_: &'static str) -> Verdict {
     verdict(type_, "True", type_, String::new())
 }
 
@@ -115,7 +120,7 @@ pub fn compute(
 ) -> Vec<Condition> {
     let template = image_template_verdict(spec);
     let template_ok = template.status == "True";
-    let mut verdicts = vec![
+    let verdicts = vec![
         credentials_verdict(&observed.ssh_key),
         ssh_key_verdict(spec, observed),
         secrets_verdict(spec, observed),
@@ -124,6 +129,19 @@ pub fn compute(
         image_reachable_verdict(template_ok, &observed.image),
         image_verified_verdict(spec, template_ok, &observed.image),
     ];
+    finish(verdicts, generation, previous, now)
+}
+
+/// The sub-verdicts made conditions (shared by both NodeClass kinds): an
+/// inconclusive one keeps the previous conclusive verdict of the same
+/// generation, `Ready` sums them up, and a condition keeps its
+/// `lastTransitionTime` while its status does not change.
+pub(super) fn finish(
+    mut verdicts: Vec<Verdict>,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: &str,
+) -> Vec<Condition> {
     for v in verdicts.iter_mut() {
         if v.status == "Unknown"
             && let Some(prev) = previous.iter().find(|c| c.type_ == v.type_)

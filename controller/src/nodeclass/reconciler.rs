@@ -169,7 +169,10 @@ fn references(spec: &NodeClassSpec, namespace: &str, name: &str) -> bool {
 }
 
 /// What one Secret reference yields: the check, and the bytes when present.
-async fn read_secret(client: &Client, r: &SecretKeyRef) -> (SecretCheck, Option<Vec<u8>>) {
+pub(super) async fn read_secret(
+    client: &Client,
+    r: &SecretKeyRef,
+) -> (SecretCheck, Option<Vec<u8>>) {
     let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), &r.namespace);
     match secrets.get_opt(&r.name).await {
         Ok(None) => (SecretCheck::SecretNotFound, None),

@@ -1,0 +1,228 @@
+//! The `ScalewayInstanceNodeClass` status reconciler, in the style of the
+//! Elastic Metal one: observe (the machine config Secret, the images and the
+//! security group through the [`Instance`] trait), compute the status (a pure
+//! function, `conditions`), patch it only when it changed. Only the leader
+//! checks and writes; a standby looks again every [`REQUEUE_STANDBY`].
+//!
+//! A cluster whose CRD chart predates this kind has no such resource: the
+//! controller then logs once and stays out of the way ([`kind_served`]), so
+//! the Elastic Metal side runs as before.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret as KubeSecret;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::conditions::{self, Observations};
+use super::observe::{check_security_group, lookup_images};
+use super::{InstanceNodeClassSpec, ScalewayInstanceNodeClass};
+use crate::nodeclass::reconciler::read_secret;
+use crate::nodeclass::{ReconcileError, content_check};
+use crate::scaleway::instance::Instance;
+
+type NodeClass = ScalewayInstanceNodeClass;
+
+const REQUEUE_READY: Duration = Duration::from_secs(60);
+const REQUEUE_NOT_READY: Duration = Duration::from_secs(10);
+const REQUEUE_STANDBY: Duration = Duration::from_secs(5);
+
+pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
+
+struct Context {
+    client: Client,
+    api: Arc<dyn Instance>,
+    project_id: String,
+    /// The zones the provider serves: those of a NodeClass without `zones`.
+    zones: Vec<String>,
+    is_leader: IsLeader,
+}
+
+/// Whether the API server serves the kind: `Ok(false)` when the CRD is not
+/// installed (404) or the provider may not read it (403, an older chart's
+/// RBAC); `Err` for anything that says nothing either way.
+pub async fn kind_served(client: &Client) -> Result<bool, kube::Error> {
+    let api: Api<NodeClass> = Api::all(client.clone());
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+pub struct InstanceNodeClassController {
+    ctx: Arc<Context>,
+}
+
+impl InstanceNodeClassController {
+    pub fn new(
+        client: Client,
+        api: Arc<dyn Instance>,
+        project_id: String,
+        zones: Vec<String>,
+        is_leader: IsLeader,
+    ) -> Self {
+        InstanceNodeClassController {
+            ctx: Arc::new(Context {
+                client,
+                api,
+                project_id,
+                zones,
+                is_leader,
+            }),
+        }
+    }
+
+    /// Runs until `shutdown` resolves; returns at once (after one log line)
+    /// when the cluster does not serve the kind. A failed probe is retried.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+        let mut shutdown = Box::pin(shutdown);
+        let mut delay = Duration::from_secs(1);
+        loop {
+            match kind_served(&self.ctx.client).await {
+                Ok(true) => break,
+                Ok(false) => {
+                    info!(
+                        "ScalewayInstanceNodeClass is not served by this cluster (CRD absent or not readable): Instance NodeClasses are not reconciled"
+                    );
+                    return;
+                }
+                Err(error) => {
+                    debug!(%error, "probing for the ScalewayInstanceNodeClass CRD; retried");
+                    tokio::select! {
+                        _ = &mut shutdown => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(60));
+                }
+            }
+        }
+        let controller = Controller::new(
+            Api::<NodeClass>::all(self.ctx.client.clone()),
+            watcher::Config::default(),
+        );
+        let store = controller.store();
+        let secrets = watcher(
+            Api::<PartialObjectMeta<KubeSecret>>::all(self.ctx.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .touched_objects()
+        .filter_map(move |event| {
+            let relevant = match event {
+                Ok(meta) => {
+                    let (ns, name) = (meta.namespace().unwrap_or_default(), meta.name_any());
+                    store
+                        .state()
+                        .iter()
+                        .any(|nc| references(&nc.spec, &ns, &name))
+                }
+                Err(_) => false,
+            };
+            futures::future::ready(relevant.then_some(()))
+        });
+        controller
+            .reconcile_all_on(secrets)
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, self.ctx)
+            .for_each(|result| async move {
+                if let Err(error) = result {
+                    debug!(%error, "Instance NodeClass reconcile did not complete");
+                }
+            })
+            .await;
+    }
+}
+
+fn references(spec: &InstanceNodeClassSpec, namespace: &str, name: &str) -> bool {
+    let r = &spec.machine_config_secret_ref;
+    r.namespace == namespace && r.name == name
+}
+
+/// The zones a NodeClass covers: its own, else the provider's.
+fn zones_of(ctx: &Context, spec: &InstanceNodeClassSpec) -> Vec<String> {
+    if spec.zones.is_empty() {
+        ctx.zones.clone()
+    } else {
+        spec.zones.clone()
+    }
+}
+
+/// Everything the status is computed from.
+async fn observe(ctx: &Context, spec: &InstanceNodeClassSpec) -> Observations {
+    let zones = zones_of(ctx, spec);
+    let config_ref = &spec.machine_config_secret_ref;
+    let ((machine_config, bytes), images, security_group) = futures::join!(
+        read_secret(&ctx.client, config_ref),
+        lookup_images(ctx.api.as_ref(), spec, &zones, &ctx.project_id),
+        check_security_group(ctx.api.as_ref(), spec, &zones),
+    );
+    let place = format!(
+        "Secret {}/{} key {:?}",
+        config_ref.namespace, config_ref.name, config_ref.key
+    );
+    Observations {
+        zones,
+        images,
+        security_group,
+        machine_config,
+        machine_config_content: bytes
+            .map(|b| content_check::check_machine_config(&b, &spec.machine_config_patches, &place)),
+    }
+}
+
+async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    if !(ctx.is_leader)() {
+        return Ok(Action::requeue(REQUEUE_STANDBY));
+    }
+    let name = nc.name_any();
+    let previous = nc.status.clone().unwrap_or_default();
+    let observed = observe(&ctx, &nc.spec).await;
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let next = conditions::compute(&nc.spec, nc.metadata.generation, &observed, &previous, &now);
+    let ready = crate::nodeclass::conditions::is_ready(&next.conditions);
+    if next != previous {
+        let api: Api<NodeClass> = Api::all(ctx.client.clone());
+        let patch = json!({ "status": next });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(ReconcileError::PatchStatus)?;
+        let summary: Vec<String> = next
+            .conditions
+            .iter()
+            .map(|c| format!("{}={}({})", c.type_, c.status, c.reason))
+            .collect();
+        if ready {
+            info!(nodeclass = %name, conditions = %summary.join(" "), images = next.images.len(), "Instance NodeClass status updated: Ready");
+        } else {
+            let why = next
+                .conditions
+                .iter()
+                .find(|c| c.type_ == conditions::READY)
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            warn!(nodeclass = %name, conditions = %summary.join(" "), %why, "Instance NodeClass status updated: not Ready");
+        }
+    }
+    Ok(Action::requeue(if ready {
+        REQUEUE_READY
+    } else {
+        REQUEUE_NOT_READY
+    }))
+}
+
+fn error_policy(nc: Arc<NodeClass>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    warn!(nodeclass = %nc.name_any(), category = error.category(), %error, "Instance NodeClass reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+#[cfg(test)]
+#[path = "reconciler_tests.rs"]
+mod tests;
