@@ -24,12 +24,14 @@ use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
 use karpenter_scaleway::k8s_nodes::{KubeNodes, NodeClaimList};
 use karpenter_scaleway::metrics;
 use karpenter_scaleway::node_registration::KubeNodeRegistrar;
+use karpenter_scaleway::nodeclass::instance::InstanceNodeClassController;
 use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
 use karpenter_scaleway::provider::{
     BootstrapTokens, ClusterPorts, Provider, ProviderSettings, longest_install, repair_policies,
 };
 use karpenter_scaleway::rescue::RusshShell;
 use karpenter_scaleway::resume::run_resumer;
+use karpenter_scaleway::scaleway::instance::Instance;
 use karpenter_scaleway::scaleway::{
     ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey,
 };
@@ -159,7 +161,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(point) = args.test_crash_at {
         karpenter_scaleway::crashpoint::arm(point);
     }
-    let api: Arc<dyn ElasticMetal> = Arc::new(
+    let scaleway = Arc::new(
         ScalewayClient::new(ClientConfig {
             api_url: args.scaleway.api_url.clone(),
             secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
@@ -169,6 +171,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("building the Scaleway client")?
         .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
+    let instance_api: Arc<dyn Instance> = scaleway.clone();
+    let api: Arc<dyn ElasticMetal> = scaleway;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
@@ -208,6 +212,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let store = nodeclasses.store();
     let reconciler = tokio::spawn(nodeclasses.run(stopped(stop_rx.clone())));
+    // Status only (Create does not serve this kind yet); it returns at once,
+    // after one log line, where the cluster lacks its CRD.
+    let instance_reconciler = tokio::spawn(
+        InstanceNodeClassController::new(
+            client.clone(),
+            instance_api,
+            args.scaleway.project_id.clone(),
+            zones.clone(),
+            is_leader.clone(),
+        )
+        .run(stopped(stop_rx.clone())),
+    );
     // Serving Create before the NodeClass cache is filled would answer
     // NodeClassNotReady, and core would delete the NodeClaim.
     wait_for_nodeclass_cache(&client, &store).await;
@@ -339,6 +355,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     refresher.abort();
     let _ = reconciler.await;
+    let _ = instance_reconciler.await;
     let _ = sweeper.await;
     let _ = orphan_sweeper.await;
     let _ = resumer.await;

@@ -29,6 +29,11 @@ fn not_found_status() -> serde_json::Value {
 #[tokio::test]
 async fn the_kind_is_served_only_when_the_crd_answers() {
     let cases = [
+        // What an API server answers for a resource no CRD defines.
+        (
+            ResponseTemplate::new(404).set_body_string("404 page not found\n"),
+            Some(false),
+        ),
         (ResponseTemplate::new(404).set_body_json(not_found_status()), Some(false)),
         (
             ResponseTemplate::new(403).set_body_json(json!({"kind": "Status", "apiVersion": "v1",
