@@ -194,6 +194,52 @@ for example in examples/*.yaml; do
 done
 log "server-side dry-run: both values files and $(ls examples/*.yaml | wc -l) examples accepted"
 
+# The Instance NodeClass's CEL rules, on the API server that enforces them: each
+# broken variant of examples/instance-nodeclass.yaml is refused with its message.
+cel_dir="$out/instance-cel"
+mkdir -p "$cel_dir"
+python3 - examples/instance-nodeclass.yaml "$cel_dir" <<-'PY'
+	import json, pathlib, sys, yaml
+	base_text, out = open(sys.argv[1]).read(), pathlib.Path(sys.argv[2])
+	uuid = "11111111-2222-4333-8444-555555555555"
+	ids = lambda *pairs: [{"zone": z, "arch": a, "id": uuid} for z, a in pairs]
+	cases = [
+	    ({"image": {"ids": ids(("fr-par-2", "amd64"))}}, "exactly one of the two forms"),
+	    ({"image": {"name": None, "tags": None}}, "exactly one of the two forms"),
+	    ({"image": {"name": None, "tags": None, "ids": ids(("fr-par-2", "amd64"), ("fr-par-2", "amd64"))}},
+	     "must not list a (zone, arch) pair twice"),
+	    ({"rootVolume": {"sizeBytes": 20000000001}}, "must be a multiple of 512"),
+	    ({"rootVolume": {"sizeBytes": 512}}, "must be between 10 GB"),
+	    ({"rootVolume": {"type": "l_ssd"}}, "set it only with type sbs_volume"),
+	    ({"rootVolume": {"iops": 7000}}, "must be 5000 or 15000"),
+	    ({"zones": ["fr-par-2", "fr-par-1"], "securityGroupId": uuid}, "set zones to exactly that zone"),
+	    ({"placementGroupId": "x"}, "must be the id (a UUID) of a placement group"),
+	    ({"zones": ["par2"]}, "must be a Scaleway zone name"),
+	    ({"tags": ["karpenter.sh/nodepool=x"]}, "reserves them for its ownership tags"),
+	]
+	def merge(a, b):
+	    for k, v in b.items():
+	        if v is None:
+	            a.pop(k, None)
+	        elif isinstance(v, dict) and isinstance(a.get(k), dict):
+	            merge(a[k], v)
+	        else:
+	            a[k] = v
+	for n, (patch, message) in enumerate(cases):
+	    doc = yaml.safe_load(base_text)
+	    merge(doc["spec"], patch)
+	    (out / f"{n:02}.yaml").write_text(yaml.safe_dump(doc))
+	    (out / f"{n:02}.expect").write_text(message)
+PY
+for case in "$cel_dir"/*.yaml; do
+	expected="$(cat "${case%.yaml}.expect")"
+	if refused="$(k apply --dry-run=server -f "$case" 2>&1)"; then
+		die "the Instance NodeClass $case was accepted; expected: $expected"
+	fi
+	grep -qF -- "$expected" <<<"$refused" || die "the Instance NodeClass $case was refused without \"$expected\": $refused"
+done
+log "Instance NodeClass CEL: $(ls "$cel_dir"/*.yaml | wc -l) broken variants refused with their messages"
+
 # 6. RBAC, on the throwaway API server only (it installs the chart's RBAC for real):
 # what the provider calls (docs/configuration.md, "Kubernetes permissions of the
 # provider") and Karpenter core's leader election must be allowed, and a few
