@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 use super::conditions::{self, Observations};
 use super::observe::{check_security_group, lookup_images};
 use super::{InstanceNodeClassSpec, ScalewayInstanceNodeClass};
-use crate::nodeclass::reconciler::read_secret;
+use crate::nodeclass::reconciler::{IsLeader, read_secret};
 use crate::nodeclass::{ReconcileError, content_check};
 use crate::scaleway::instance::Instance;
 
@@ -33,8 +33,6 @@ type NodeClass = ScalewayInstanceNodeClass;
 const REQUEUE_READY: Duration = Duration::from_secs(60);
 const REQUEUE_NOT_READY: Duration = Duration::from_secs(10);
 const REQUEUE_STANDBY: Duration = Duration::from_secs(5);
-
-pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
 
 struct Context {
     client: Client,

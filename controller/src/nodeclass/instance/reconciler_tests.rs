@@ -80,9 +80,15 @@ async fn without_the_crd_the_controller_returns_and_calls_nothing_else() {
         vec!["fr-par-2".into()],
         Arc::new(|| true),
     );
-    // `run` returning at all is the behaviour under test; the shutdown
-    // future never resolves, so only the probe's answer can end it.
-    controller.run(std::future::pending()).await;
+    // `run` returning at all is the behaviour under test: the shutdown
+    // future never resolves, so only the probe's answer can end it. The
+    // bound only turns a regression into a failure instead of a hang.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        controller.run(std::future::pending()),
+    )
+    .await
+    .expect("run returns once the probe says the kind is not served");
     let requests = kube.received_requests().await.expect("recording is on");
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert!(api.calls().is_empty());
