@@ -21,8 +21,12 @@ pub enum ImageOutcome {
         id: String,
         name: String,
     },
-    /// No image matches the selector (or the id is unknown in the zone).
+    /// No image matches the selector, or `image.ids` lists none for the pair.
     NotFound,
+    /// `image.ids` names an image the zone does not have.
+    IdNotFound {
+        id: String,
+    },
     /// `image.ids` names an image of another architecture.
     WrongArch {
         id: String,
@@ -186,12 +190,24 @@ fn image_verdict(observed: &Observations, images: &[ResolvedImage]) -> Verdict {
                     "image {id} given for {arch} in {zone} is an {actual} image: give the id of the {arch} image of that zone in spec.image.ids"
                 ),
             )),
-            ImageOutcome::NotAvailable { id, state } => problems.push((
-                "ImageNotAvailable",
+            ImageOutcome::IdNotFound { id } => problems.push((
+                "ImageNotFound",
                 format!(
-                    "image {id} ({arch} in {zone}) is {state}, not available: wait for the import to finish, or re-import the Talos scaleway image (docs/install.md)"
+                    "image {id} given for {arch} in {zone} does not exist in {zone}: images are per zone; give the id of the image imported there (`scw instance image list zone={zone}`) in spec.image.ids"
                 ),
             )),
+            // Not fatal while another architecture serves the zone: only
+            // this one's types wait for the import.
+            ImageOutcome::NotAvailable { id, state } => {
+                let message = format!(
+                    "image {id} ({arch} in {zone}) is {state}, not available: wait for the import to finish, or import the Talos scaleway image again (docs/instance-nodeclass.md)"
+                );
+                if images.iter().any(|i| &i.zone == zone) {
+                    unused.push(format!("{arch} in {zone} (image {id} is {state})"));
+                } else {
+                    problems.push(("ImageNotAvailable", message));
+                }
+            }
             ImageOutcome::Refused(_) => {
                 transient.push(format!("{arch} in {zone}: see CredentialsValid"))
             }
@@ -223,7 +239,7 @@ fn image_verdict(observed: &Observations, images: &[ResolvedImage]) -> Verdict {
             "False",
             "ImageNotFound",
             format!(
-                "no Talos image matches spec.image in {}: import the Talos scaleway image (factory.talos.dev .../scaleway-<arch>.raw.zst) into each zone (docs/install.md), then name it in spec.image (ids, or name and/or tags)",
+                "no Talos image matches spec.image in {}: import the Talos scaleway image (factory.talos.dev .../scaleway-<arch>.raw.zst) into each zone (docs/instance-nodeclass.md), then name it in spec.image (ids, or name and/or tags)",
                 zones.join(", ")
             ),
         );

@@ -241,6 +241,55 @@ async fn an_image_still_importing_is_not_available() {
 }
 
 #[tokio::test]
+async fn an_arch_still_importing_beside_one_that_serves_the_zone_is_only_noted() {
+    let api = fake();
+    api.insert_image(image(
+        "ams-arm",
+        AMS,
+        Arch::Arm64,
+        ImageState::Creating,
+        "2026-07-01T00:00:00Z",
+    ));
+    let spec = spec(&[PAR, AMS]);
+    let s = status(&spec, &observe(&api, &spec, WORKER).await);
+    let c = cond(&s, IMAGE_RESOLVED);
+    assert_eq!(c.status, "True");
+    assert!(
+        c.message
+            .contains("arm64 in nl-ams-1 (image ams-arm is creating)"),
+        "{}",
+        c.message
+    );
+    assert_eq!(s.images.len(), 3);
+}
+
+#[tokio::test]
+async fn an_id_unknown_in_its_zone_is_not_found_with_the_per_zone_fix() {
+    let api = fake();
+    let mut spec = spec(&[AMS]);
+    spec.image = InstanceImageSelector {
+        // The fr-par-2 image, listed for nl-ams-1: images are per zone.
+        ids: vec![ZoneImage {
+            zone: AMS.into(),
+            arch: ImageArch::Amd64,
+            id: "par-new".into(),
+        }],
+        ..InstanceImageSelector::default()
+    };
+    let s = status(&spec, &observe(&api, &spec, WORKER).await);
+    let c = cond(&s, IMAGE_RESOLVED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "ImageNotFound")
+    );
+    assert!(
+        c.message.contains("par-new") && c.message.contains("images are per zone"),
+        "{}",
+        c.message
+    );
+}
+
+#[tokio::test]
 async fn ids_are_checked_for_their_architecture() {
     let api = fake();
     let mut spec = spec(&[PAR]);

@@ -70,6 +70,9 @@ async fn by_ids(api: &dyn Instance, spec: &InstanceNodeClassSpec, zone: &str) ->
                 actual: image.arch.kubernetes().unwrap_or("unknown").to_string(),
             },
             Ok(image) => judge(&[image]),
+            Err(ApiError::NotFound(_)) => ImageOutcome::IdNotFound {
+                id: entry.id.clone(),
+            },
             Err(e) => failed(e),
         };
         out.push(lookup(zone, arch, outcome));
