@@ -298,10 +298,20 @@ async fn run(stack: &mut Stack, pools: &[&str]) -> Result<()> {
             events.iter().any(|e| e.reason == "InstallRetry"),
             "{pool}: no InstallRetry Event"
         );
-        ensure!(
-            kubeutil::install_phase(&claim).as_deref() == Some("joined"),
-            "{pool}: phase is not joined"
-        );
+        // `joined` is persisted after the taint that kept the pod off the
+        // node is gone (and after the token's deletion), so it may follow the
+        // pod's Running by a moment: wait for it rather than read it once.
+        let name = list[0].name.clone();
+        wait::until(
+            &format!("{pool}: install phase joined"),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async {
+                let claim = kubeutil::nodeclaims(&stack.client).get(&name).await?;
+                Ok((kubeutil::install_phase(&claim).as_deref() == Some("joined")).then_some(()))
+            },
+        )
+        .await?;
     }
 
     // Cases that give the NodeClaim up: failed install, out of stock.

@@ -168,6 +168,24 @@ async fn run(stack: &mut Stack) -> Result<()> {
         placed.values().all(|n| n == &name),
         "pod not on the NodeClaim's node: {placed:?}"
     );
+    // The pod runs as soon as the engine removed the `uninitialized` taint;
+    // `joined` is persisted after that and after the token's deletion (so
+    // that it never claims more than was done), so it may come a moment
+    // later than the pod: wait for it instead of reading it at once (this
+    // read lost that race once on a loaded machine).
+    wait::until(
+        "install phase joined",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            Ok(watch
+                .snapshot()
+                .get(&name)
+                .is_some_and(|c| c.saw_phase("joined"))
+                .then_some(()))
+        },
+    )
+    .await?;
     let claims = watch.snapshot();
     ensure!(
         claims.len() == 1,
