@@ -1,7 +1,7 @@
 //! The in-memory catalog: last good offers, the unavailable-offerings cache and
-//! the per-NodeClass views, keyed by (kind, name), published through a `tokio::sync::watch` channel so
-//! that `GetInstanceTypes` reads without waiting and `WatchInstanceTypes` sends
-//! one snapshot per change.
+//! the per-NodeClass views, keyed by (kind, name), published through a
+//! `tokio::sync::watch` channel so that `GetInstanceTypes` reads without
+//! waiting and `WatchInstanceTypes` sends one snapshot per change.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
