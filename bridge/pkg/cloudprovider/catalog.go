@@ -39,11 +39,50 @@ type catalog struct {
 	changed chan struct{}
 }
 
+// kindElasticMetal is the NodeClass kind of a catalog whose node_class_kind
+// is empty (as the provider sent before there were two kinds), and of a
+// NodePool whose nodeClassRef names no kind or one the provider did not list.
+const kindElasticMetal = "ScalewayElasticMetalNodeClass"
+
+// classKey identifies a NodeClass's catalog: two kinds may use one name.
+type classKey struct {
+	kind, name string
+}
+
 type catalogSnapshot struct {
-	revision     uint64
-	perClass     map[string][]*cloudprovider.InstanceType
-	defaults     []*cloudprovider.InstanceType
+	revision uint64
+	perClass map[classKey][]*cloudprovider.InstanceType
+	// defaults is Elastic Metal's default catalog.
+	defaults []*cloudprovider.InstanceType
+	// kindDefaults holds the default of every other kind listed in
+	// kind_defaults or catalogs (possibly empty: a NodePool of that kind
+	// never gets Elastic Metal's).
+	kindDefaults map[string][]*cloudprovider.InstanceType
 	offersReadAt time.Time
+}
+
+// wireKind reads a node_class_kind: empty is Elastic Metal.
+func wireKind(kind string) string {
+	if kind == "" {
+		return kindElasticMetal
+	}
+	return kind
+}
+
+// lookup is the catalog of a NodePool whose nodeClassRef is (kind, name): its
+// NodeClass's, else its kind's default. A kind the snapshot does not list
+// (or none) is Elastic Metal, as before there were two kinds.
+func (s *catalogSnapshot) lookup(kind, name string) []*cloudprovider.InstanceType {
+	if _, listed := s.kindDefaults[kind]; !listed {
+		kind = kindElasticMetal
+	}
+	if its, ok := s.perClass[classKey{kind, name}]; ok {
+		return its
+	}
+	if kind == kindElasticMetal {
+		return s.defaults
+	}
+	return s.kindDefaults[kind]
 }
 
 func newCatalog(maxStaleness time.Duration) *catalog {
@@ -57,19 +96,40 @@ func convertSnapshot(msg *pb.WatchInstanceTypesResponse) (*catalogSnapshot, erro
 		return nil, fmt.Errorf("default catalog: %w", err)
 	}
 	snap := &catalogSnapshot{
-		revision: msg.GetRevision(),
-		perClass: make(map[string][]*cloudprovider.InstanceType, len(msg.GetCatalogs())),
-		defaults: defaults,
+		revision:     msg.GetRevision(),
+		perClass:     make(map[classKey][]*cloudprovider.InstanceType, len(msg.GetCatalogs())),
+		defaults:     defaults,
+		kindDefaults: make(map[string][]*cloudprovider.InstanceType, len(msg.GetKindDefaults())),
 	}
 	if s := msg.GetOffersReadAtUnix(); s > 0 {
 		snap.offersReadAt = time.Unix(s, 0)
 	}
-	for _, c := range msg.GetCatalogs() {
+	for _, c := range msg.GetKindDefaults() {
+		kind := wireKind(c.GetNodeClassKind())
+		if kind == kindElasticMetal {
+			return nil, fmt.Errorf("kind default of %s: its default is default_catalog", kind)
+		}
 		its, err := convertInstanceTypes(c.GetInstanceTypes())
 		if err != nil {
-			return nil, fmt.Errorf("catalog of NodeClass %s: %w", c.GetNodeClassName(), err)
+			return nil, fmt.Errorf("default catalog of kind %s: %w", kind, err)
 		}
-		snap.perClass[c.GetNodeClassName()] = its
+		if its == nil {
+			its = []*cloudprovider.InstanceType{}
+		}
+		snap.kindDefaults[kind] = its
+	}
+	for _, c := range msg.GetCatalogs() {
+		key := classKey{wireKind(c.GetNodeClassKind()), c.GetNodeClassName()}
+		its, err := convertInstanceTypes(c.GetInstanceTypes())
+		if err != nil {
+			return nil, fmt.Errorf("catalog of NodeClass %s (%s): %w", key.name, key.kind, err)
+		}
+		snap.perClass[key] = its
+		if _, listed := snap.kindDefaults[key.kind]; !listed && key.kind != kindElasticMetal {
+			// A kind with NodeClasses is served even without a default:
+			// its unlisted NodeClasses get none, never Elastic Metal's.
+			snap.kindDefaults[key.kind] = []*cloudprovider.InstanceType{}
+		}
 	}
 	return snap, nil
 }
@@ -91,9 +151,10 @@ func (c *catalog) streamDown() {
 	}
 }
 
-// instanceTypes answers GetInstanceTypes for a NodePool using nodeClass
-// ("" when it names none), waiting up to ctx for the first snapshot.
-func (c *catalog) instanceTypes(ctx context.Context, nodeClass string) ([]*cloudprovider.InstanceType, error) {
+// instanceTypes answers GetInstanceTypes for a NodePool whose nodeClassRef
+// is (kind, name) ("" when it names none), waiting up to ctx for the first
+// snapshot.
+func (c *catalog) instanceTypes(ctx context.Context, kind, name string) ([]*cloudprovider.InstanceType, error) {
 	for {
 		c.mu.Lock()
 		snap, downSince, changed := c.snap, c.downSince, c.changed
@@ -105,10 +166,7 @@ func (c *catalog) instanceTypes(ctx context.Context, nodeClass string) ([]*cloud
 						down.Round(time.Second), c.maxStaleness, snap.revision)
 				}
 			}
-			if its, ok := snap.perClass[nodeClass]; ok {
-				return its, nil
-			}
-			return snap.defaults, nil
+			return snap.lookup(kind, name), nil
 		}
 		select {
 		case <-changed:
@@ -210,7 +268,7 @@ func (c *catalog) follow(ctx context.Context, client pb.CloudProviderClient) (bo
 		received = true
 		c.store(snap)
 		logger.V(1).Info("instance-type catalog updated", "revision", snap.revision,
-			"instanceTypes", len(snap.defaults), "nodeClasses", len(snap.perClass),
+			"instanceTypes", len(snap.defaults), "nodeClasses", len(snap.perClass), "otherKinds", len(snap.kindDefaults),
 			"offersAge", offersAge(snap, c.now()))
 	}
 }

@@ -179,20 +179,21 @@ func (c *CloudProvider) List(ctx context.Context) ([]*v1.NodeClaim, error) {
 }
 
 // GetInstanceTypes answers from the catalog kept by WatchCatalog, without a
-// call to the provider. The NodePool's NodeClass selects the catalog (zones
-// and billing are per NodeClass); a NodeClass the provider has not listed yet
-// gets the default one.
+// call to the provider. The NodePool's NodeClass, by kind and name, selects
+// the catalog (zones and billing are per NodeClass); a NodeClass the provider
+// has not listed yet gets its kind's default one, and a kind the provider has
+// not listed (or none) is Elastic Metal.
 func (c *CloudProvider) GetInstanceTypes(ctx context.Context, nodePool *v1.NodePool) ([]*cloudprovider.InstanceType, error) {
 	if nodePool == nil {
 		return nil, errors.New("GetInstanceTypes needs a NodePool")
 	}
-	nodeClass := ""
+	kind, name := "", ""
 	if ref := nodePool.Spec.Template.Spec.NodeClassRef; ref != nil {
-		nodeClass = ref.Name
+		kind, name = ref.Kind, ref.Name
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 	defer cancel()
-	its, err := c.catalog.instanceTypes(ctx, nodeClass)
+	its, err := c.catalog.instanceTypes(ctx, kind, name)
 	if err != nil {
 		return nil, fmt.Errorf("instance types for NodePool %s: %w", nodePool.Name, err)
 	}

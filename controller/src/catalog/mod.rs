@@ -3,16 +3,18 @@
 //!
 //! `mapping` is pure (offer JSON → instance type), and so is `instance_mapping`
 //! (Instance commercial types → instance types, not served yet); `store` holds the last good
-//! catalog, the unavailable-offerings cache and the per-NodeClass views, and
-//! publishes a new snapshot on every change; `refresh` is the background task.
+//! catalog, the unavailable-offerings cache and the per-NodeClass views (keyed
+//! by kind and name, `kind`), and publishes a new snapshot on every change; `refresh` is the background task.
 //! Nothing here imports kube or tonic.
 
 mod instance_mapping;
+mod kind;
 mod mapping;
 mod resources;
 mod store;
 
 pub use instance_mapping::{ZoneProducts, instance_family, vm_instance_types};
+pub use kind::{ClassKey, ClassKind};
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
 pub use resources::{KubeletReservations, Overhead, Resources};
 pub use store::{CatalogStore, ClassView, Snapshot, read_zone, run_refresher};

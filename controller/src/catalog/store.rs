@@ -1,7 +1,7 @@
 //! The in-memory catalog: last good offers, the unavailable-offerings cache and
-//! the per-NodeClass views, published through a `tokio::sync::watch` channel so
-//! that `GetInstanceTypes` reads without waiting and `WatchInstanceTypes` sends
-//! one snapshot per change.
+//! the per-NodeClass views, keyed by (kind, name), published through a
+//! `tokio::sync::watch` channel so that `GetInstanceTypes` reads without
+//! waiting and `WatchInstanceTypes` sends one snapshot per change.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use futures::future::join_all;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
-use super::{Billing, InstanceType, Resources, instance_types};
+use super::{Billing, ClassKey, ClassKind, InstanceType, Resources, instance_types};
 use crate::scaleway::{ElasticMetal, Offer, SubscriptionPeriod};
 
 /// One published catalog.
@@ -23,11 +23,15 @@ use crate::scaleway::{ElasticMetal, Offer, SubscriptionPeriod};
 pub struct Snapshot {
     /// Increases with every change of content.
     pub revision: u64,
-    /// Every configured zone, hourly billing: for NodePools whose NodeClass
-    /// is not known yet.
+    /// Elastic Metal, every configured zone, hourly billing: for Elastic
+    /// Metal NodePools whose NodeClass is not known yet.
     pub default: Arc<Vec<InstanceType>>,
-    /// Per NodeClass: only the zones the NodeClass allows, priced for its billing.
-    pub per_class: BTreeMap<String, Arc<Vec<InstanceType>>>,
+    /// The same for every other kind (each kind of [`ClassKind::ALL`] but
+    /// Elastic Metal; empty until that kind's types are set).
+    pub kind_defaults: BTreeMap<ClassKind, Arc<Vec<InstanceType>>>,
+    /// Per (kind, NodeClass): only the zones the NodeClass allows, priced for
+    /// its billing, drawn from its kind's types only.
+    pub per_class: BTreeMap<ClassKey, Arc<Vec<InstanceType>>>,
     /// When the oldest offers in this catalog were read: the time of the last
     /// refresh when every zone answered, older when a zone's listing failed
     /// and its last good offers are served. `None` until offers were read once.
@@ -45,16 +49,28 @@ impl Snapshot {
             .map(|t| SystemTime::now().duration_since(t).unwrap_or_default())
     }
 
-    /// The catalog a NodePool using `node_class` sees.
-    pub fn for_class(&self, node_class: Option<&str>) -> Arc<Vec<InstanceType>> {
-        node_class
-            .and_then(|n| self.per_class.get(n))
-            .unwrap_or(&self.default)
-            .clone()
+    /// The catalog for NodePools of `kind` whose NodeClass is not listed.
+    pub fn default_for(&self, kind: ClassKind) -> Arc<Vec<InstanceType>> {
+        match kind {
+            ClassKind::ElasticMetal => self.default.clone(),
+            other => self.kind_defaults.get(&other).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// The catalog a NodePool whose `nodeClassRef` is (`kind`, `name`) sees:
+    /// its NodeClass's view, else its kind's default, never another kind's
+    /// types. A NodePool's raw `nodeClassRef.kind` goes through
+    /// [`ClassKind::of`] (absent or unknown = Elastic Metal).
+    pub fn for_class(&self, kind: ClassKind, name: Option<&str>) -> Arc<Vec<InstanceType>> {
+        name.and_then(|n| self.per_class.get(&(kind, n.to_string())))
+            .cloned()
+            .unwrap_or_else(|| self.default_for(kind))
     }
 
     fn same_content(&self, other: &Snapshot) -> bool {
-        self.default == other.default && self.per_class == other.per_class
+        self.default == other.default
+            && self.kind_defaults == other.kind_defaults
+            && self.per_class == other.per_class
     }
 }
 
@@ -95,12 +111,16 @@ struct Refusal {
 
 #[derive(Default)]
 struct Inputs {
-    base: Vec<InstanceType>,
+    /// Kind → every instance type of that kind (all zones, both billings).
+    base: BTreeMap<ClassKind, Vec<InstanceType>>,
+    /// When the Elastic Metal offers were read.
     refreshed_at: Option<SystemTime>,
     /// (offer name, zone) → until when the offering counts as unavailable.
+    /// Offer names do not overlap between kinds (`EM-…` vs Instance
+    /// commercial types), so one map serves both.
     unavailable: HashMap<(String, String), Refusal>,
-    /// NodeClass name → its zones and billing.
-    classes: BTreeMap<String, ClassView>,
+    /// (kind, NodeClass name) → its zones and billing.
+    classes: BTreeMap<ClassKey, ClassView>,
     /// Offer name → the lowest allocatable a registered Node of it reported.
     observed: HashMap<String, Resources>,
 }
@@ -185,27 +205,55 @@ impl CatalogStore {
         self.inputs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A successful refresh, all zones read now.
+    /// A successful Elastic Metal refresh, all zones read now.
     pub fn set_base(&self, types: Vec<InstanceType>) {
         self.set_base_read_at(types, SystemTime::now());
     }
 
-    /// A refresh whose oldest offers were read at `read_at`.
+    /// An Elastic Metal refresh whose oldest offers were read at `read_at`.
     pub fn set_base_read_at(&self, types: Vec<InstanceType>, read_at: SystemTime) {
         let mut inputs = self.lock();
-        inputs.base = types;
+        inputs.base.insert(ClassKind::ElasticMetal, types);
         inputs.refreshed_at = Some(read_at);
         self.publish(&inputs, Instant::now());
     }
 
-    /// The NodeClasses, their zones and billing (the full set: absent names
-    /// are dropped). A bare list of zones means hourly billing.
-    pub fn set_node_classes<V: Into<ClassView>>(&self, classes: BTreeMap<String, V>) {
+    /// Every instance type of `kind` (all zones): its default catalog and
+    /// what its NodeClasses' views are drawn from. Elastic Metal's are set by
+    /// [`set_base`](Self::set_base), which also dates the catalog.
+    pub fn set_kind_types(&self, kind: ClassKind, types: Vec<InstanceType>) {
+        if kind == ClassKind::ElasticMetal {
+            return self.set_base(types);
+        }
+        let mut inputs = self.lock();
+        if inputs.base.get(&kind) != Some(&types) {
+            inputs.base.insert(kind, types);
+            self.publish(&inputs, Instant::now());
+        }
+    }
+
+    /// The NodeClasses of `kind`, their zones and billing (the full set of
+    /// that kind: absent names are dropped; other kinds' are kept). A bare
+    /// list of zones means hourly billing.
+    pub fn set_node_classes<V: Into<ClassView>>(
+        &self,
+        kind: ClassKind,
+        classes: BTreeMap<String, V>,
+    ) {
         let classes: BTreeMap<String, ClassView> =
             classes.into_iter().map(|(k, v)| (k, v.into())).collect();
         let mut inputs = self.lock();
-        if inputs.classes != classes {
-            inputs.classes = classes;
+        let current: BTreeMap<&String, &ClassView> = inputs
+            .classes
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|((_, name), view)| (name, view))
+            .collect();
+        if current != classes.iter().collect() {
+            inputs.classes.retain(|(k, _), _| *k != kind);
+            inputs
+                .classes
+                .extend(classes.into_iter().map(|(name, v)| ((kind, name), v)));
             self.publish(&inputs, Instant::now());
         }
     }
@@ -297,16 +345,25 @@ impl CatalogStore {
     /// revision and wakes the watchers, one with the same content only updates
     /// the refresh time, silently. Returns the current revision.
     fn publish(&self, inputs: &Inputs, now: Instant) -> u64 {
-        let view = |zones: &[String], billing| Arc::new(view(inputs, now, zones, billing));
-        let default = view(&[], Billing::Hourly);
+        let view = |kind, zones: &[String], billing| {
+            let base = inputs.base.get(&kind).map_or(&[][..], Vec::as_slice);
+            Arc::new(view(inputs, base, now, zones, billing))
+        };
+        let default = view(ClassKind::ElasticMetal, &[], Billing::Hourly);
+        let kind_defaults = ClassKind::ALL
+            .into_iter()
+            .filter(|k| *k != ClassKind::ElasticMetal)
+            .map(|k| (k, view(k, &[], Billing::Hourly)))
+            .collect();
         let per_class = inputs
             .classes
             .iter()
-            .map(|(name, c)| (name.clone(), view(&c.zones, c.billing)))
+            .map(|((kind, name), c)| ((*kind, name.clone()), view(*kind, &c.zones, c.billing)))
             .collect();
         let mut next = Snapshot {
             revision: 0,
             default,
+            kind_defaults,
             per_class,
             refreshed_at: inputs.refreshed_at,
         };
@@ -329,12 +386,16 @@ fn min_nonzero(a: u64, b: u64) -> u64 {
     }
 }
 
-/// The catalog of `zones` (empty = all) for `billing`: observed allocatable
-/// applied, offerings priced, recent refusals marked.
-fn view(inputs: &Inputs, now: Instant, zones: &[String], billing: Billing) -> Vec<InstanceType> {
-    inputs
-        .base
-        .iter()
+/// The catalog of `base` in `zones` (empty = all) for `billing`: observed
+/// allocatable applied, offerings priced, recent refusals marked.
+fn view(
+    inputs: &Inputs,
+    base: &[InstanceType],
+    now: Instant,
+    zones: &[String],
+    billing: Billing,
+) -> Vec<InstanceType> {
+    base.iter()
         .filter_map(|it| {
             let mut it = it.clone();
             if let Some(observed) = inputs.observed.get(&it.name) {
@@ -473,309 +534,5 @@ pub(crate) async fn refresh_once(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scaleway::ApiError;
-    use crate::scaleway::fake::{FakeElasticMetal, Op, sample_monthly_offers, sample_offers};
-
-    fn offers(zone: &str) -> Vec<Offer> {
-        let mut all = sample_offers(zone);
-        all.extend(sample_monthly_offers(zone));
-        all
-    }
-
-    fn base() -> Vec<InstanceType> {
-        let by_zone = BTreeMap::from([
-            ("fr-par-2".to_string(), offers("fr-par-2")),
-            ("nl-ams-1".to_string(), offers("nl-ams-1")),
-        ]);
-        instance_types(&by_zone).0
-    }
-
-    fn offering(
-        s: &Snapshot,
-        class: Option<&str>,
-        name: &str,
-        zone: &str,
-    ) -> Option<super::super::Offering> {
-        s.for_class(class)
-            .iter()
-            .find(|t| t.name == name)?
-            .offerings
-            .iter()
-            .find(|o| o.zone == zone)
-            .cloned()
-    }
-
-    fn offering_available(
-        s: &Snapshot,
-        class: Option<&str>,
-        name: &str,
-        zone: &str,
-    ) -> Option<bool> {
-        offering(s, class, name, zone).map(|o| o.available)
-    }
-
-    #[test]
-    fn revisions_move_only_on_change() {
-        let store = CatalogStore::new(Duration::from_secs(1800));
-        let rx = store.subscribe();
-        assert!(!store.snapshot().is_loaded());
-        store.set_base(base());
-        let s1 = store.snapshot();
-        assert!(s1.is_loaded());
-        assert_eq!(s1.revision, 1);
-        assert!(rx.has_changed().unwrap());
-        store.set_base(base());
-        assert_eq!(store.snapshot().revision, 1, "same offers: no new revision");
-    }
-
-    #[test]
-    fn unavailable_offerings_expire() {
-        let store = CatalogStore::new(Duration::from_secs(60));
-        store.set_base(base());
-        let t0 = Instant::now();
-        let rev = store.mark_unavailable_at("EM-A115X-SSD", "fr-par-2", "out of stock", t0);
-        let s = store.snapshot();
-        assert_eq!(s.revision, 2);
-        assert_eq!(rev, 2, "the revision holding the mark is returned");
-        let o = offering(&s, None, "EM-A115X-SSD", "fr-par-2").unwrap();
-        assert!(!o.available);
-        let why = o.unavailable_reason.unwrap();
-        assert!(
-            why.starts_with("order refused (out of stock) until "),
-            "{why}"
-        );
-        assert_eq!(
-            offering_available(&s, None, "EM-A115X-SSD", "nl-ams-1"),
-            Some(true)
-        );
-        // Still listed: the type stays in the catalog.
-        store.expire_at(t0 + Duration::from_secs(30));
-        assert_eq!(store.snapshot().revision, 2);
-        store.expire_at(t0 + Duration::from_secs(61));
-        let s = store.snapshot();
-        assert_eq!(s.revision, 3);
-        assert_eq!(
-            offering_available(&s, None, "EM-A115X-SSD", "fr-par-2"),
-            Some(true)
-        );
-    }
-
-    #[test]
-    fn node_class_views_restrict_zones() {
-        let store = CatalogStore::new(Duration::from_secs(60));
-        store.set_base(base());
-        store.set_node_classes(BTreeMap::from([
-            ("par".to_string(), vec!["fr-par-2".to_string()]),
-            ("all".to_string(), vec![]),
-        ]));
-        let s = store.snapshot();
-        assert_eq!(
-            offering_available(&s, Some("par"), "EM-A115X-SSD", "nl-ams-1"),
-            None
-        );
-        assert_eq!(
-            offering_available(&s, Some("par"), "EM-A115X-SSD", "fr-par-2"),
-            Some(true)
-        );
-        assert_eq!(s.for_class(Some("all")).len(), s.default.len());
-        assert_eq!(s.for_class(Some("unknown")).len(), s.default.len());
-        let zones = s.for_class(Some("par"))[0].zones();
-        assert_eq!(zones.into_iter().collect::<Vec<_>>(), vec!["fr-par-2"]);
-    }
-
-    #[test]
-    fn monthly_classes_see_amortised_prices_and_the_twin() {
-        let store = CatalogStore::new(Duration::from_secs(60));
-        store.set_base(base());
-        store.set_node_classes(BTreeMap::from([
-            ("hourly".to_string(), ClassView::from(vec![])),
-            (
-                "monthly".to_string(),
-                ClassView::from((vec!["fr-par-2".to_string()], Billing::Monthly)),
-            ),
-        ]));
-        let s = store.snapshot();
-        let h = offering(&s, Some("hourly"), "EM-A115X-SSD", "fr-par-2").unwrap();
-        assert_eq!(h.price, 0.091);
-        assert_eq!(h.order_offer_id(Billing::Hourly), Some("fr-par-2-a115x"));
-        let m = offering(&s, Some("monthly"), "EM-A115X-SSD", "fr-par-2").unwrap();
-        assert!((m.price - 32.99 / 730.0).abs() < 1e-12, "{}", m.price);
-        assert!(m.available);
-        assert_eq!(m.billing, Billing::Monthly);
-        assert_eq!(
-            m.order_offer_id(Billing::Monthly),
-            Some("fr-par-2-a115x-monthly")
-        );
-        // Monthly is cheaper per hour here, as on Scaleway's price list.
-        assert!(m.price < h.price);
-        // The marks of the order path apply whatever the billing.
-        store.mark_unavailable("EM-A115X-SSD", "fr-par-2");
-        let s = store.snapshot();
-        assert_eq!(
-            offering_available(&s, Some("monthly"), "EM-A115X-SSD", "fr-par-2"),
-            Some(false)
-        );
-    }
-
-    #[test]
-    fn observed_allocatable_lowers_the_promise_of_that_offer() {
-        let store = CatalogStore::new(Duration::from_secs(60));
-        store.set_base(base());
-        let before = store.snapshot();
-        let it = before
-            .default
-            .iter()
-            .find(|t| t.name == "EM-A115X-SSD")
-            .unwrap();
-        let predicted = it.allocatable();
-        let mut seen = predicted;
-        seen.memory_bytes -= 1 << 30;
-        store.observe_allocatable("EM-A115X-SSD", seen);
-        // A second Node reporting more does not raise it back.
-        store.observe_allocatable("EM-A115X-SSD", predicted);
-        let after = store.snapshot();
-        assert_eq!(after.revision, before.revision + 1);
-        let it = after
-            .default
-            .iter()
-            .find(|t| t.name == "EM-A115X-SSD")
-            .unwrap();
-        assert_eq!(
-            it.allocatable().memory_bytes,
-            predicted.memory_bytes - (1 << 30)
-        );
-        assert_eq!(
-            it.capacity.memory_bytes,
-            32 << 30,
-            "capacity is the hardware"
-        );
-        let other = after
-            .default
-            .iter()
-            .find(|t| t.name == "EM-I215E-NVME")
-            .unwrap();
-        let other_before = before
-            .default
-            .iter()
-            .find(|t| t.name == "EM-I215E-NVME")
-            .unwrap();
-        assert_eq!(other.allocatable(), other_before.allocatable());
-    }
-
-    /// The refresher brings an offering back the moment its TTL runs out,
-    /// not at some later tick: a restocked offer is chosen again as soon as
-    /// the operator was told it would be.
-    #[tokio::test(start_paused = true)]
-    async fn an_unavailable_offering_comes_back_exactly_when_its_ttl_runs_out() {
-        let store = CatalogStore::new(Duration::from_secs(60));
-        let api = Arc::new(crate::scaleway::fake::FakeElasticMetal::new());
-        api.set_offers("fr-par-2", offers("fr-par-2"));
-        let refresher = tokio::spawn(run_refresher(
-            store.clone(),
-            api,
-            vec!["fr-par-2".into()],
-            Duration::from_secs(3600),
-        ));
-        let mut rx = store.subscribe();
-        rx.wait_for(|s| s.is_loaded()).await.unwrap();
-
-        tokio::time::sleep(Duration::from_secs(7)).await;
-        store.mark_unavailable("EM-A115X-SSD", "fr-par-2");
-        let available = || offering_available(&store.snapshot(), None, "EM-A115X-SSD", "fr-par-2");
-        assert_eq!(available(), Some(false));
-        tokio::time::sleep(Duration::from_millis(59_990)).await;
-        assert_eq!(available(), Some(false), "10 ms before the TTL runs out");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(available(), Some(true), "10 ms after");
-
-        // A second mark after a quiet period is scheduled too.
-        tokio::time::sleep(Duration::from_secs(600)).await;
-        store.mark_unavailable("EM-A115X-SSD", "fr-par-2");
-        tokio::time::sleep(Duration::from_millis(60_010)).await;
-        assert_eq!(available(), Some(true));
-        refresher.abort();
-    }
-
-    #[tokio::test]
-    async fn concurrent_orders_for_one_offering_take_turns() {
-        let store = CatalogStore::new(Duration::from_secs(60));
-        store.set_base(base());
-        let first = store
-            .order_slot("EM-A115X-SSD", "fr-par-2", Duration::from_secs(5))
-            .await
-            .expect("free slot");
-        // Another offering is not held up.
-        assert!(
-            store
-                .order_slot("EM-A115X-SSD", "nl-ams-1", Duration::from_millis(10))
-                .await
-                .is_some()
-        );
-        // The same offering waits for the order in flight; a bounded wait
-        // gives up and lets the caller order anyway.
-        assert!(
-            store
-                .order_slot("EM-A115X-SSD", "fr-par-2", Duration::from_millis(20))
-                .await
-                .is_none()
-        );
-        let waiter = {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let slot = store
-                    .order_slot("EM-A115X-SSD", "fr-par-2", Duration::from_secs(5))
-                    .await;
-                (slot.is_some(), store.refusal("EM-A115X-SSD", "fr-par-2"))
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        store.mark_unavailable_for("EM-A115X-SSD", "fr-par-2", "out of stock");
-        drop(first);
-        let (got_slot, refusal) = waiter.await.unwrap();
-        assert!(got_slot);
-        assert_eq!(
-            refusal.as_deref(),
-            Some("out of stock"),
-            "the waiter sees the refusal"
-        );
-        assert_eq!(store.refusal("EM-A115X-SSD", "nl-ams-1"), None);
-    }
-
-    #[tokio::test]
-    async fn refresh_keeps_last_good_zone_on_failure() {
-        let store = CatalogStore::new(Duration::from_secs(60));
-        let api = FakeElasticMetal::new();
-        api.set_offers("fr-par-2", offers("fr-par-2"));
-        api.set_offers("nl-ams-1", offers("nl-ams-1"));
-        let zones = vec!["fr-par-2".to_string(), "nl-ams-1".to_string()];
-        let mut state = RefreshState::default();
-        assert!(refresh_once(&store, &api, &zones, &mut state).await);
-        assert_eq!(
-            state.logged_exclusions.len(),
-            1,
-            "the RISC-V offer is logged once"
-        );
-        let before = store.snapshot();
-        let monthly = before.default[0].offerings[0].monthly.clone();
-        assert!(monthly.is_some(), "monthly twins were read");
-
-        api.fail_next(Op::ListOffers, ApiError::Unavailable("503".into()));
-        api.set_offers("nl-ams-1", vec![]);
-        assert!(!refresh_once(&store, &api, &zones, &mut state).await);
-        let after = store.snapshot();
-        // fr-par-2 failed and kept its offers; nl-ams-1 answered with none.
-        assert!(
-            after
-                .default
-                .iter()
-                .all(|t| t.zones().into_iter().eq(["fr-par-2".to_string()]))
-        );
-        assert_eq!(after.default.len(), before.default.len());
-        assert!(after.revision > before.revision);
-        // The age is that of the oldest offers served (fr-par-2's).
-        assert_eq!(after.refreshed_at, before.refreshed_at);
-        assert_eq!(state.logged_exclusions.len(), 1);
-    }
-}
+#[path = "store_tests.rs"]
+mod tests;

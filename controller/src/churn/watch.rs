@@ -22,7 +22,7 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::{ClaimView, churn_metrics, detect, is_workload, order_cost, parse_pool, risk_of};
-use crate::catalog::CatalogStore;
+use crate::catalog::{CatalogStore, ClassKind};
 use crate::k8s_events::{EventRecorder, NewEvent};
 use crate::k8s_nodes::NodeClaimList;
 use crate::nodeclass::Billing;
@@ -124,7 +124,8 @@ impl ChurnWatch {
             let class = value
                 .pointer("/spec/template/spec/nodeClassRef/name")
                 .and_then(Value::as_str);
-            let types = snapshot.for_class(class);
+            // Only Elastic Metal NodePools are judged (above).
+            let types = snapshot.for_class(ClassKind::ElasticMetal, class);
             let allowed = allowed_offers(&value);
             let offered: Vec<_> = types
                 .iter()
@@ -215,7 +216,8 @@ impl ChurnWatch {
                 .is_some_and(|c| c.spec.billing == Billing::Monthly);
             let snapshot = self.catalog.snapshot();
             let cost = order_cost(
-                &snapshot.for_class(new.node_class.as_deref()),
+                // `node_class` is set for Elastic Metal NodeClasses only.
+                &snapshot.for_class(ClassKind::ElasticMetal, new.node_class.as_deref()),
                 &churn.offer,
                 new.zone.as_deref(),
                 monthly,

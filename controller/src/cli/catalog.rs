@@ -28,7 +28,7 @@ use clap::{Args, ValueEnum};
 use futures::future::join_all;
 
 use crate::catalog::{
-    Billing, CatalogStore, ClassView, Excluded, InstanceType, LABEL_INSTANCE_DISK_TYPE,
+    Billing, CatalogStore, ClassKind, ClassView, Excluded, InstanceType, LABEL_INSTANCE_DISK_TYPE,
     LABEL_INSTANCE_GPU_NAME, instance_types, read_zone, run_refresher,
 };
 use crate::catalog::{ZoneProducts, vm_instance_types};
@@ -218,10 +218,13 @@ async fn serve(
     if args.billing() == Billing::Monthly {
         // NodePools of any NodeClass get the default catalog; a monthly
         // view is published under the name `monthly` for tools that ask.
-        store.set_node_classes(BTreeMap::from([(
-            "monthly".to_string(),
-            ClassView::from((Vec::new(), Billing::Monthly)),
-        )]));
+        store.set_node_classes(
+            ClassKind::ElasticMetal,
+            BTreeMap::from([(
+                "monthly".to_string(),
+                ClassView::from((Vec::new(), Billing::Monthly)),
+            )]),
+        );
     }
     let refresher = tokio::spawn(run_refresher(
         store.clone(),

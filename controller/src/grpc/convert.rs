@@ -5,7 +5,7 @@ use prost::Message;
 use tonic::{Code, Status};
 
 use super::pb;
-use crate::catalog::{InstanceType, Operator, Requirement, Snapshot};
+use crate::catalog::{ClassKind, InstanceType, Operator, Requirement, Snapshot};
 use crate::provider::ProviderError;
 
 const CREATE_ERROR_DETAIL_URL: &str =
@@ -142,18 +142,37 @@ pub fn instance_types(types: &[InstanceType]) -> Vec<pb::InstanceType> {
     types.iter().map(instance_type).collect()
 }
 
+/// Elastic Metal goes on the wire as the empty kind, as it did before there
+/// were two kinds (a bridge of that time reads every catalog as its own).
+fn kind_on_wire(kind: ClassKind) -> String {
+    match kind {
+        ClassKind::ElasticMetal => String::new(),
+        other => other.name().to_string(),
+    }
+}
+
 pub fn watch_response(s: &Snapshot) -> pb::WatchInstanceTypesResponse {
     pb::WatchInstanceTypesResponse {
         revision: s.revision,
         catalogs: s
             .per_class
             .iter()
-            .map(|(name, types)| pb::NodeClassCatalog {
+            .map(|((kind, name), types)| pb::NodeClassCatalog {
                 node_class_name: name.clone(),
                 instance_types: instance_types(types),
+                node_class_kind: kind_on_wire(*kind),
             })
             .collect(),
         default_catalog: instance_types(&s.default),
+        kind_defaults: s
+            .kind_defaults
+            .iter()
+            .map(|(kind, types)| pb::NodeClassCatalog {
+                node_class_name: String::new(),
+                instance_types: instance_types(types),
+                node_class_kind: kind_on_wire(*kind),
+            })
+            .collect(),
         offers_read_at_unix: s
             .refreshed_at
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())

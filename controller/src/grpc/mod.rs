@@ -16,7 +16,7 @@ use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
-use crate::catalog::{CatalogStore, PROVIDER_LABELS};
+use crate::catalog::{CatalogStore, ClassKind, PROVIDER_LABELS};
 use crate::nodeclass;
 use crate::provider::{PROVIDER_NAME, Provider, ProviderError, RepairPolicy};
 
@@ -215,9 +215,11 @@ impl CloudProvider for CloudProviderService {
         req: Request<pb::GetInstanceTypesRequest>,
     ) -> Result<Response<pb::GetInstanceTypesResponse>, Status> {
         let pool = decode(&req.get_ref().node_pool_json, "NodePool")?;
-        let class = pool
-            .pointer("/spec/template/spec/nodeClassRef/name")
-            .and_then(Value::as_str);
+        let class_ref = |field: &str| {
+            pool.pointer(&format!("/spec/template/spec/nodeClassRef/{field}"))
+                .and_then(Value::as_str)
+        };
+        let (kind, class) = (ClassKind::of(class_ref("kind")), class_ref("name"));
         let snapshot = self.catalog.snapshot();
         if !snapshot.is_loaded() {
             return Err(Status::unavailable(
@@ -225,7 +227,7 @@ impl CloudProvider for CloudProviderService {
             ));
         }
         Ok(Response::new(pb::GetInstanceTypesResponse {
-            instance_types: convert::instance_types(&snapshot.for_class(class)),
+            instance_types: convert::instance_types(&snapshot.for_class(kind, class)),
         }))
     }
 

@@ -1,6 +1,7 @@
 //! Contract test: a real tonic client over a temporary Unix socket, the real
 //! service, the provider on the in-memory Elastic Metal fake.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
@@ -385,6 +386,106 @@ async fn instance_types_and_watch() {
         .find(|t| t.name == "EM-A115X-SSD")
         .unwrap();
     assert!(!a.offerings[0].available);
+    drop(stream);
+    h.stop().await;
+}
+
+/// One catalog holds both kinds: a NodePool gets its nodeClassRef's kind and
+/// name, an Instance NodePool of an unlisted class the Instance default, and
+/// the watch stream says which kind each catalog is.
+#[tokio::test]
+async fn instance_types_are_keyed_by_kind() {
+    use crate::catalog::{ClassKind, ZoneProducts, vm_instance_types};
+    use crate::scaleway::instance::fake::{recorded_availability, recorded_types};
+    let mut h = start().await;
+    let vms = vm_instance_types(
+        &BTreeMap::from([(
+            ZONE.to_string(),
+            ZoneProducts {
+                types: recorded_types(),
+                availability: recorded_availability(),
+            },
+        )]),
+        20_000_000_000,
+    )
+    .0;
+    let catalog = &h.fixture.catalog;
+    catalog.set_kind_types(ClassKind::Instance, vms);
+    let shared = || BTreeMap::from([("shared".to_string(), vec![ZONE.to_string()])]);
+    catalog.set_node_classes(ClassKind::ElasticMetal, shared());
+    catalog.set_node_classes(ClassKind::Instance, shared());
+
+    let mut types_of = async |kind: Option<&str>, name: &str| {
+        let mut class_ref = json!({"group": "karpenter.scaleway.com", "name": name});
+        if let Some(kind) = kind {
+            class_ref["kind"] = json!(kind);
+        }
+        let pool = json!({"spec": {"template": {"spec": {"nodeClassRef": class_ref}}}});
+        let resp = h
+            .client
+            .get_instance_types(pb::GetInstanceTypesRequest {
+                node_pool_json: serde_json::to_vec(&pool).unwrap(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let names: Vec<String> = resp.instance_types.into_iter().map(|t| t.name).collect();
+        assert!(!names.is_empty(), "{kind:?} {name}");
+        (names.iter().all(|n| n.starts_with("EM-")), names)
+    };
+    let em = Some("ScalewayElasticMetalNodeClass");
+    let vm = Some("ScalewayInstanceNodeClass");
+    let (all_em, em_shared) = types_of(em, "shared").await;
+    assert!(all_em);
+    let (all_em, vm_shared) = types_of(vm, "shared").await;
+    assert!(!all_em && vm_shared.iter().all(|n| !n.starts_with("EM-")));
+    let (all_em, vm_unlisted) = types_of(vm, "unlisted").await;
+    assert!(!all_em && vm_unlisted.iter().all(|n| !n.starts_with("EM-")));
+    // Elastic Metal as before: no kind or an unknown one is Elastic Metal.
+    assert_eq!(types_of(None, "shared").await.1, em_shared);
+    assert_eq!(
+        types_of(Some("OtherNodeClass"), "shared").await.1,
+        em_shared
+    );
+    assert!(types_of(em, "unlisted").await.0);
+
+    let mut stream = h
+        .client
+        .watch_instance_types(pb::WatchInstanceTypesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let msg = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let kinds: Vec<(&str, &str)> = msg
+        .catalogs
+        .iter()
+        .map(|c| (c.node_class_kind.as_str(), c.node_class_name.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("", "shared"), ("ScalewayInstanceNodeClass", "shared")],
+        "Elastic Metal goes on the wire as the empty kind"
+    );
+    assert!(
+        msg.default_catalog
+            .iter()
+            .all(|t| t.name.starts_with("EM-"))
+    );
+    assert_eq!(msg.kind_defaults.len(), 1);
+    let d = &msg.kind_defaults[0];
+    assert_eq!(
+        (d.node_class_kind.as_str(), d.node_class_name.as_str()),
+        ("ScalewayInstanceNodeClass", "")
+    );
+    let mut wire: Vec<&str> = d.instance_types.iter().map(|t| t.name.as_str()).collect();
+    wire.sort();
+    let mut served: Vec<&str> = vm_unlisted.iter().map(String::as_str).collect();
+    served.sort();
+    assert_eq!(wire, served);
     drop(stream);
     h.stop().await;
 }

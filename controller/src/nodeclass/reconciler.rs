@@ -30,7 +30,7 @@ use super::{
     Condition, NodeClassSpec, ScalewayElasticMetalNodeClass, SecretKeyRef, content_check,
     image_check, resolve_image_url,
 };
-use crate::catalog::{self, CatalogStore, ClassView};
+use crate::catalog::{self, CatalogStore, ClassKind, ClassView};
 use crate::scaleway::{ApiError, ElasticMetal};
 
 type NodeClass = ScalewayElasticMetalNodeClass;
@@ -216,7 +216,7 @@ fn arches_of(ctx: &Context, name: &str, spec: &NodeClassSpec) -> BTreeSet<String
     let mut arches: BTreeSet<String> = ctx
         .catalog
         .snapshot()
-        .for_class(Some(name))
+        .for_class(ClassKind::ElasticMetal, Some(name))
         .iter()
         .map(|t| t.arch.clone())
         .collect();
@@ -292,7 +292,8 @@ fn publish_node_classes(ctx: &Context) {
         .iter()
         .map(|nc| (nc.name_any(), class_view(&nc.spec)))
         .collect();
-    ctx.catalog.set_node_classes(classes);
+    ctx.catalog
+        .set_node_classes(ClassKind::ElasticMetal, classes);
 }
 
 async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {

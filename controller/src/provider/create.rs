@@ -14,7 +14,7 @@ use super::{
     KubeError, NodeClassRecord, NodeRegistration, Provider, ProviderError, TAG_NODECLAIM,
     TAG_NODECLASS, TAG_NODEPOOL, candidates, provider_id, tag,
 };
-use crate::catalog::{Billing, InstanceType, KubeletReservations, Snapshot};
+use crate::catalog::{Billing, ClassKind, InstanceType, KubeletReservations, Snapshot};
 use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
 use crate::nodeclass::{self, NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, CreateServerRequest, Server, ServerFilter, ServerStatus};
@@ -420,7 +420,7 @@ impl Provider {
             nodeclass::Billing::Hourly => Billing::Hourly,
             nodeclass::Billing::Monthly => Billing::Monthly,
         };
-        let types = snapshot.for_class(Some(&class.name));
+        let types = snapshot.for_class(ClassKind::ElasticMetal, Some(&class.name));
         let Some((it, offering, offer_id)) = candidates(&types, &view.requirements, zones)
             .into_iter()
             .find_map(|(it, o)| Some((it, o, o.order_offer_id(billing)?.to_string())))

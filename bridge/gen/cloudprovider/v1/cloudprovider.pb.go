@@ -727,16 +727,26 @@ type WatchInstanceTypesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Increases with every snapshot the provider computes.
 	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	// One catalog per NodeClass (prices and zones depend on the NodeClass).
+	// One catalog per NodeClass (prices and zones depend on the NodeClass),
+	// keyed by (node_class_kind, node_class_name): two kinds may use one name.
+	// A NodePool gets the catalog of its nodeClassRef's kind and name.
 	Catalogs []*NodeClassCatalog `protobuf:"bytes,2,rep,name=catalogs,proto3" json:"catalogs,omitempty"`
-	// Catalog for NodePools whose NodeClass is not listed (e.g. not yet reconciled).
+	// Catalog for Elastic Metal NodePools whose NodeClass is not listed (e.g.
+	// not yet reconciled), and for NodePools whose nodeClassRef names no kind
+	// or a kind the provider does not serve.
 	DefaultCatalog []*InstanceType `protobuf:"bytes,3,rep,name=default_catalog,json=defaultCatalog,proto3" json:"default_catalog,omitempty"`
 	// When the oldest offers in this snapshot were read from the cloud API
 	// (Unix seconds; 0 = unknown). Grows when the API fails and the provider
 	// keeps serving its last good catalog.
 	OffersReadAtUnix int64 `protobuf:"varint,4,opt,name=offers_read_at_unix,json=offersReadAtUnix,proto3" json:"offers_read_at_unix,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The default catalog of every other kind the provider serves
+	// (node_class_name empty; instance_types may be empty): for NodePools of
+	// that kind whose NodeClass is not listed. A NodePool of one kind never
+	// gets another kind's instance types. A kind found neither here nor in
+	// catalogs is served as Elastic Metal.
+	KindDefaults  []*NodeClassCatalog `protobuf:"bytes,5,rep,name=kind_defaults,json=kindDefaults,proto3" json:"kind_defaults,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchInstanceTypesResponse) Reset() {
@@ -797,10 +807,21 @@ func (x *WatchInstanceTypesResponse) GetOffersReadAtUnix() int64 {
 	return 0
 }
 
+func (x *WatchInstanceTypesResponse) GetKindDefaults() []*NodeClassCatalog {
+	if x != nil {
+		return x.KindDefaults
+	}
+	return nil
+}
+
 type NodeClassCatalog struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeClassName string                 `protobuf:"bytes,1,opt,name=node_class_name,json=nodeClassName,proto3" json:"node_class_name,omitempty"`
 	InstanceTypes []*InstanceType        `protobuf:"bytes,2,rep,name=instance_types,json=instanceTypes,proto3" json:"instance_types,omitempty"`
+	// The NodeClass kind (group karpenter.scaleway.com), e.g.
+	// "ScalewayInstanceNodeClass"; empty means "ScalewayElasticMetalNodeClass",
+	// as sent before there were two kinds.
+	NodeClassKind string `protobuf:"bytes,3,opt,name=node_class_kind,json=nodeClassKind,proto3" json:"node_class_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -847,6 +868,13 @@ func (x *NodeClassCatalog) GetInstanceTypes() []*InstanceType {
 		return x.InstanceTypes
 	}
 	return nil
+}
+
+func (x *NodeClassCatalog) GetNodeClassKind() string {
+	if x != nil {
+		return x.NodeClassKind
+	}
+	return ""
 }
 
 type InstanceType struct {
@@ -1640,15 +1668,17 @@ const file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc = "" +
 	"\x0enode_pool_json\x18\x01 \x01(\fR\fnodePoolJson\"k\n" +
 	"\x18GetInstanceTypesResponse\x12O\n" +
 	"\x0einstance_types\x18\x01 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\rinstanceTypes\"\x1b\n" +
-	"\x19WatchInstanceTypesRequest\"\x84\x02\n" +
+	"\x19WatchInstanceTypesRequest\"\xd7\x02\n" +
 	"\x1aWatchInstanceTypesResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12H\n" +
 	"\bcatalogs\x18\x02 \x03(\v2,.karpenter.cloudprovider.v1.NodeClassCatalogR\bcatalogs\x12Q\n" +
 	"\x0fdefault_catalog\x18\x03 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\x0edefaultCatalog\x12-\n" +
-	"\x13offers_read_at_unix\x18\x04 \x01(\x03R\x10offersReadAtUnix\"\x8b\x01\n" +
+	"\x13offers_read_at_unix\x18\x04 \x01(\x03R\x10offersReadAtUnix\x12Q\n" +
+	"\rkind_defaults\x18\x05 \x03(\v2,.karpenter.cloudprovider.v1.NodeClassCatalogR\fkindDefaults\"\xb3\x01\n" +
 	"\x10NodeClassCatalog\x12&\n" +
 	"\x0fnode_class_name\x18\x01 \x01(\tR\rnodeClassName\x12O\n" +
-	"\x0einstance_types\x18\x02 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\rinstanceTypes\"\x86\x03\n" +
+	"\x0einstance_types\x18\x02 \x03(\v2(.karpenter.cloudprovider.v1.InstanceTypeR\rinstanceTypes\x12&\n" +
+	"\x0fnode_class_kind\x18\x03 \x01(\tR\rnodeClassKind\"\x86\x03\n" +
 	"\fInstanceType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12K\n" +
 	"\frequirements\x18\x02 \x03(\v2'.karpenter.cloudprovider.v1.RequirementR\frequirements\x12B\n" +
@@ -1785,43 +1815,44 @@ var file_karpenter_cloudprovider_v1_cloudprovider_proto_depIdxs = []int32{
 	17, // 0: karpenter.cloudprovider.v1.GetInstanceTypesResponse.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
 	16, // 1: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.catalogs:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
 	17, // 2: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.default_catalog:type_name -> karpenter.cloudprovider.v1.InstanceType
-	17, // 3: karpenter.cloudprovider.v1.NodeClassCatalog.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
-	20, // 4: karpenter.cloudprovider.v1.InstanceType.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
-	19, // 5: karpenter.cloudprovider.v1.InstanceType.offerings:type_name -> karpenter.cloudprovider.v1.Offering
-	31, // 6: karpenter.cloudprovider.v1.InstanceType.capacity:type_name -> karpenter.cloudprovider.v1.InstanceType.CapacityEntry
-	18, // 7: karpenter.cloudprovider.v1.InstanceType.overhead:type_name -> karpenter.cloudprovider.v1.Overhead
-	32, // 8: karpenter.cloudprovider.v1.Overhead.kube_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
-	33, // 9: karpenter.cloudprovider.v1.Overhead.system_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
-	34, // 10: karpenter.cloudprovider.v1.Overhead.eviction_threshold:type_name -> karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
-	20, // 11: karpenter.cloudprovider.v1.Offering.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
-	0,  // 12: karpenter.cloudprovider.v1.Requirement.operator:type_name -> karpenter.cloudprovider.v1.Requirement.Operator
-	25, // 13: karpenter.cloudprovider.v1.RepairPoliciesResponse.policies:type_name -> karpenter.cloudprovider.v1.RepairPolicy
-	28, // 14: karpenter.cloudprovider.v1.InfoResponse.node_classes:type_name -> karpenter.cloudprovider.v1.NodeClassKind
-	1,  // 15: karpenter.cloudprovider.v1.CloudProvider.Create:input_type -> karpenter.cloudprovider.v1.CreateRequest
-	6,  // 16: karpenter.cloudprovider.v1.CloudProvider.Delete:input_type -> karpenter.cloudprovider.v1.DeleteRequest
-	8,  // 17: karpenter.cloudprovider.v1.CloudProvider.Get:input_type -> karpenter.cloudprovider.v1.GetRequest
-	10, // 18: karpenter.cloudprovider.v1.CloudProvider.List:input_type -> karpenter.cloudprovider.v1.ListRequest
-	12, // 19: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:input_type -> karpenter.cloudprovider.v1.GetInstanceTypesRequest
-	14, // 20: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:input_type -> karpenter.cloudprovider.v1.WatchInstanceTypesRequest
-	21, // 21: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:input_type -> karpenter.cloudprovider.v1.IsDriftedRequest
-	23, // 22: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:input_type -> karpenter.cloudprovider.v1.RepairPoliciesRequest
-	26, // 23: karpenter.cloudprovider.v1.CloudProvider.Info:input_type -> karpenter.cloudprovider.v1.InfoRequest
-	29, // 24: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:input_type -> karpenter.cloudprovider.v1.SetLeadershipRequest
-	2,  // 25: karpenter.cloudprovider.v1.CloudProvider.Create:output_type -> karpenter.cloudprovider.v1.CreateResponse
-	7,  // 26: karpenter.cloudprovider.v1.CloudProvider.Delete:output_type -> karpenter.cloudprovider.v1.DeleteResponse
-	9,  // 27: karpenter.cloudprovider.v1.CloudProvider.Get:output_type -> karpenter.cloudprovider.v1.GetResponse
-	11, // 28: karpenter.cloudprovider.v1.CloudProvider.List:output_type -> karpenter.cloudprovider.v1.ListResponse
-	13, // 29: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:output_type -> karpenter.cloudprovider.v1.GetInstanceTypesResponse
-	15, // 30: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:output_type -> karpenter.cloudprovider.v1.WatchInstanceTypesResponse
-	22, // 31: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:output_type -> karpenter.cloudprovider.v1.IsDriftedResponse
-	24, // 32: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:output_type -> karpenter.cloudprovider.v1.RepairPoliciesResponse
-	27, // 33: karpenter.cloudprovider.v1.CloudProvider.Info:output_type -> karpenter.cloudprovider.v1.InfoResponse
-	30, // 34: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:output_type -> karpenter.cloudprovider.v1.SetLeadershipResponse
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	16, // 3: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.kind_defaults:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
+	17, // 4: karpenter.cloudprovider.v1.NodeClassCatalog.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
+	20, // 5: karpenter.cloudprovider.v1.InstanceType.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
+	19, // 6: karpenter.cloudprovider.v1.InstanceType.offerings:type_name -> karpenter.cloudprovider.v1.Offering
+	31, // 7: karpenter.cloudprovider.v1.InstanceType.capacity:type_name -> karpenter.cloudprovider.v1.InstanceType.CapacityEntry
+	18, // 8: karpenter.cloudprovider.v1.InstanceType.overhead:type_name -> karpenter.cloudprovider.v1.Overhead
+	32, // 9: karpenter.cloudprovider.v1.Overhead.kube_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
+	33, // 10: karpenter.cloudprovider.v1.Overhead.system_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
+	34, // 11: karpenter.cloudprovider.v1.Overhead.eviction_threshold:type_name -> karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
+	20, // 12: karpenter.cloudprovider.v1.Offering.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
+	0,  // 13: karpenter.cloudprovider.v1.Requirement.operator:type_name -> karpenter.cloudprovider.v1.Requirement.Operator
+	25, // 14: karpenter.cloudprovider.v1.RepairPoliciesResponse.policies:type_name -> karpenter.cloudprovider.v1.RepairPolicy
+	28, // 15: karpenter.cloudprovider.v1.InfoResponse.node_classes:type_name -> karpenter.cloudprovider.v1.NodeClassKind
+	1,  // 16: karpenter.cloudprovider.v1.CloudProvider.Create:input_type -> karpenter.cloudprovider.v1.CreateRequest
+	6,  // 17: karpenter.cloudprovider.v1.CloudProvider.Delete:input_type -> karpenter.cloudprovider.v1.DeleteRequest
+	8,  // 18: karpenter.cloudprovider.v1.CloudProvider.Get:input_type -> karpenter.cloudprovider.v1.GetRequest
+	10, // 19: karpenter.cloudprovider.v1.CloudProvider.List:input_type -> karpenter.cloudprovider.v1.ListRequest
+	12, // 20: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:input_type -> karpenter.cloudprovider.v1.GetInstanceTypesRequest
+	14, // 21: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:input_type -> karpenter.cloudprovider.v1.WatchInstanceTypesRequest
+	21, // 22: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:input_type -> karpenter.cloudprovider.v1.IsDriftedRequest
+	23, // 23: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:input_type -> karpenter.cloudprovider.v1.RepairPoliciesRequest
+	26, // 24: karpenter.cloudprovider.v1.CloudProvider.Info:input_type -> karpenter.cloudprovider.v1.InfoRequest
+	29, // 25: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:input_type -> karpenter.cloudprovider.v1.SetLeadershipRequest
+	2,  // 26: karpenter.cloudprovider.v1.CloudProvider.Create:output_type -> karpenter.cloudprovider.v1.CreateResponse
+	7,  // 27: karpenter.cloudprovider.v1.CloudProvider.Delete:output_type -> karpenter.cloudprovider.v1.DeleteResponse
+	9,  // 28: karpenter.cloudprovider.v1.CloudProvider.Get:output_type -> karpenter.cloudprovider.v1.GetResponse
+	11, // 29: karpenter.cloudprovider.v1.CloudProvider.List:output_type -> karpenter.cloudprovider.v1.ListResponse
+	13, // 30: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:output_type -> karpenter.cloudprovider.v1.GetInstanceTypesResponse
+	15, // 31: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:output_type -> karpenter.cloudprovider.v1.WatchInstanceTypesResponse
+	22, // 32: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:output_type -> karpenter.cloudprovider.v1.IsDriftedResponse
+	24, // 33: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:output_type -> karpenter.cloudprovider.v1.RepairPoliciesResponse
+	27, // 34: karpenter.cloudprovider.v1.CloudProvider.Info:output_type -> karpenter.cloudprovider.v1.InfoResponse
+	30, // 35: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:output_type -> karpenter.cloudprovider.v1.SetLeadershipResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_karpenter_cloudprovider_v1_cloudprovider_proto_init() }
