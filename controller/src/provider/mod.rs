@@ -35,6 +35,9 @@ pub use select::{candidates, satisfies};
 
 pub const PROVIDER_NAME: &str = "scaleway";
 pub const PROVIDER_ID_PREFIX: &str = "scaleway://baremetal/";
+/// Scaleway Instances (VMs), as the cloud controller manager and Talos'
+/// `scaleway` platform write it.
+pub const INSTANCE_PROVIDER_ID_PREFIX: &str = "scaleway://instance/";
 
 pub const TAG_CLUSTER: &str = "karpenter.scaleway.com/cluster";
 pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
@@ -63,6 +66,45 @@ pub fn parse_provider_id(id: &str) -> Option<(&str, &str)> {
     let rest = id.strip_prefix(PROVIDER_ID_PREFIX)?;
     let (zone, server) = rest.split_once('/')?;
     (!zone.is_empty() && !server.is_empty() && !server.contains('/')).then_some((zone, server))
+}
+
+/// `scaleway://instance/{zone}/{server_id}`.
+pub fn instance_provider_id(zone: &str, server_id: &str) -> String {
+    format!("{INSTANCE_PROVIDER_ID_PREFIX}{zone}/{server_id}")
+}
+
+/// The machine behind a providerID of either kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MachineId<'a> {
+    /// An Elastic Metal server.
+    Baremetal { zone: &'a str, id: &'a str },
+    /// An Instance (VM).
+    Instance { zone: &'a str, id: &'a str },
+}
+
+impl MachineId<'_> {
+    pub fn zone(&self) -> &str {
+        match self {
+            MachineId::Baremetal { zone, .. } | MachineId::Instance { zone, .. } => zone,
+        }
+    }
+
+    pub fn server_id(&self) -> &str {
+        match self {
+            MachineId::Baremetal { id, .. } | MachineId::Instance { id, .. } => id,
+        }
+    }
+}
+
+/// Either kind of providerID this provider writes.
+pub fn parse_machine_id(pid: &str) -> Option<MachineId<'_>> {
+    if let Some((zone, id)) = parse_provider_id(pid) {
+        return Some(MachineId::Baremetal { zone, id });
+    }
+    let rest = pid.strip_prefix(INSTANCE_PROVIDER_ID_PREFIX)?;
+    let (zone, id) = rest.split_once('/')?;
+    (!zone.is_empty() && !id.is_empty() && !id.contains('/'))
+        .then_some(MachineId::Instance { zone, id })
 }
 
 /// Errors of the provider, each with one meaning for Karpenter core (the gRPC

@@ -621,6 +621,35 @@ fn provider_ids() {
     assert_eq!(parse_provider_id("scaleway://baremetal/fr-par-2/a/b"), None);
 }
 
+#[test]
+fn machine_ids_of_both_kinds_parse_and_nothing_else_does() {
+    use super::{MachineId, instance_provider_id, parse_machine_id};
+    assert_eq!(
+        parse_machine_id("scaleway://baremetal/fr-par-2/abc"),
+        Some(MachineId::Baremetal {
+            zone: "fr-par-2",
+            id: "abc"
+        })
+    );
+    let vm = instance_provider_id("pl-waw-2", "vm-1");
+    assert_eq!(vm, "scaleway://instance/pl-waw-2/vm-1");
+    let parsed = parse_machine_id(&vm).unwrap();
+    assert_eq!(
+        parsed,
+        MachineId::Instance {
+            zone: "pl-waw-2",
+            id: "vm-1"
+        }
+    );
+    assert_eq!((parsed.zone(), parsed.server_id()), ("pl-waw-2", "vm-1"));
+    // The legacy form (`scaleway://<id>`) is the CCM's, never ours.
+    assert_eq!(parse_machine_id("scaleway://vm-1"), None);
+    assert_eq!(parse_machine_id("scaleway://instance/fr-par-2/"), None);
+    assert_eq!(parse_machine_id("scaleway://instance/fr-par-2/a/b"), None);
+    // Only the baremetal form is an Elastic Metal server.
+    assert_eq!(parse_provider_id(&vm), None);
+}
+
 #[tokio::test]
 async fn create_registers_the_node_and_passes_the_per_node_token() {
     let f = fixture();

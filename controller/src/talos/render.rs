@@ -238,7 +238,11 @@ impl HostnameForm {
                 }
                 typed.retain(|doc| Document::identity(doc).0 != Some("HostnameConfig"));
                 upsert_typed(typed, hostname_config(&node.hostname));
-                upsert_typed(typed, link_alias_config(&node.primary_mac));
+                // Without a known MAC (a VM: its one NIC is `eth0`) there is
+                // no link to select, so no alias.
+                if !node.primary_mac.is_empty() {
+                    upsert_typed(typed, link_alias_config(&node.primary_mac));
+                }
             }
             HostnameForm::V1Alpha1 => {
                 mapping_at(config, &["machine", "network"])?
@@ -426,10 +430,14 @@ fn apply_node_settings(config: &mut Mapping, node: &NodeSettings) -> Result<(), 
         }
     }
 
-    let install = mapping_at(config, &["machine", "install"])?;
-    install.insert("disk".into(), format!("/dev/{}", node.install_disk).into());
-    // A selector would compete with the disk we just wrote the image to.
-    install.shift_remove("diskSelector");
+    // A VM boots the image it was created from: Talos is installed already
+    // and there is no disk to name, so the base config's install section stays.
+    if !node.install_disk.is_empty() {
+        let install = mapping_at(config, &["machine", "install"])?;
+        install.insert("disk".into(), format!("/dev/{}", node.install_disk).into());
+        // A selector would compete with the disk we just wrote the image to.
+        install.shift_remove("diskSelector");
+    }
     Ok(())
 }
 

@@ -525,3 +525,28 @@ fn a_patch_overrides_kubelet_reservations_key_by_key() {
         yaml("{cpu: 50m, memory: 384Mi, ephemeral-storage: 256Mi}")
     );
 }
+
+#[test]
+fn a_vm_keeps_the_base_install_section_and_gets_no_link_alias() {
+    // A VM boots its image (nothing to install) and has one NIC whose MAC
+    // the provider does not know before it runs.
+    let vm = NodeSettings {
+        install_disk: String::new(),
+        primary_mac: String::new(),
+        provider_id: "scaleway://instance/fr-par-2/vm-1".into(),
+        ..node()
+    };
+    let base_install = at(&docs(BASE)[0], &["machine", "install"]).clone();
+    let rendered = render_machine_config(BASE, &vm).unwrap();
+    let docs = docs(&rendered);
+    assert_eq!(at(&docs[0], &["machine", "install"]), &base_install);
+    let kinds: Vec<&str> = docs[1..]
+        .iter()
+        .filter_map(|d| d.get("kind").and_then(Value::as_str))
+        .collect();
+    assert_eq!(kinds, ["HostnameConfig"]);
+    assert_eq!(
+        at(&docs[0], &["machine", "kubelet", "extraArgs", "provider-id"]),
+        &Value::from("scaleway://instance/fr-par-2/vm-1")
+    );
+}
