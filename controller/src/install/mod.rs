@@ -586,30 +586,37 @@ impl InstallEngine {
     }
 }
 
-/// The per-node part of the machine config: NodeClaim labels and taints (plus
-/// startup taints and the unregistered taint, all registered by the kubelet),
-/// the provider id, and what the rescue system found.
-pub fn node_settings(spec: &InstallSpec, disk: &str, mac: &str) -> NodeSettings {
-    let mut register_taints: Vec<Taint> = Vec::new();
+/// The taints a kubelet registers its Node with: the NodeClaim's taints, its
+/// startup taints and `karpenter.sh/unregistered` (core removes it once it
+/// has synced the NodeClaim), each (key, effect) once: the kubelet refuses
+/// two taints with the same key and effect.
+pub fn register_taints(taints: &[Taint], startup_taints: &[Taint]) -> Vec<Taint> {
     let unregistered = Taint {
         key: UNREGISTERED_TAINT_KEY.to_string(),
         value: None,
         effect: "NoExecute".to_string(),
     };
-    for taint in spec
-        .taints
+    let mut out: Vec<Taint> = Vec::new();
+    for taint in taints
         .iter()
-        .chain(&spec.startup_taints)
+        .chain(startup_taints)
         .chain(std::iter::once(&unregistered))
     {
-        // The kubelet refuses two taints with the same key and effect.
-        if !register_taints
+        if !out
             .iter()
             .any(|t| t.key == taint.key && t.effect == taint.effect)
         {
-            register_taints.push(taint.clone());
+            out.push(taint.clone());
         }
     }
+    out
+}
+
+/// The per-node part of the machine config: NodeClaim labels and taints (plus
+/// startup taints and the unregistered taint, all registered by the kubelet),
+/// the provider id, and what the rescue system found.
+pub fn node_settings(spec: &InstallSpec, disk: &str, mac: &str) -> NodeSettings {
+    let register_taints = register_taints(&spec.taints, &spec.startup_taints);
     NodeSettings {
         hostname: spec.node_name.clone(),
         labels: spec.labels.clone(),

@@ -10,6 +10,7 @@ pub mod nodeclaim;
 mod repair;
 mod resume;
 mod select;
+pub mod vm;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
