@@ -2,18 +2,22 @@
 //! Karpenter instance types, cached in memory and refreshed in the background.
 //!
 //! `mapping` is pure (offer JSON → instance type), and so is `instance_mapping`
-//! (Instance commercial types → instance types, not served yet); `store` holds the last good
+//! (Instance commercial types → instance types); `store` holds the last good
 //! catalog, the unavailable-offerings cache and the per-NodeClass views (keyed
-//! by kind and name, `kind`), and publishes a new snapshot on every change; `refresh` is the background task.
+//! by kind and name, `kind`), and publishes a new snapshot on every change;
+//! `run_refresher` (Elastic Metal) and `run_instance_refresher` (Instances) are
+//! the background tasks.
 //! Nothing here imports kube or tonic.
 
 mod instance_mapping;
+mod instance_refresh;
 mod kind;
 mod mapping;
 mod resources;
 mod store;
 
 pub use instance_mapping::{ZoneProducts, instance_family, vm_instance_types};
+pub use instance_refresh::{read_instance_zone, run_instance_refresher};
 pub use kind::{ClassKey, ClassKind};
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
 pub use resources::{KubeletReservations, Overhead, Resources};

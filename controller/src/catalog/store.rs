@@ -3,7 +3,7 @@
 //! `tokio::sync::watch` channel so that `GetInstanceTypes` reads without
 //! waiting and `WatchInstanceTypes` sends one snapshot per change.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -15,7 +15,9 @@ use futures::future::join_all;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
-use super::{Billing, ClassKey, ClassKind, InstanceType, Resources, instance_types};
+use super::{
+    Billing, ClassKey, ClassKind, InstanceType, Overhead, Resources, instance_types,
+};
 use crate::scaleway::{ElasticMetal, Offer, SubscriptionPeriod};
 
 /// One published catalog.
@@ -36,11 +38,21 @@ pub struct Snapshot {
     /// refresh when every zone answered, older when a zone's listing failed
     /// and its last good offers are served. `None` until offers were read once.
     pub refreshed_at: Option<SystemTime>,
+    /// The same for each other kind whose types were read at least once.
+    pub kind_refreshed_at: BTreeMap<ClassKind, SystemTime>,
 }
 
 impl Snapshot {
     pub fn is_loaded(&self) -> bool {
         self.refreshed_at.is_some()
+    }
+
+    /// Whether the types of `kind` were read at least once.
+    pub fn is_loaded_for(&self, kind: ClassKind) -> bool {
+        match kind {
+            ClassKind::ElasticMetal => self.is_loaded(),
+            other => self.kind_refreshed_at.contains_key(&other),
+        }
     }
 
     /// Seconds since the oldest offers of this catalog were read.
@@ -80,20 +92,32 @@ pub struct ClassView {
     /// Empty = every configured zone.
     pub zones: Vec<String>,
     pub billing: Billing,
+    /// The (zone, architecture) pairs the NodeClass has a boot image for
+    /// (Instances: images are per zone and arch); an offering outside them
+    /// is left out of the view. `None` = no such restriction (Elastic Metal,
+    /// whose image is a URL per arch).
+    pub images: Option<BTreeSet<(String, String)>>,
+    /// The node's ephemeral storage when the NodeClass, not the type, decides
+    /// it (an Instance's root volume size). `None` = the type's own.
+    pub ephemeral_storage_bytes: Option<u64>,
 }
 
 impl From<Vec<String>> for ClassView {
     fn from(zones: Vec<String>) -> Self {
         ClassView {
             zones,
-            billing: Billing::Hourly,
+            ..ClassView::default()
         }
     }
 }
 
 impl From<(Vec<String>, Billing)> for ClassView {
     fn from((zones, billing): (Vec<String>, Billing)) -> Self {
-        ClassView { zones, billing }
+        ClassView {
+            zones,
+            billing,
+            ..ClassView::default()
+        }
     }
 }
 
@@ -115,6 +139,8 @@ struct Inputs {
     base: BTreeMap<ClassKind, Vec<InstanceType>>,
     /// When the Elastic Metal offers were read.
     refreshed_at: Option<SystemTime>,
+    /// When each other kind's types were read.
+    kind_refreshed_at: BTreeMap<ClassKind, SystemTime>,
     /// (offer name, zone) → until when the offering counts as unavailable.
     /// Offer names do not overlap between kinds (`EM-…` vs Instance
     /// commercial types), so one map serves both.
@@ -222,14 +248,29 @@ impl CatalogStore {
     /// what its NodeClasses' views are drawn from. Elastic Metal's are set by
     /// [`set_base`](Self::set_base), which also dates the catalog.
     pub fn set_kind_types(&self, kind: ClassKind, types: Vec<InstanceType>) {
+        self.set_kind_types_read_at(kind, types, SystemTime::now());
+    }
+
+    /// Like [`set_kind_types`](Self::set_kind_types), with the time the
+    /// oldest of them was read (a zone whose listing failed keeps its last
+    /// good types).
+    pub fn set_kind_types_read_at(
+        &self,
+        kind: ClassKind,
+        types: Vec<InstanceType>,
+        read_at: SystemTime,
+    ) {
         if kind == ClassKind::ElasticMetal {
-            return self.set_base(types);
+            return self.set_base_read_at(types, read_at);
         }
         let mut inputs = self.lock();
-        if inputs.base.get(&kind) != Some(&types) {
+        let first = inputs.kind_refreshed_at.insert(kind, read_at).is_none();
+        if first || inputs.base.get(&kind) != Some(&types) {
             inputs.base.insert(kind, types);
-            self.publish(&inputs, Instant::now());
         }
+        // Published either way: the read time moves (silently when nothing
+        // else changed, see `publish`).
+        self.publish(&inputs, Instant::now());
     }
 
     /// The NodeClasses of `kind`, their zones and billing (the full set of
@@ -345,20 +386,21 @@ impl CatalogStore {
     /// revision and wakes the watchers, one with the same content only updates
     /// the refresh time, silently. Returns the current revision.
     fn publish(&self, inputs: &Inputs, now: Instant) -> u64 {
-        let view = |kind, zones: &[String], billing| {
+        let view = |kind, class: &ClassView| {
             let base = inputs.base.get(&kind).map_or(&[][..], Vec::as_slice);
-            Arc::new(view(inputs, base, now, zones, billing))
+            Arc::new(view(inputs, base, now, class))
         };
-        let default = view(ClassKind::ElasticMetal, &[], Billing::Hourly);
+        let any = ClassView::default();
+        let default = view(ClassKind::ElasticMetal, &any);
         let kind_defaults = ClassKind::ALL
             .into_iter()
             .filter(|k| *k != ClassKind::ElasticMetal)
-            .map(|k| (k, view(k, &[], Billing::Hourly)))
+            .map(|k| (k, view(k, &any)))
             .collect();
         let per_class = inputs
             .classes
             .iter()
-            .map(|((kind, name), c)| ((*kind, name.clone()), view(*kind, &c.zones, c.billing)))
+            .map(|((kind, name), c)| ((*kind, name.clone()), view(*kind, c)))
             .collect();
         let mut next = Snapshot {
             revision: 0,
@@ -366,10 +408,13 @@ impl CatalogStore {
             kind_defaults,
             per_class,
             refreshed_at: inputs.refreshed_at,
+            kind_refreshed_at: inputs.kind_refreshed_at.clone(),
         };
         let mut revision = 0;
         self.tx.send_if_modified(|current| {
-            let changed = !next.same_content(current) || current.is_loaded() != next.is_loaded();
+            let changed = !next.same_content(current)
+                || current.is_loaded() != next.is_loaded()
+                || current.kind_refreshed_at.len() != next.kind_refreshed_at.len();
             next.revision = current.revision + u64::from(changed);
             revision = next.revision;
             *current = Arc::new(std::mem::take(&mut next));
@@ -386,23 +431,34 @@ fn min_nonzero(a: u64, b: u64) -> u64 {
     }
 }
 
-/// The catalog of `base` in `zones` (empty = all) for `billing`: observed
-/// allocatable applied, offerings priced, recent refusals marked.
+/// The catalog of `base` as `class` sees it (its zones, empty = all; its
+/// images; its root volume), priced for its billing: observed allocatable
+/// applied, recent refusals marked.
 fn view(
     inputs: &Inputs,
     base: &[InstanceType],
     now: Instant,
-    zones: &[String],
-    billing: Billing,
+    class: &ClassView,
 ) -> Vec<InstanceType> {
+    let (zones, billing) = (&class.zones, class.billing);
     base.iter()
         .filter_map(|it| {
             let mut it = it.clone();
+            if let Some(bytes) = class.ephemeral_storage_bytes
+                && bytes != it.capacity.ephemeral_storage_bytes
+            {
+                it.capacity.ephemeral_storage_bytes = bytes;
+                it.overhead = Overhead::estimate(&it.capacity);
+            }
             if let Some(observed) = inputs.observed.get(&it.name) {
                 it.overhead = it.overhead.at_most_allocatable(&it.capacity, observed);
             }
             if !zones.is_empty() {
                 it.offerings.retain(|o| zones.contains(&o.zone));
+            }
+            if let Some(images) = &class.images {
+                it.offerings
+                    .retain(|o| images.contains(&(o.zone.clone(), it.arch.clone())));
             }
             for o in &mut it.offerings {
                 o.bill(billing);

@@ -460,3 +460,46 @@ fn an_elastic_metal_nodepool_is_unchanged_by_the_instance_kind() {
         );
     }
 }
+
+#[test]
+fn an_instance_class_sees_only_pairs_with_an_image_and_its_root_volume() {
+    let store = CatalogStore::new(Duration::from_secs(60));
+    store.set_kind_types(ClassKind::Instance, vm_types());
+    // An amd64 image in fr-par-2 only, and a 50 GB root volume.
+    let view = ClassView {
+        images: Some(BTreeSet::from([(
+            "fr-par-2".to_string(),
+            "amd64".to_string(),
+        )])),
+        ephemeral_storage_bytes: Some(50_000_000_000),
+        ..ClassView::default()
+    };
+    // The recorded types are all amd64: an arm64-only image offers nothing.
+    let arm_only = ClassView {
+        images: Some(BTreeSet::from([(
+            "fr-par-2".to_string(),
+            "arm64".to_string(),
+        )])),
+        ..ClassView::default()
+    };
+    store.set_node_classes(
+        ClassKind::Instance,
+        BTreeMap::from([("vms".to_string(), view), ("arm".to_string(), arm_only)]),
+    );
+    let s = store.snapshot();
+    let vm = s.for_class(ClassKind::Instance, Some("vms"));
+    assert!(!vm.is_empty());
+    assert_eq!(zones_of(&vm), BTreeSet::from(["fr-par-2".to_string()]));
+    assert!(s.for_class(ClassKind::Instance, Some("arm")).is_empty());
+    let default = s.default_for(ClassKind::Instance);
+    assert_eq!(
+        zones_of(&default),
+        BTreeSet::from(["fr-par-2".to_string(), "nl-ams-1".to_string()])
+    );
+    let pop2 = vm.iter().find(|t| t.name == "POP2-2C-8G").unwrap();
+    assert_eq!(pop2.capacity.ephemeral_storage_bytes, 50_000_000_000);
+    let pop2_default = default.iter().find(|t| t.name == "POP2-2C-8G").unwrap();
+    assert_eq!(pop2_default.capacity.ephemeral_storage_bytes, 20_000_000_000);
+    // The overhead follows the larger disk (eviction thresholds are a share of it).
+    assert_eq!(pop2.overhead, Overhead::estimate(&pop2.capacity));
+}
