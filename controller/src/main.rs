@@ -172,6 +172,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
     let instance_api: Arc<dyn Instance> = scaleway.clone();
+    // The orphan sweeper's Instance side: VMs and the SBS volumes they leave.
+    let sweeper_instance: Arc<dyn Instance> = scaleway.clone();
+    let sweeper_block: Arc<dyn karpenter_scaleway::scaleway::block::Block> = scaleway.clone();
     let api: Arc<dyn ElasticMetal> = scaleway;
     let client = kube::Client::try_default()
         .await
@@ -305,6 +308,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 dry_run: args.sweeper.sweep_dry_run,
             },
             zones,
+            instance: Some(sweeper_instance),
+            block: Some(sweeper_block),
+            instance_grace: args.sweeper.instance_orphan_grace,
+            teardowns: gc::Teardowns::default(),
         },
         args.sweeper.sweep_interval,
         is_leader.clone(),
