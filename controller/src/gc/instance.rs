@@ -375,6 +375,13 @@ fn decide_volume(
             (Verdict::Refused, Reason::OwnershipUnproven, gap, None)
         } else if volume.status == VolumeStatus::Deleting {
             spared(Reason::Deleting, "already being deleted".into())
+        } else if !matches!(volume.status, VolumeStatus::Available | VolumeStatus::InUse) {
+            // Creating, resizing, snapshotting, in error...: the Block API
+            // refuses a deletion until it settles, and an error is for a human.
+            spared(
+                Reason::Transitioning,
+                format!("{:?}: decided once it is available", volume.status),
+            )
         } else if !volume.is_detached() {
             let to: Vec<&str> = volume
                 .references

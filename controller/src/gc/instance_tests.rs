@@ -270,6 +270,19 @@ fn a_volume_still_attached_is_kept() {
     let server = vm("i1", "np-gone", "stopping", 60 * MIN);
     let d = one_volume(volume("i1-root", "np-gone", 60 * MIN), &[server], &[]);
     assert_eq!(what(&d), (Verdict::Spared, Reason::Attached, None));
+    for status in [
+        VolumeStatus::Creating,
+        VolumeStatus::Snapshotting,
+        VolumeStatus::Error,
+    ] {
+        let mut busy = volume("v1", "np-gone", 60 * MIN);
+        busy.status = status.clone();
+        assert_eq!(
+            what(&one_volume(busy, &[], &[])),
+            (Verdict::Spared, Reason::Transitioning, None),
+            "{status:?}"
+        );
+    }
     let mut deleting = volume("v1", "np-gone", 60 * MIN);
     deleting.status = VolumeStatus::Deleting;
     assert_eq!(
