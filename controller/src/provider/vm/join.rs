@@ -95,8 +95,8 @@ impl VmJoiner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|n| live.contains(n));
-        let todo: Vec<&Value> = claims
-            .iter()
+        let todo: Vec<Value> = claims
+            .into_iter()
             .filter(|c| c.pointer("/metadata/deletionTimestamp").is_none())
             .filter(|c| {
                 c.pointer("/status/providerID")
@@ -118,13 +118,13 @@ impl VmJoiner {
         )
     }
 
-    async fn step(&self, claim: &Value) -> (String, JoinOutcome) {
+    async fn step(&self, claim: Value) -> (String, JoinOutcome) {
         let name = claim
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let outcome = self.step_inner(&name, claim).await;
+        let outcome = self.step_inner(&name, &claim).await;
         if matches!(outcome, JoinOutcome::Joined | JoinOutcome::FellBack) {
             self.finish(&name);
         }
