@@ -302,6 +302,11 @@ impl Provider {
         self
     }
 
+    /// Whether `ScalewayInstanceNodeClass` NodeClaims are served.
+    pub fn serves_instances(&self) -> bool {
+        self.vms.is_some()
+    }
+
     /// The served zones a NodeClass allows (all served zones when it names none).
     fn served_zones(&self, class_zones: &[String]) -> Vec<String> {
         let served = &self.settings.zones;
