@@ -106,6 +106,48 @@ impl EmsimAdmin {
         self.0.get("/_emsim/counters").await
     }
 
+    /// Every live VM (`user_data_keys`, `hardware`, `actions` included).
+    pub async fn instance_servers(&self) -> Result<Vec<Value>> {
+        self.0.servers("/_emsim/instance/servers").await
+    }
+
+    /// Every VM ever created, deleted ones included (`deleted_at` set).
+    pub async fn instance_servers_including_deleted(&self) -> Result<Vec<Value>> {
+        self.0
+            .servers("/_emsim/instance/servers?include_deleted=true")
+            .await
+    }
+
+    /// Every Block and local volume, attached or not.
+    pub async fn instance_volumes(&self) -> Result<Vec<Value>> {
+        self.0.list("/_emsim/instance/volumes", "volumes").await
+    }
+
+    /// Sets a type's stock in a zone (`available`, `scarce`, `shortage`).
+    pub async fn set_instance_availability(
+        &self,
+        zone: &str,
+        commercial_type: &str,
+        availability: &str,
+    ) -> Result<()> {
+        let resp = self
+            .0
+            .http
+            .put(format!("{}/_emsim/instance/availability", self.0.base))
+            .json(&serde_json::json!({
+                "zone": zone, "commercial_type": commercial_type, "availability": availability
+            }))
+            .send()
+            .await?;
+        let status = resp.status();
+        anyhow::ensure!(
+            status.is_success(),
+            "PUT availability answered {status}: {}",
+            resp.text().await?
+        );
+        Ok(())
+    }
+
     /// Calls of one `METHOD /path-template` answered with a 2xx status.
     pub async fn successful_calls(&self, endpoint: &str) -> Result<u64> {
         let c = self.counters().await?;
