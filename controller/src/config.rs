@@ -197,6 +197,13 @@ pub struct SweeperArgs {
     /// logged as a warning at start.
     #[arg(long, env = "ORPHAN_GRACE", default_value = "3h", value_parser = parse_positive_duration)]
     pub orphan_grace: Duration,
+    /// Age under which an Instance (VM) of this cluster that no NodeClaim
+    /// claims, or a detached SBS volume of this cluster, is left alone. A VM
+    /// boots in about a minute and has no install to outlast; the grace
+    /// covers the moments between Create ordering it and the NodeClaim
+    /// becoming visible.
+    #[arg(long, env = "INSTANCE_ORPHAN_GRACE", default_value = "5m", value_parser = parse_positive_duration)]
+    pub instance_orphan_grace: Duration,
     /// Decide and report (Events, metrics, logs) but delete nothing.
     #[arg(long, env = "SWEEP_DRY_RUN")]
     pub sweep_dry_run: bool,
@@ -330,6 +337,7 @@ mod tests {
         let cli = <Cli as clap::Parser>::try_parse_from(["test"]).expect("defaults parse");
         assert_eq!(cli.sweeper.sweep_interval, Duration::from_secs(300));
         assert_eq!(cli.sweeper.orphan_grace, Duration::from_secs(3 * 3600));
+        assert_eq!(cli.sweeper.instance_orphan_grace, Duration::from_secs(300));
         assert!(!cli.sweeper.sweep_dry_run);
         let cli = <Cli as clap::Parser>::try_parse_from([
             "test",
@@ -337,13 +345,20 @@ mod tests {
             "30s",
             "--orphan-grace",
             "3h",
+            "--instance-orphan-grace",
+            "90s",
             "--sweep-dry-run",
         ])
         .expect("parses");
+        assert_eq!(cli.sweeper.instance_orphan_grace, Duration::from_secs(90));
         assert_eq!(cli.sweeper.sweep_interval, Duration::from_secs(30));
         assert_eq!(cli.sweeper.orphan_grace, Duration::from_secs(3 * 3600));
         assert!(cli.sweeper.sweep_dry_run);
         assert!(<Cli as clap::Parser>::try_parse_from(["test", "--orphan-grace", "0s"]).is_err());
+        assert!(
+            <Cli as clap::Parser>::try_parse_from(["test", "--instance-orphan-grace", "0s"])
+                .is_err()
+        );
     }
 
     #[test]

@@ -314,7 +314,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .expect("the provider is not shared yet")
                 .with_instances(VmPorts {
                     api: instance_api.clone(),
-                    block: block_api,
+                    block: block_api.clone(),
                     classes: Arc::new(instance_cache),
                 }),
         )
@@ -346,6 +346,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 dry_run: args.sweeper.sweep_dry_run,
             },
             zones,
+            // The Instance side (VMs and the SBS volumes they leave) only
+            // where Instances are served.
+            instance: serve_instances.then(|| instance_api.clone()),
+            block: serve_instances.then(|| block_api.clone()),
+            instance_grace: args.sweeper.instance_orphan_grace,
+            teardowns: gc::Teardowns::default(),
         },
         args.sweeper.sweep_interval,
         is_leader.clone(),

@@ -190,6 +190,7 @@ func TestInstanceLifecycleThroughTheSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	volumeID := running.Volumes["0"].ID
+	listVolumesAndPatchTags(t, blockAPI, volumeID)
 	if _, err := api.ServerAction(&instance.ServerActionRequest{
 		ServerID: id, Action: instance.ServerActionTerminate,
 	}); err != nil {
@@ -290,5 +291,67 @@ func TestInstanceTypedErrors(t *testing.T) {
 	var auth *scw.DeniedAuthenticationError
 	if !errors.As(err, &auth) {
 		t.Fatalf("unknown key: %T %v", err, err)
+	}
+}
+
+// What Create and the orphan sweeper do with SBS volumes: tag a root with
+// the ownership tags (PATCH), then list by tag through the SDK's pager,
+// which reads the body's total_count. The Block API's tags filter matches
+// a volume carrying one or more of the tags.
+func listVolumesAndPatchTags(t *testing.T, api *block.API, rootID string) {
+	t.Helper()
+	owned := []string{"karpenter.scaleway.com/cluster=conformance", "karpenter.sh/nodeclaim=node-a"}
+	patched, err := api.UpdateVolume(&block.UpdateVolumeRequest{VolumeID: rootID, Tags: &owned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(patched.Tags, owned) || patched.Status != block.VolumeStatusInUse {
+		t.Fatalf("patched volume: tags %v, status %s", patched.Tags, patched.Status)
+	}
+	if len(patched.References) != 1 || patched.References[0].ProductResourceType != "instance_server" {
+		t.Fatalf("patched volume references: %+v", patched.References)
+	}
+	name := "node-a-root"
+	renamed, err := api.UpdateVolume(&block.UpdateVolumeRequest{VolumeID: rootID, Name: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if renamed.Name != name || !slices.Equal(renamed.Tags, owned) {
+		t.Fatalf("renamed volume: %q, tags %v", renamed.Name, renamed.Tags)
+	}
+
+	every, err := api.ListVolumes(&block.ListVolumesRequest{PageSize: scw.Uint32Ptr(1)}, scw.WithAllPages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(every.Volumes) != 3 || every.TotalCount != 3 {
+		t.Fatalf("all pages of one: %d volumes, total %d", len(every.Volumes), every.TotalCount)
+	}
+	tagged, err := api.ListVolumes(&block.ListVolumesRequest{
+		Tags:      owned[:1],
+		ProjectID: scw.StringPtr(projectID),
+		PageSize:  scw.Uint32Ptr(1),
+	}, scw.WithAllPages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tagged.Volumes) != 1 || tagged.Volumes[0].ID != rootID || tagged.TotalCount != 1 {
+		t.Fatalf("tag filter: %d volumes, total %d", len(tagged.Volumes), tagged.TotalCount)
+	}
+	anyOf, err := api.ListVolumes(&block.ListVolumesRequest{
+		Tags: []string{"karpenter.sh/nodeclaim=node-a", "no-such-tag"},
+	}, scw.WithAllPages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(anyOf.Volumes) != 1 {
+		t.Fatalf("one or more matching tags: %d volumes", len(anyOf.Volumes))
+	}
+	other, err := api.ListVolumes(&block.ListVolumesRequest{ProjectID: scw.StringPtr(unknownID)}, scw.WithAllPages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(other.Volumes) != 0 {
+		t.Fatalf("another project: %d volumes", len(other.Volumes))
 	}
 }

@@ -2,12 +2,17 @@
 //! get, from a NodeClass (and its machine-config Secret) and a NodeClaim read
 //! from the cluster or from a file, before any server is bought.
 //!
-//! It uses the engine's own rendering (`install::node_settings` then
-//! `talos::render_machine_config`) on the spec Create would build
-//! (`provider::install_spec`); only what is unknown before a server exists is
-//! a placeholder: the server id (unless the NodeClaim was launched), the MAC
-//! address of the primary NIC and the node's bootstrap token, which Create
-//! mints per node. Secrets are printed as `<redacted>` unless asked for.
+//! Both NodeClass kinds are rendered by the code Create uses. Elastic Metal:
+//! `install::node_settings` on the spec Create would build
+//! (`provider::install_spec`). Instance (VM): `provider::vm::node_settings`.
+//! Then `talos::render_machine_config` for both. Only what is unknown before
+//! a server exists is a placeholder: the server id (unless the NodeClaim was
+//! launched), the MAC address of the primary NIC (Elastic Metal) and the
+//! node's bootstrap token, which Create mints per node. Secrets are printed
+//! as `<redacted>` unless asked for.
+//!
+//! The kind is `--kind`, else the `kind` of the `--nodeclass-file` manifest,
+//! else the NodeClaim's `nodeClassRef.kind` (absent: Elastic Metal).
 //!
 //! With `--nodeclass-file`, `--base-config-file` and `--nodeclaim-file` it
 //! reads no cluster at all: CI renders configs this way and validates them
@@ -18,19 +23,22 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use base64::Engine as _;
-use clap::{ArgGroup, Args};
+use clap::{ArgGroup, Args, ValueEnum};
 use serde_json::Value;
 use serde_yaml_ng::Value as Yaml;
 
 use crate::catalog::{
-    CAPACITY_TYPE_ON_DEMAND, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_DISK_TYPE,
+    CAPACITY_TYPE_ON_DEMAND, ClassKind, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_DISK_TYPE,
     LABEL_INSTANCE_TYPE, LABEL_OS, LABEL_REGION, LABEL_ZONE, region_of,
 };
 use crate::config::parse_zone;
 use crate::install::{self, Secret};
+use crate::nodeclass::instance::{InstanceNodeClassSpec, ScalewayInstanceNodeClass};
 use crate::nodeclass::{NodeClassSpec, ScalewayElasticMetalNodeClass, read_secret_key};
 use crate::provider::nodeclaim::{self, NodeClaimView};
-use crate::provider::{ClassSecrets, Placement, install_spec, parse_provider_id};
+use crate::provider::vm::{self, VmPlacement};
+use crate::provider::{ClassSecrets, MachineId, Placement, install_spec, parse_machine_id};
+use crate::scaleway::instance::USER_DATA_KEY;
 use crate::talos::render_machine_config;
 
 /// A locally administered, unicast MAC: obviously not a real NIC's.
@@ -42,14 +50,38 @@ pub const PLACEHOLDER_SERVER_ID: &str = "00000000-0000-0000-0000-000000000000";
 pub const PLACEHOLDER_TOKEN: &str = "xxxxxx.xxxxxxxxxxxxxxxx";
 pub const REDACTED: &str = "<redacted>";
 
+/// `--kind`: which NodeClass kind renders the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NodeClassKind {
+    /// `ScalewayElasticMetalNodeClass`.
+    ElasticMetal,
+    /// `ScalewayInstanceNodeClass` (VMs).
+    Instance,
+}
+
+impl NodeClassKind {
+    fn class_kind(self) -> ClassKind {
+        match self {
+            NodeClassKind::ElasticMetal => ClassKind::ElasticMetal,
+            NodeClassKind::Instance => ClassKind::Instance,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("claim").required(true).args(["nodeclaim", "nodeclaim_file"])))]
 #[command(group(ArgGroup::new("class").required(true).args(["nodeclass", "nodeclass_file"])))]
 pub struct RenderConfigArgs {
-    /// The ScalewayElasticMetalNodeClass whose image, disk selector, base
-    /// machine config and patches apply.
+    /// The NodeClass (ScalewayElasticMetalNodeClass or
+    /// ScalewayInstanceNodeClass, see `--kind`) whose base machine config and
+    /// patches apply.
     #[arg(long)]
     pub nodeclass: Option<String>,
+    /// The NodeClass kind: `elastic-metal` or `instance`. Default: the
+    /// `kind` of the `--nodeclass-file` manifest, else the NodeClaim's
+    /// `nodeClassRef.kind`, else `elastic-metal`.
+    #[arg(long, value_enum)]
+    pub kind: Option<NodeClassKind>,
     /// A NodeClass manifest in a YAML or JSON file, instead of one in the
     /// cluster.
     #[arg(long, value_name = "FILE")]
@@ -64,20 +96,22 @@ pub struct RenderConfigArgs {
     /// A NodeClaim in a YAML or JSON file (e.g. one you are about to create).
     #[arg(long, value_name = "FILE")]
     pub nodeclaim_file: Option<PathBuf>,
-    /// Offer name, e.g. EM-A115X-SSD. Default: the NodeClaim's instance-type
-    /// label, else its instance-type requirement when it allows one value.
+    /// Offer name (e.g. EM-A115X-SSD) or, for a VM, commercial type (e.g.
+    /// POP2-2C-8G). Default: the NodeClaim's instance-type label, else its
+    /// instance-type requirement when it allows one value.
     #[arg(long)]
     pub offer: Option<String>,
     /// Zone. Default: the NodeClaim's providerID or zone label, else the
     /// NodeClass's zone when it names exactly one.
     #[arg(long, value_parser = parse_zone)]
     pub zone: Option<String>,
-    /// Install disk as the rescue system names it. Default: the NodeClass
-    /// disk selector, else from the offer's disk type (NVMe: nvme0n1, eMMC:
-    /// mmcblk0, others: sda).
+    /// Install disk as the rescue system names it (Elastic Metal only).
+    /// Default: the NodeClass disk selector, else from the offer's disk type
+    /// (NVMe: nvme0n1, eMMC: mmcblk0, others: sda).
     #[arg(long, value_parser = parse_disk)]
     pub disk: Option<String>,
-    /// MAC address of the primary NIC (found in rescue on a real install).
+    /// MAC address of the primary NIC (found in rescue on a real install;
+    /// Elastic Metal only: a VM's one NIC is eth0).
     #[arg(long, default_value = PLACEHOLDER_MAC, value_parser = parse_mac)]
     pub mac: String,
     /// Print secrets (machine and cluster keys and tokens) instead of `<redacted>`.
@@ -142,6 +176,18 @@ pub struct RenderRequest<'a> {
     pub show_secrets: bool,
 }
 
+/// Everything `render_vm` needs, already read: a VM of a
+/// `ScalewayInstanceNodeClass` has no install disk and no MAC to select.
+pub struct VmRenderRequest<'a> {
+    pub claim: &'a Value,
+    pub class: &'a InstanceNodeClassSpec,
+    pub base_config: Secret,
+    /// The commercial type (`--offer`).
+    pub commercial_type: Option<&'a str>,
+    pub zone: Option<&'a str>,
+    pub show_secrets: bool,
+}
+
 /// The single value an `In` requirement on `key` allows, if exactly one.
 fn single_requirement(view: &NodeClaimView, key: &str) -> Option<String> {
     view.requirements
@@ -151,12 +197,14 @@ fn single_requirement(view: &NodeClaimView, key: &str) -> Option<String> {
         .map(|r| r.values[0].clone())
 }
 
-fn resolve_offer(
-    req: &RenderRequest<'_>,
+/// The flag, else the NodeClaim's instance-type label or single requirement.
+fn resolve_type(
+    flag: Option<&str>,
     view: &NodeClaimView,
+    what: &str,
 ) -> Result<String, RenderConfigError> {
-    if let Some(offer) = req.offer {
-        return Ok(offer.to_string());
+    if let Some(t) = flag {
+        return Ok(t.to_string());
     }
     view.labels
         .get(LABEL_INSTANCE_TYPE)
@@ -164,21 +212,19 @@ fn resolve_offer(
         .or_else(|| single_requirement(view, LABEL_INSTANCE_TYPE))
         .ok_or_else(|| {
             RenderConfigError::Ambiguous(format!(
-                "NodeClaim {} does not name one offer; pass --offer",
+                "NodeClaim {} does not name one {what}; pass --offer",
                 view.name
             ))
         })
 }
 
 fn resolve_zone(
-    req: &RenderRequest<'_>,
+    flag: Option<&str>,
+    class_zones: &[String],
     view: &NodeClaimView,
-    launched: Option<(&str, &str)>,
+    launched_zone: Option<&str>,
 ) -> Result<String, RenderConfigError> {
-    if let Some(zone) = req.zone {
-        return Ok(zone.to_string());
-    }
-    if let Some((zone, _)) = launched {
+    if let Some(zone) = flag.or(launched_zone) {
         return Ok(zone.to_string());
     }
     if let Some(zone) = view
@@ -189,12 +235,65 @@ fn resolve_zone(
     {
         return Ok(zone);
     }
-    match req.class.zones.as_slice() {
+    match class_zones {
         [only] => Ok(only.clone()),
         _ => Err(RenderConfigError::Ambiguous(format!(
             "cannot tell which zone NodeClaim {} would be placed in; pass --zone",
             view.name
         ))),
+    }
+}
+
+fn resolve_arch(view: &NodeClaimView) -> String {
+    view.labels
+        .get(LABEL_ARCH)
+        .cloned()
+        .or_else(|| single_requirement(view, LABEL_ARCH))
+        .unwrap_or_else(|| "amd64".to_string())
+}
+
+/// The well-known labels of the type; a launched NodeClaim carries every
+/// instance-type label (Create returned them) and those win.
+fn type_labels(instance_type: &str, arch: &str, zone: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_INSTANCE_TYPE.to_string(), instance_type.to_string()),
+        (LABEL_ARCH.to_string(), arch.to_string()),
+        (LABEL_OS.to_string(), "linux".to_string()),
+        (
+            LABEL_CAPACITY_TYPE.to_string(),
+            CAPACITY_TYPE_ON_DEMAND.to_string(),
+        ),
+        (LABEL_ZONE.to_string(), zone.to_string()),
+        (LABEL_REGION.to_string(), region_of(zone).to_string()),
+    ])
+}
+
+/// The (zone, server id) of a NodeClaim launched on a machine of `kind`;
+/// a providerID of the other kind is an error (wrong NodeClass kind).
+fn launched_on(
+    view: &NodeClaimView,
+    kind: ClassKind,
+) -> Result<Option<(&str, &str)>, RenderConfigError> {
+    let Some(machine) = view.provider_id.as_deref().and_then(parse_machine_id) else {
+        return Ok(None);
+    };
+    match (machine, kind) {
+        (MachineId::Baremetal { zone, id }, ClassKind::ElasticMetal)
+        | (MachineId::Instance { zone, id }, ClassKind::Instance) => Ok(Some((zone, id))),
+        (MachineId::Baremetal { .. }, ClassKind::Instance) => {
+            Err(RenderConfigError::Claim(format!(
+                "{} runs on Elastic Metal ({}): render it with its ScalewayElasticMetalNodeClass (--kind elastic-metal)",
+                view.name,
+                view.provider_id.as_deref().unwrap_or_default()
+            )))
+        }
+        (MachineId::Instance { .. }, ClassKind::ElasticMetal) => {
+            Err(RenderConfigError::Claim(format!(
+                "{} runs on an Instance ({}): render it with its ScalewayInstanceNodeClass (--kind instance)",
+                view.name,
+                view.provider_id.as_deref().unwrap_or_default()
+            )))
+        }
     }
 }
 
@@ -225,40 +324,22 @@ fn resolve_disk(req: &RenderRequest<'_>, view: &NodeClaimView, offer: &str) -> S
     }
 }
 
-/// Renders the machine config the NodeClaim's node would get.
+/// Renders the machine config the NodeClaim's node would get on Elastic Metal.
 pub fn render(req: &RenderRequest<'_>) -> Result<String, RenderConfigError> {
     let view = nodeclaim::parse(req.claim).map_err(RenderConfigError::Claim)?;
-    let launched = view.provider_id.as_deref().and_then(parse_provider_id);
-    let offer = resolve_offer(req, &view)?;
-    let zone = resolve_zone(req, &view, launched)?;
-    let arch = view
-        .labels
-        .get(LABEL_ARCH)
-        .cloned()
-        .or_else(|| single_requirement(&view, LABEL_ARCH))
-        .unwrap_or_else(|| "amd64".to_string());
+    let launched = launched_on(&view, ClassKind::ElasticMetal)?;
+    let offer = resolve_type(req.offer, &view, "offer")?;
+    let zone = resolve_zone(req.zone, &req.class.zones, &view, launched.map(|l| l.0))?;
+    let arch = resolve_arch(&view);
     let server_id = launched
         .map(|(_, id)| id.to_string())
         .unwrap_or_else(|| PLACEHOLDER_SERVER_ID.to_string());
-    // The well-known labels of the type; a launched NodeClaim carries every
-    // instance-type label (Create returned them) and those win.
-    let type_labels = BTreeMap::from([
-        (LABEL_INSTANCE_TYPE.to_string(), offer.clone()),
-        (LABEL_ARCH.to_string(), arch.clone()),
-        (LABEL_OS.to_string(), "linux".to_string()),
-        (
-            LABEL_CAPACITY_TYPE.to_string(),
-            CAPACITY_TYPE_ON_DEMAND.to_string(),
-        ),
-        (LABEL_ZONE.to_string(), zone.clone()),
-        (LABEL_REGION.to_string(), region_of(&zone).to_string()),
-    ]);
     let placement = Placement {
+        type_labels: type_labels(&offer, &arch, &zone),
         zone,
         server_id,
         offer_name: offer.clone(),
         arch,
-        type_labels,
         // The offer's hardware is not read here (no Scaleway API call); the
         // header says what Create adds.
         kubelet_reservations: None,
@@ -278,27 +359,70 @@ pub fn render(req: &RenderRequest<'_>) -> Result<String, RenderConfigError> {
     let disk = resolve_disk(req, &view, &offer);
     let settings = install::node_settings(&spec, &disk, req.mac);
     let config = render_machine_config(spec.base_machine_config.expose(), &settings)?;
-    let body = if req.show_secrets {
-        config
-    } else {
-        redact(&config)?
-    };
-    let mut out = format!(
+    let first = format!(
         "# Machine config of NodeClaim {} ({} in {}, disk /dev/{disk}, primary NIC {}).\n",
         view.name, placement.offer_name, placement.zone, req.mac
     );
-    if launched.is_none() {
+    finish(first, launched.is_some(), &config, req.show_secrets)
+}
+
+/// Renders the machine config the NodeClaim's VM would read from its user
+/// data: the settings come from `provider::vm::node_settings`, the function
+/// Create uses.
+pub fn render_vm(req: &VmRenderRequest<'_>) -> Result<String, RenderConfigError> {
+    let view = nodeclaim::parse(req.claim).map_err(RenderConfigError::Claim)?;
+    let launched = launched_on(&view, ClassKind::Instance)?;
+    let commercial_type = resolve_type(req.commercial_type, &view, "commercial type")?;
+    let zone = resolve_zone(req.zone, &req.class.zones, &view, launched.map(|l| l.0))?;
+    let arch = resolve_arch(&view);
+    let placement = VmPlacement {
+        type_labels: type_labels(&commercial_type, &arch, &zone),
+        zone,
+        server_id: launched
+            .map(|(_, id)| id.to_string())
+            .unwrap_or_else(|| PLACEHOLDER_SERVER_ID.to_string()),
+        // The type's hardware is not read here; the header says so.
+        kubelet_reservations: None,
+    };
+    let settings = vm::node_settings(
+        &view,
+        req.class,
+        &placement,
+        &Secret::new(PLACEHOLDER_TOKEN),
+    );
+    let config = render_machine_config(req.base_config.expose(), &settings)?;
+    let first = format!(
+        "# Machine config of NodeClaim {} (Instance {} in {}), as the VM reads it from its user data key {USER_DATA_KEY}.\n",
+        view.name, commercial_type, placement.zone
+    );
+    finish(first, launched.is_some(), &config, req.show_secrets)
+}
+
+/// The header (what is a placeholder, what is not shown) and the config,
+/// redacted unless asked.
+fn finish(
+    mut out: String,
+    launched: bool,
+    config: &str,
+    show_secrets: bool,
+) -> Result<String, RenderConfigError> {
+    let body = if show_secrets {
+        config.to_string()
+    } else {
+        redact(config)?
+    };
+    if !launched {
         out.push_str(&format!(
             "# Not launched: the server id in the provider-id is a placeholder ({PLACEHOLDER_SERVER_ID}).\n"
         ));
     }
     out.push_str(
-        "# Not shown: the kubelet's maxPods, kubeReserved, systemReserved and evictionHard, which Create sets from the offer's hardware.\n",
+        "# Not shown: the kubelet's maxPods, kubeReserved, systemReserved and evictionHard, which Create sets from the type's hardware.\n",
     );
     out.push_str(&format!(
         "# cluster.token is a placeholder ({PLACEHOLDER_TOKEN}): Create mints one bootstrap token per node.\n"
     ));
-    if !req.show_secrets {
+    if !show_secrets {
         out.push_str("# Secrets are shown as <redacted>; --show-secrets prints them.\n");
     }
     out.push_str(&body);
@@ -452,19 +576,76 @@ impl LazyClient {
     }
 }
 
+/// The NodeClass kind to render with: `--kind`, else the `kind` of the
+/// `--nodeclass-file` manifest, else the NodeClaim's `nodeClassRef.kind`
+/// (absent or unknown: Elastic Metal, as core's NodeClaims of this provider
+/// were before there were two kinds).
+pub fn class_kind(
+    flag: Option<NodeClassKind>,
+    manifest_kind: Option<&str>,
+    claim: &Value,
+) -> Result<ClassKind, String> {
+    let from_manifest = match manifest_kind {
+        None => None,
+        Some(k) => Some(
+            ClassKind::ALL
+                .into_iter()
+                .find(|c| c.name() == k)
+                .ok_or_else(|| {
+                    format!(
+                        "the NodeClass file is a {k:?}, not a {} or a {}",
+                        ClassKind::ElasticMetal.name(),
+                        ClassKind::Instance.name()
+                    )
+                })?,
+        ),
+    };
+    match (flag.map(NodeClassKind::class_kind), from_manifest) {
+        (Some(f), Some(m)) if f != m => Err(format!(
+            "--kind says {} but the NodeClass file is a {}",
+            f.name(),
+            m.name()
+        )),
+        (Some(k), _) | (None, Some(k)) => Ok(k),
+        (None, None) => Ok(ClassKind::of(
+            claim
+                .pointer("/spec/nodeClassRef/kind")
+                .and_then(Value::as_str),
+        )),
+    }
+}
+
+/// A NodeClass from its manifest, else from the cluster.
+async fn load_class<K>(
+    client: &mut LazyClient,
+    name: Option<&str>,
+    manifest: Option<Yaml>,
+    kind: ClassKind,
+) -> anyhow::Result<K>
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug,
+{
+    match (manifest, name) {
+        (Some(manifest), _) => serde_yaml_ng::from_value(manifest)
+            .with_context(|| format!("the NodeClass file is not a valid {}", kind.name())),
+        (None, Some(name)) => kube::Api::<K>::all(client.get().await?)
+            .get(name)
+            .await
+            .with_context(|| format!("reading {} {name}", kind.name())),
+        (None, None) => anyhow::bail!("pass --nodeclass or --nodeclass-file"),
+    }
+}
+
+/// The NodeClass read, of either kind.
+enum Class {
+    ElasticMetal(ScalewayElasticMetalNodeClass),
+    Instance(ScalewayInstanceNodeClass),
+}
+
 /// Reads the inputs from the cluster (kubeconfig or in-cluster account) and
 /// the file system, then prints the rendered config on stdout.
 pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
     let mut client = LazyClient(None);
-    let class: ScalewayElasticMetalNodeClass = match (&args.nodeclass, &args.nodeclass_file) {
-        (_, Some(path)) => read_file(path, "ScalewayElasticMetalNodeClass")?,
-        (Some(name), None) => kube::Api::<ScalewayElasticMetalNodeClass>::all(client.get().await?)
-            .get(name)
-            .await
-            .with_context(|| format!("reading NodeClass {name}"))?,
-        (None, None) => anyhow::bail!("pass --nodeclass or --nodeclass-file"),
-    };
-    let class_name = class.metadata.name.clone().unwrap_or_default();
     let claim: Value = match (&args.nodeclaim, &args.nodeclaim_file) {
         (Some(name), _) => {
             let api = kube::Api::<kube::api::DynamicObject>::all_with(
@@ -480,19 +661,57 @@ pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
         (None, Some(path)) => read_file(path, "NodeClaim")?,
         (None, None) => anyhow::bail!("pass --nodeclaim or --nodeclaim-file"),
     };
-    if let Some(r) = claim
-        .pointer("/spec/nodeClassRef/name")
-        .and_then(Value::as_str)
-        .filter(|r| *r != class_name)
+    let manifest: Option<Yaml> = match &args.nodeclass_file {
+        Some(path) => Some(read_file(path, "NodeClass manifest")?),
+        None => None,
+    };
+    let manifest_kind = manifest
+        .as_ref()
+        .and_then(|m| m.get("kind"))
+        .and_then(Yaml::as_str)
+        .map(str::to_string);
+    let kind =
+        class_kind(args.kind, manifest_kind.as_deref(), &claim).map_err(anyhow::Error::msg)?;
+    if kind == ClassKind::Instance && (args.disk.is_some() || args.mac != PLACEHOLDER_MAC) {
+        anyhow::bail!(
+            "--disk and --mac apply to Elastic Metal only: a VM runs the image it was created from and has one NIC (eth0)"
+        );
+    }
+    let name = args.nodeclass.as_deref();
+    let class = match kind {
+        ClassKind::ElasticMetal => {
+            Class::ElasticMetal(load_class(&mut client, name, manifest, kind).await?)
+        }
+        ClassKind::Instance => {
+            Class::Instance(load_class(&mut client, name, manifest, kind).await?)
+        }
+    };
+    let (class_name, secret_ref) = match &class {
+        Class::ElasticMetal(c) => (c.metadata.name.clone(), &c.spec.machine_config_secret_ref),
+        Class::Instance(c) => (c.metadata.name.clone(), &c.spec.machine_config_secret_ref),
+    };
+    let class_name = class_name.unwrap_or_default();
+    let referenced = (
+        claim
+            .pointer("/spec/nodeClassRef/kind")
+            .and_then(Value::as_str),
+        claim
+            .pointer("/spec/nodeClassRef/name")
+            .and_then(Value::as_str),
+    );
+    if let (ref_kind, Some(ref_name)) = referenced
+        && (ref_name != class_name || ClassKind::of(ref_kind) != kind)
     {
         eprintln!(
-            "note: the NodeClaim references NodeClass {r}; rendering with {class_name} as asked"
+            "note: the NodeClaim references {} {ref_name}; rendering with {} {class_name} as asked",
+            ClassKind::of(ref_kind).name(),
+            kind.name()
         );
     }
     let base = match &args.base_config_file {
         Some(path) => std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
         None => {
-            let r = &class.spec.machine_config_secret_ref;
+            let r = secret_ref;
             read_secret_key(&client.get().await?, r)
                 .await
                 .with_context(|| format!("reading Secret {}/{}", r.namespace, r.name))?
@@ -504,17 +723,28 @@ pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
                 })?
         }
     };
-    let base = String::from_utf8(base).context("the base machine config is not UTF-8")?;
-    let out = render(&RenderRequest {
-        claim: &claim,
-        class: &class.spec,
-        base_config: Secret::new(base),
-        offer: args.offer.as_deref(),
-        zone: args.zone.as_deref(),
-        disk: args.disk.as_deref(),
-        mac: &args.mac,
-        show_secrets: args.show_secrets,
-    })?;
+    let base =
+        Secret::new(String::from_utf8(base).context("the base machine config is not UTF-8")?);
+    let out = match &class {
+        Class::ElasticMetal(c) => render(&RenderRequest {
+            claim: &claim,
+            class: &c.spec,
+            base_config: base,
+            offer: args.offer.as_deref(),
+            zone: args.zone.as_deref(),
+            disk: args.disk.as_deref(),
+            mac: &args.mac,
+            show_secrets: args.show_secrets,
+        })?,
+        Class::Instance(c) => render_vm(&VmRenderRequest {
+            claim: &claim,
+            class: &c.spec,
+            base_config: base,
+            commercial_type: args.offer.as_deref(),
+            zone: args.zone.as_deref(),
+            show_secrets: args.show_secrets,
+        })?,
+    };
     print!("{out}");
     Ok(())
 }

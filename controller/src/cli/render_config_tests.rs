@@ -2,6 +2,7 @@ use serde::Deserialize as _;
 use serde_json::json;
 
 use super::*;
+use crate::nodeclass::instance::{InstanceImageSelector, PublicIpMode};
 use crate::nodeclass::{Billing, DiskSelector, RescueSshKey, SecretKeyRef, TalosImage};
 
 const WORKER: &str = include_str!("../talos/testdata/worker-v1.13.yaml");
@@ -422,4 +423,308 @@ fn a_nodeclass_manifest_file_is_read() {
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- Instance (VM) NodeClasses. ----
+
+fn vm_class() -> InstanceNodeClassSpec {
+    InstanceNodeClassSpec {
+        zones: vec!["fr-par-2".into()],
+        image: InstanceImageSelector {
+            ids: vec![],
+            name: "talos-v1.13.9".into(),
+            tags: vec![],
+        },
+        root_volume: None,
+        security_group_id: None,
+        placement_group_id: None,
+        public_ip: PublicIpMode::Dynamic,
+        machine_config_secret_ref: SecretKeyRef {
+            name: "talos".into(),
+            namespace: "karpenter".into(),
+            key: "worker.yaml".into(),
+        },
+        machine_config_patches: vec![
+            "machine:\n  sysctls:\n    vm.max_map_count: \"262144\"\n".into(),
+        ],
+        tags: vec![],
+    }
+}
+
+fn vm_claim() -> Value {
+    let mut claim = claim();
+    claim["metadata"]["name"] = json!("vms-q9z4m");
+    claim["spec"]["requirements"][0]["values"] = json!(["POP2-2C-8G"]);
+    claim["spec"]["nodeClassRef"] = json!({
+        "group": "karpenter.scaleway.com", "kind": "ScalewayInstanceNodeClass", "name": "vms"
+    });
+    claim
+}
+
+fn vm_request<'a>(
+    claim: &'a Value,
+    class: &'a InstanceNodeClassSpec,
+    base: &str,
+) -> VmRenderRequest<'a> {
+    VmRenderRequest {
+        claim,
+        class,
+        base_config: Secret::new(base),
+        commercial_type: None,
+        zone: None,
+        show_secrets: false,
+    }
+}
+
+fn kind_of_doc(docs: &[Yaml], kind: &str) -> bool {
+    docs.iter()
+        .any(|d| d.get("kind").and_then(Yaml::as_str) == Some(kind))
+}
+
+#[test]
+fn a_vm_config_describes_the_node_as_create_would() {
+    let claim = vm_claim();
+    let class = vm_class();
+    let out = render_vm(&vm_request(&claim, &class, WORKER)).unwrap();
+    let docs = docs(&out);
+    let main = &docs[0];
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraArgs", "provider-id"]).as_str(),
+        Some(format!("scaleway://instance/fr-par-2/{PLACEHOLDER_SERVER_ID}").as_str())
+    );
+    let labels = at(main, &["machine", "nodeLabels"]);
+    assert_eq!(
+        labels["node.kubernetes.io/instance-type"].as_str(),
+        Some("POP2-2C-8G")
+    );
+    assert_eq!(
+        labels["topology.kubernetes.io/region"].as_str(),
+        Some("fr-par")
+    );
+    assert_eq!(labels["team"].as_str(), Some("ml"));
+    let taints = at(
+        main,
+        &["machine", "kubelet", "extraConfig", "registerWithTaints"],
+    )
+    .as_sequence()
+    .unwrap();
+    let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
+    for key in [
+        "dedicated",
+        "cilium.io/agent-not-ready",
+        "karpenter.sh/unregistered",
+    ] {
+        assert!(keys.contains(&key), "{key} in {keys:?}");
+    }
+    // The NodeClass's patch is applied.
+    assert_eq!(
+        at(main, &["machine", "sysctls", "vm.max_map_count"]).as_str(),
+        Some("262144")
+    );
+    // The VM runs its image: the base install section stays, and with one
+    // NIC there is no link alias.
+    assert_eq!(
+        at(main, &["machine", "install", "disk"]).as_str(),
+        Some("/dev/sda")
+    );
+    assert!(!kind_of_doc(&docs, "LinkAliasConfig"), "{out}");
+    assert!(kind_of_doc(&docs, "HostnameConfig"), "{out}");
+    assert!(
+        out.starts_with(
+            "# Machine config of NodeClaim vms-q9z4m (Instance POP2-2C-8G in fr-par-2)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("user data key cloud-init"), "{out}");
+    assert!(out.contains("Not launched"), "{out}");
+    assert!(!out.contains("disk /dev/"), "{out}");
+}
+
+#[test]
+fn a_vm_config_is_the_one_vm_node_settings_makes() {
+    // The command adds nothing of its own between node_settings and the
+    // renderer: the same inputs give the same config.
+    let claim = vm_claim();
+    let class = vm_class();
+    let mut req = vm_request(&claim, &class, WORKER);
+    req.show_secrets = true;
+    let out = render_vm(&req).unwrap();
+    let view = nodeclaim::parse(&claim).unwrap();
+    let placement = VmPlacement {
+        zone: "fr-par-2".into(),
+        server_id: PLACEHOLDER_SERVER_ID.into(),
+        type_labels: type_labels("POP2-2C-8G", "amd64", "fr-par-2"),
+        kubelet_reservations: None,
+    };
+    let settings = vm::node_settings(&view, &class, &placement, &Secret::new(PLACEHOLDER_TOKEN));
+    let expected = render_machine_config(WORKER, &settings).unwrap();
+    let body: String = out
+        .lines()
+        .skip_while(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(body, expected);
+}
+
+#[test]
+fn a_launched_vm_uses_its_provider_id() {
+    let mut claim = vm_claim();
+    claim["status"] = json!({"providerID": "scaleway://instance/nl-ams-1/vm-42"});
+    claim["metadata"]["labels"]["karpenter.scaleway.com/instance-family"] = json!("POP2");
+    let class = vm_class();
+    let out = render_vm(&vm_request(&claim, &class, WORKER)).unwrap();
+    let main = &docs(&out)[0];
+    assert_eq!(
+        at(main, &["machine", "kubelet", "extraArgs", "provider-id"]).as_str(),
+        Some("scaleway://instance/nl-ams-1/vm-42")
+    );
+    let labels = at(main, &["machine", "nodeLabels"]);
+    assert_eq!(
+        labels["topology.kubernetes.io/zone"].as_str(),
+        Some("nl-ams-1")
+    );
+    assert_eq!(
+        labels["karpenter.scaleway.com/instance-family"].as_str(),
+        Some("POP2")
+    );
+    assert!(!out.contains("Not launched"), "{out}");
+}
+
+#[test]
+fn a_vm_config_hides_its_secrets() {
+    let claim = vm_claim();
+    let class = vm_class();
+    let out = render_vm(&vm_request(&claim, &class, FULL_SECRETS)).unwrap();
+    let body: String = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for secret in [
+        "machinetokensecret",
+        "clustertokensecret",
+        "SECRET-",
+        PLACEHOLDER_TOKEN,
+    ] {
+        assert!(!body.contains(secret), "{secret} leaked:\n{out}");
+    }
+    assert_eq!(
+        at(&docs(&out)[0], &["cluster", "token"]).as_str(),
+        Some(REDACTED)
+    );
+}
+
+#[test]
+fn a_vm_needs_one_type_and_one_zone() {
+    let mut claim = vm_claim();
+    claim["spec"]["requirements"][0]["values"] = json!(["POP2-2C-8G", "POP2-4C-16G"]);
+    let mut class = vm_class();
+    let err = render_vm(&vm_request(&claim, &class, WORKER)).unwrap_err();
+    assert!(
+        err.to_string().contains("commercial type; pass --offer"),
+        "{err}"
+    );
+    class.zones = vec![];
+    let mut req = vm_request(&claim, &class, WORKER);
+    req.commercial_type = Some("POP2-4C-16G");
+    let err = render_vm(&req).unwrap_err();
+    assert!(err.to_string().contains("--zone"), "{err}");
+    req.zone = Some("pl-waw-2");
+    let out = render_vm(&req).unwrap();
+    assert!(out.contains("(Instance POP2-4C-16G in pl-waw-2)"), "{out}");
+}
+
+#[test]
+fn a_machine_of_the_other_kind_is_refused() {
+    let mut claim = vm_claim();
+    claim["status"] = json!({"providerID": "scaleway://baremetal/fr-par-2/srv-1"});
+    let class = vm_class();
+    let err = render_vm(&vm_request(&claim, &class, WORKER)).unwrap_err();
+    assert!(err.to_string().contains("--kind elastic-metal"), "{err}");
+
+    let mut claim = self::claim();
+    claim["status"] = json!({"providerID": "scaleway://instance/fr-par-2/vm-1"});
+    let class = self::class();
+    let err = render(&request(&claim, &class, WORKER)).unwrap_err();
+    assert!(err.to_string().contains("--kind instance"), "{err}");
+}
+
+#[test]
+fn the_kind_comes_from_the_flag_the_file_or_the_claim() {
+    let em = claim();
+    let vm = vm_claim();
+    let instance = Some("ScalewayInstanceNodeClass");
+    assert_eq!(class_kind(None, None, &em), Ok(ClassKind::ElasticMetal));
+    assert_eq!(class_kind(None, None, &vm), Ok(ClassKind::Instance));
+    assert_eq!(class_kind(None, instance, &em), Ok(ClassKind::Instance));
+    assert_eq!(
+        class_kind(Some(NodeClassKind::ElasticMetal), None, &vm),
+        Ok(ClassKind::ElasticMetal)
+    );
+    assert_eq!(
+        class_kind(Some(NodeClassKind::Instance), instance, &em),
+        Ok(ClassKind::Instance)
+    );
+    let err = class_kind(Some(NodeClassKind::ElasticMetal), instance, &em).unwrap_err();
+    assert!(err.contains("--kind"), "{err}");
+    let err = class_kind(None, Some("NodePool"), &em).unwrap_err();
+    assert!(err.contains("\"NodePool\""), "{err}");
+    let mut no_ref = claim();
+    no_ref["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nodeClassRef");
+    assert_eq!(class_kind(None, None, &no_ref), Ok(ClassKind::ElasticMetal));
+}
+
+#[tokio::test]
+async fn an_instance_nodeclass_manifest_is_read_without_a_cluster() {
+    let manifest: Yaml = serde_yaml_ng::to_value(json!({
+        "apiVersion": "karpenter.scaleway.com/v1alpha1",
+        "kind": "ScalewayInstanceNodeClass",
+        "metadata": {"name": "vms"},
+        "spec": serde_json::to_value(vm_class()).unwrap(),
+    }))
+    .unwrap();
+    let mut client = LazyClient(None);
+    let read: ScalewayInstanceNodeClass =
+        load_class(&mut client, None, Some(manifest), ClassKind::Instance)
+            .await
+            .unwrap();
+    assert_eq!(read.metadata.name.as_deref(), Some("vms"));
+    assert_eq!(read.spec, vm_class());
+    assert!(client.0.is_none(), "no cluster connection for a file");
+
+    let broken: Yaml =
+        serde_yaml_ng::from_str("kind: ScalewayInstanceNodeClass\nspec: {zones: 3}\n").unwrap();
+    let err = load_class::<ScalewayInstanceNodeClass>(
+        &mut LazyClient(None),
+        None,
+        Some(broken),
+        ClassKind::Instance,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not a valid ScalewayInstanceNodeClass"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_kind_flag_is_parsed() {
+    let args = parse_args(&[
+        "--nodeclass",
+        "vms",
+        "--nodeclaim",
+        "x",
+        "--kind",
+        "instance",
+    ])
+    .unwrap();
+    assert_eq!(args.kind, Some(NodeClassKind::Instance));
+    let args = parse_args(&["--nodeclass", "vms", "--nodeclaim", "x"]).unwrap();
+    assert_eq!(args.kind, None);
+    assert!(parse_args(&["--nodeclass", "vms", "--nodeclaim", "x", "--kind", "vm"]).is_err());
 }

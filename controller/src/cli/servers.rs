@@ -1,7 +1,11 @@
 //! `karpenter-scaleway servers`: the servers this cluster owns in every zone,
-//! with the NodeClaim that claims each, its offer, zone, status, install phase
-//! and age, and what the orphan sweeper would do with it — computed by the
-//! sweeper's own decision function ([`crate::gc::decide`]).
+//! of both kinds (`--kind`): Elastic Metal servers and Instances (VMs). Each
+//! line says its kind, the NodeClaim that claims it (or the tagged name,
+//! marked missing), its offer or commercial type, zone, status, IPv4,
+//! NodeClass, install phase and age; for Elastic Metal, also what the orphan
+//! sweeper would do with it, computed by the sweeper's own decision function
+//! ([`crate::gc::decide`]). The sweeper does not handle Instances yet, so a
+//! VM line has no verdict.
 //!
 //! Like List(), it fails rather than print a partial list: a zone, a page or
 //! the NodeClaims that cannot be read is an error (non-zero exit), since a
@@ -11,7 +15,8 @@
 //! is computed without its in-flight check; instead, a NodeClaim whose
 //! `install.karpenter.scaleway.com/phase` annotation is not terminal marks its
 //! server in flight. Nothing secret is printed: only the fields listed here
-//! (never the rescue password the API returns).
+//! (never the rescue password the API returns, nor a VM's user data, which
+//! the command never reads).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -21,13 +26,20 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
+use futures::future::join_all;
 use serde_json::{Value, json};
 
+pub use super::catalog::Kind;
+use crate::catalog::ClassKind;
 use crate::config::{ScalewayArgs, parse_positive_duration, parse_zone};
-use crate::gc::{Decision, SweepPolicy, decide, format_age, list_owned_servers};
+use crate::gc::{Decision, Reason, SweepPolicy, Verdict, decide, format_age, list_owned_servers};
 use crate::install::{PROGRESS_ANNOTATION_PREFIX, Phase};
 use crate::k8s_nodes::NodeClaimList;
-use crate::provider::{NodeClaimSource, TAG_NODECLAIM, parse_provider_id, tag_value};
+use crate::provider::{
+    MachineId, NodeClaimSource, TAG_CLUSTER, TAG_NODECLAIM, TAG_NODECLASS, parse_machine_id, tag,
+    tag_value,
+};
+use crate::scaleway::instance::{self, Instance, ServerFilter, ServerState};
 use crate::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -55,6 +67,9 @@ pub struct ServersArgs {
     /// The sweeper runs in dry-run mode (verdicts say `would_delete`).
     #[arg(long, env = "SWEEP_DRY_RUN")]
     pub sweep_dry_run: bool,
+    /// Which servers to list: Elastic Metal servers, Instances (VMs), or both.
+    #[arg(long, value_enum, default_value = "all")]
+    pub kind: Kind,
     /// A table, or JSON (every field, plus the sweeper's detail).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
@@ -67,7 +82,7 @@ impl ServersArgs {
 }
 
 pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
-    let api: Arc<dyn ElasticMetal> = Arc::new(
+    let client = Arc::new(
         ScalewayClient::new(ClientConfig {
             api_url: args.scaleway.api_url.clone(),
             secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
@@ -77,17 +92,29 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
         .context("building the Scaleway client")?
         .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
-    let client = kube::Client::try_default()
+    let kube = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
-    let claims = NodeClaimList::new(client);
+    let claims = NodeClaimList::new(kube);
     let policy = SweepPolicy {
         cluster_name: args.cluster_name.clone(),
         project_id: args.scaleway.project_id.clone(),
         grace: args.orphan_grace,
         dry_run: args.sweep_dry_run,
     };
-    let report = collect(api.as_ref(), &claims, &args.zones(), &policy, Utc::now()).await?;
+    let apis = Apis {
+        elastic_metal: client.as_ref(),
+        instance: client.as_ref(),
+    };
+    let report = collect(
+        &apis,
+        args.kind,
+        &claims,
+        &args.zones(),
+        &policy,
+        Utc::now(),
+    )
+    .await?;
     let out = match args.output {
         Output::Table => report.table(),
         Output::Json => serde_json::to_string_pretty(&report.json())? + "\n",
@@ -96,12 +123,55 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One owned server and its verdict.
+/// The APIs the servers are listed from.
+pub struct Apis<'a> {
+    pub elastic_metal: &'a dyn ElasticMetal,
+    pub instance: &'a dyn Instance,
+}
+
+/// `elastic-metal` or `instance`, as `catalog --kind` spells them.
+pub fn kind_name(kind: ClassKind) -> &'static str {
+    match kind {
+        ClassKind::ElasticMetal => "elastic-metal",
+        ClassKind::Instance => "instance",
+    }
+}
+
+/// The orphan sweeper's verdict on a server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    pub verdict: Verdict,
+    pub reason: Reason,
+    pub detail: String,
+}
+
+/// One owned server, of either kind.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
-    pub decision: Decision,
+    pub kind: ClassKind,
+    pub id: String,
+    pub name: String,
+    pub zone: String,
+    /// The offer (Elastic Metal) or commercial type (Instance).
+    pub server_type: String,
+    /// `ready`, `delivering`, ... (Elastic Metal); `running`, `stopped`,
+    /// `starting/allocating node`, ... (Instance).
+    pub status: String,
+    pub ipv4: Option<String>,
+    /// The NodeClass named by the server's tag.
+    pub nodeclass: Option<String>,
+    /// The NodeClaim that claims the server (by providerID, or by the name
+    /// in its nodeclaim tag), when one exists.
+    pub claim: Option<String>,
+    /// The name in the server's nodeclaim tag.
+    pub claim_tag: Option<String>,
+    pub created_at: Option<String>,
+    /// `None` when the creation time is absent or unreadable.
+    pub age: Option<Duration>,
     /// The install phase from the claiming NodeClaim's annotation.
     pub phase: Option<String>,
+    /// Elastic Metal only: the sweeper does not handle Instances yet.
+    pub sweeper: Option<Sweep>,
 }
 
 /// What the command prints.
@@ -109,150 +179,302 @@ pub struct Row {
 pub struct Report {
     pub policy: SweepPolicy,
     pub zones: Vec<String>,
+    pub kind: Kind,
     pub rows: Vec<Row>,
 }
 
-/// Lists the servers (every zone, all pages), then the NodeClaims (the
-/// sweeper's order), and decides; any failure is an error.
+fn reads_elastic_metal(kind: Kind) -> bool {
+    matches!(kind, Kind::ElasticMetal | Kind::All)
+}
+
+fn reads_instances(kind: Kind) -> bool {
+    matches!(kind, Kind::Instance | Kind::All)
+}
+
+/// Lists the servers of the kinds asked (every zone, all pages), then the
+/// NodeClaims (the sweeper's order), and decides; any failure is an error.
 pub async fn collect(
-    api: &dyn ElasticMetal,
+    apis: &Apis<'_>,
+    kind: Kind,
     claims: &dyn NodeClaimSource,
     zones: &[String],
     policy: &SweepPolicy,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Report> {
-    let mut servers = list_owned_servers(api, zones, policy)
-        .await
-        .context("listing the servers (no partial list is printed)")?;
-    servers.sort_by(|a, b| (&a.zone, &a.name, &a.id).cmp(&(&b.zone, &b.name, &b.id)));
+    let mut metal = Vec::new();
+    if reads_elastic_metal(kind) {
+        metal = list_owned_servers(apis.elastic_metal, zones, policy)
+            .await
+            .with_context(|| {
+                let hint = if kind == Kind::All {
+                    "; in zones without Elastic Metal, pass --kind instance"
+                } else {
+                    ""
+                };
+                format!("listing the Elastic Metal servers (no partial list is printed{hint})")
+            })?;
+        metal.sort_by(|a, b| (&a.zone, &a.name, &a.id).cmp(&(&b.zone, &b.name, &b.id)));
+    }
+    let mut vms = Vec::new();
+    if reads_instances(kind) {
+        vms = list_owned_vms(apis.instance, zones, policy).await?;
+        vms.sort_by(|a, b| (&a.zone, &a.name, &a.id).cmp(&(&b.zone, &b.name, &b.id)));
+    }
     let claims = claims
         .list()
         .await
         .context("listing the NodeClaims (without them every server would look orphaned)")?;
-    let phases = install_phases(&claims);
+    let index = ClaimIndex::new(&claims);
     // In flight, as far as the NodeClaims tell: a non-terminal phase.
-    let in_flight: HashSet<String> = servers
+    let in_flight: HashSet<String> = metal
         .iter()
         .filter(|s| {
-            phases
-                .claim_of(s)
-                .and_then(|c| phases.phase.get(c))
-                .and_then(|p| Phase::parse(p))
+            index
+                .phase_of(index.claim_of_metal(s))
+                .and_then(Phase::parse)
                 .is_some_and(|p| !p.is_terminal())
         })
         .map(|s| s.id.clone())
         .collect();
-    let decisions = decide(&servers, &claims, &in_flight, now, policy);
-    let rows = decisions
+    let mut rows: Vec<Row> = decide(&metal, &claims, &in_flight, now, policy)
         .into_iter()
-        .map(|decision| {
-            let phase = phases
-                .claim_of(&decision.server)
-                .and_then(|c| phases.phase.get(c))
-                .cloned();
-            Row { decision, phase }
-        })
+        .map(|d| metal_row(d, &index))
         .collect();
+    rows.extend(vms.iter().map(|s| vm_row(s, &index, now)));
     Ok(Report {
         policy: policy.clone(),
         zones: zones.to_vec(),
+        kind,
         rows,
     })
 }
 
-/// Install phases by NodeClaim name, and which NodeClaim points at which
-/// server.
-struct Phases {
-    phase: HashMap<String, String>,
-    by_server: HashMap<(String, String), String>,
-    names: HashSet<String>,
-}
-
-impl Phases {
-    fn claim_of(&self, server: &crate::scaleway::Server) -> Option<&String> {
-        self.by_server
-            .get(&(server.zone.clone(), server.id.clone()))
-            .or_else(|| tag_value(server, TAG_NODECLAIM).and_then(|t| self.names.get(t)))
-    }
-}
-
-fn install_phases(claims: &[Value]) -> Phases {
-    let key = format!("{PROGRESS_ANNOTATION_PREFIX}phase");
-    let mut phases = Phases {
-        phase: HashMap::new(),
-        by_server: HashMap::new(),
-        names: HashSet::new(),
+/// Every zone, every page of the VMs carrying this cluster's tag in this
+/// project, or the first error.
+async fn list_owned_vms(
+    api: &dyn Instance,
+    zones: &[String],
+    policy: &SweepPolicy,
+) -> anyhow::Result<Vec<instance::Server>> {
+    let filter = ServerFilter {
+        tags: vec![tag(TAG_CLUSTER, &policy.cluster_name)],
+        name: None,
+        project: Some(policy.project_id.clone()),
     };
-    for c in claims {
-        let Some(name) = c.pointer("/metadata/name").and_then(Value::as_str) else {
-            continue;
-        };
-        phases.names.insert(name.to_string());
-        if let Some(p) = c
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(&key))
-            .and_then(Value::as_str)
-        {
-            phases.phase.insert(name.to_string(), p.to_string());
-        }
-        if let Some((zone, id)) = c
-            .pointer("/status/providerID")
-            .and_then(Value::as_str)
-            .and_then(parse_provider_id)
-        {
-            phases
-                .by_server
-                .insert((zone.to_string(), id.to_string()), name.to_string());
-        }
+    let results = join_all(zones.iter().map(|z| api.list_servers(z, &filter))).await;
+    let mut servers = Vec::new();
+    for (zone, result) in zones.iter().zip(results) {
+        servers.extend(result.with_context(|| {
+            format!("listing the Instance servers in {zone} (no partial list is printed)")
+        })?);
     }
-    phases
+    Ok(servers)
 }
 
-fn status(d: &Decision) -> String {
-    serde_json::to_value(&d.server.status)
+/// The NodeClaims: their install phases, and which one points at which
+/// machine.
+struct ClaimIndex<'a> {
+    phase: HashMap<&'a str, &'a str>,
+    /// (kind, zone, server id) of a providerID → NodeClaim.
+    by_machine: HashMap<(ClassKind, &'a str, &'a str), &'a str>,
+    names: HashSet<&'a str>,
+}
+
+impl<'a> ClaimIndex<'a> {
+    fn new(claims: &'a [Value]) -> Self {
+        let key = format!("{PROGRESS_ANNOTATION_PREFIX}phase");
+        let mut index = ClaimIndex {
+            phase: HashMap::new(),
+            by_machine: HashMap::new(),
+            names: HashSet::new(),
+        };
+        for c in claims {
+            let Some(name) = c.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            index.names.insert(name);
+            if let Some(p) = c
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(&key))
+                .and_then(Value::as_str)
+            {
+                index.phase.insert(name, p);
+            }
+            if let Some(machine) = c
+                .pointer("/status/providerID")
+                .and_then(Value::as_str)
+                .and_then(parse_machine_id)
+            {
+                let key = match machine {
+                    MachineId::Baremetal { zone, id } => (ClassKind::ElasticMetal, zone, id),
+                    MachineId::Instance { zone, id } => (ClassKind::Instance, zone, id),
+                };
+                index.by_machine.insert(key, name);
+            }
+        }
+        index
+    }
+
+    /// By providerID, else by the name in the nodeclaim tag (Create tags the
+    /// server before the NodeClaim gets its providerID).
+    fn claim_of(
+        &self,
+        kind: ClassKind,
+        zone: &str,
+        id: &str,
+        tagged: Option<&str>,
+    ) -> Option<&'a str> {
+        self.by_machine
+            .get(&(kind, zone, id))
+            .copied()
+            .or_else(|| tagged.and_then(|t| self.names.get(t).copied()))
+    }
+
+    fn claim_of_metal(&self, s: &crate::scaleway::Server) -> Option<&'a str> {
+        self.claim_of(
+            ClassKind::ElasticMetal,
+            &s.zone,
+            &s.id,
+            tag_value(s, TAG_NODECLAIM),
+        )
+    }
+
+    fn phase_of(&self, claim: Option<&str>) -> Option<&'a str> {
+        claim.and_then(|c| self.phase.get(c).copied())
+    }
+}
+
+fn metal_row(d: Decision, index: &ClaimIndex<'_>) -> Row {
+    let s = &d.server;
+    let status = serde_json::to_value(&s.status)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
+        .unwrap_or_else(|| "unknown".into());
+    Row {
+        kind: ClassKind::ElasticMetal,
+        id: s.id.clone(),
+        name: s.name.clone(),
+        zone: s.zone.clone(),
+        server_type: s.offer_name.clone(),
+        status,
+        ipv4: s.ipv4().map(str::to_string),
+        nodeclass: d.nodeclass().map(str::to_string),
+        claim: d.claim.clone(),
+        claim_tag: tag_value(s, TAG_NODECLAIM).map(str::to_string),
+        created_at: Some(s.created_at.clone()),
+        age: d.age,
+        phase: index.phase_of(index.claim_of_metal(s)).map(str::to_string),
+        sweeper: Some(Sweep {
+            verdict: d.verdict,
+            reason: d.reason,
+            detail: d.detail.clone(),
+        }),
+    }
 }
 
-/// The claiming NodeClaim, else the tag's name marked as missing.
-fn nodeclaim(d: &Decision) -> String {
-    match (&d.claim, tag_value(&d.server, TAG_NODECLAIM)) {
-        (Some(c), _) => c.clone(),
-        (None, Some(t)) if !t.is_empty() => format!("{t} (missing)"),
-        _ => "-".into(),
+/// The value of the `key=` tag among `tags`.
+fn tag_in<'t>(tags: &'t [String], key: &str) -> Option<&'t str> {
+    tags.iter()
+        .find_map(|t| t.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
+}
+
+/// `running`, `stopped`, or a passing state with its detail
+/// (`starting/allocating node`, `stopping/terminating`).
+pub fn vm_status(state: &ServerState, detail: &str) -> String {
+    let name = match serde_json::to_value(state).ok() {
+        Some(Value::String(s)) if *state != ServerState::Other => s,
+        _ => "unknown".to_string(),
+    };
+    let settled = matches!(state, ServerState::Running | ServerState::Stopped);
+    if settled || detail.is_empty() {
+        name
+    } else {
+        format!("{name}/{detail}")
+    }
+}
+
+fn vm_row(s: &instance::Server, index: &ClaimIndex<'_>, now: DateTime<Utc>) -> Row {
+    let tagged = tag_in(&s.tags, TAG_NODECLAIM);
+    let claim = index.claim_of(ClassKind::Instance, &s.zone, &s.id, tagged);
+    let age = s
+        .creation_date
+        .as_deref()
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| (now - t.with_timezone(&Utc)).to_std().unwrap_or_default());
+    Row {
+        kind: ClassKind::Instance,
+        id: s.id.clone(),
+        name: s.name.clone(),
+        zone: s.zone.clone(),
+        server_type: s.commercial_type.clone(),
+        status: vm_status(&s.state, &s.state_detail),
+        ipv4: s.ipv4().map(str::to_string),
+        nodeclass: tag_in(&s.tags, TAG_NODECLASS).map(str::to_string),
+        claim: claim.map(str::to_string),
+        claim_tag: tagged.map(str::to_string),
+        created_at: s.creation_date.clone(),
+        age,
+        phase: index.phase_of(claim).map(str::to_string),
+        sweeper: None,
+    }
+}
+
+impl Row {
+    /// The claiming NodeClaim, else the tag's name marked as missing.
+    fn nodeclaim_cell(&self) -> String {
+        match (&self.claim, self.claim_tag.as_deref()) {
+            (Some(c), _) => c.clone(),
+            (None, Some(t)) if !t.is_empty() => format!("{t} (missing)"),
+            _ => "-".into(),
+        }
+    }
+
+    fn sweeper_cell(&self) -> String {
+        match &self.sweeper {
+            Some(s) => format!("{} ({})", s.verdict.as_str(), s.reason.as_str()),
+            None => "-".into(),
+        }
     }
 }
 
 const IN_FLIGHT_NOTE: &str = "verdicts computed without the controller's in-flight check: \
 NodeClaims whose install phase annotation is not terminal count as in flight";
 
+const VM_SWEEP_NOTE: &str = "the orphan sweeper does not handle Instances yet: \
+an unclaimed VM stays until deleted by hand";
+
 impl Report {
     pub fn table(&self) -> String {
         let header = [
+            "KIND",
             "NODECLAIM",
             "SERVER",
-            "OFFER",
+            "TYPE",
             "ZONE",
             "STATUS",
+            "IP",
+            "NODECLASS",
             "PHASE",
             "AGE",
             "SWEEPER",
         ];
-        let rows: Vec<[String; 8]> = self
+        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let rows: Vec<[String; 11]> = self
             .rows
             .iter()
             .map(|r| {
-                let d = &r.decision;
                 [
-                    nodeclaim(d),
-                    d.server.id.clone(),
-                    d.server.offer_name.clone(),
-                    d.server.zone.clone(),
-                    status(d),
-                    r.phase.clone().unwrap_or_else(|| "-".into()),
-                    d.age.map(format_age).unwrap_or_else(|| "?".into()),
-                    format!("{} ({})", d.verdict.as_str(), d.reason.as_str()),
+                    kind_name(r.kind).to_string(),
+                    r.nodeclaim_cell(),
+                    r.id.clone(),
+                    r.server_type.clone(),
+                    r.zone.clone(),
+                    r.status.clone(),
+                    dash(&r.ipv4),
+                    dash(&r.nodeclass),
+                    dash(&r.phase),
+                    r.age.map(format_age).unwrap_or_else(|| "?".into()),
+                    r.sweeper_cell(),
                 ]
             })
             .collect();
@@ -279,16 +501,31 @@ impl Report {
             let cells: Vec<&str> = row.iter().map(String::as_str).collect();
             line(&mut out, &cells);
         }
+        let count = |k: ClassKind| self.rows.iter().filter(|r| r.kind == k).count();
+        let kinds = match self.kind {
+            Kind::ElasticMetal => "Elastic Metal only".to_string(),
+            Kind::Instance => "Instances only".to_string(),
+            Kind::All => format!(
+                "{} Elastic Metal, {} Instance",
+                count(ClassKind::ElasticMetal),
+                count(ClassKind::Instance)
+            ),
+        };
         let _ = writeln!(
             out,
-            "\n{} server(s) of cluster {:?} in {}; orphan grace {}{}.",
+            "\n{} server(s) ({kinds}) of cluster {:?} in {}; orphan grace {}{}.",
             self.rows.len(),
             self.policy.cluster_name,
             self.zones.join(", "),
             format_age(self.policy.grace),
             if self.policy.dry_run { ", dry run" } else { "" }
         );
-        let _ = writeln!(out, "Note: {IN_FLIGHT_NOTE}.");
+        if reads_elastic_metal(self.kind) {
+            let _ = writeln!(out, "Note: {IN_FLIGHT_NOTE}.");
+        }
+        if reads_instances(self.kind) {
+            let _ = writeln!(out, "Note: {VM_SWEEP_NOTE}.");
+        }
         out
     }
 
@@ -297,34 +534,42 @@ impl Report {
             .rows
             .iter()
             .map(|r| {
-                let d = &r.decision;
-                json!({
-                    "id": d.server.id,
-                    "name": d.server.name,
-                    "zone": d.server.zone,
-                    "offer": d.server.offer_name,
-                    "status": status(d),
-                    "nodeClaim": d.claim,
-                    "nodeClaimTag": tag_value(&d.server, TAG_NODECLAIM),
-                    "nodeClass": d.nodeclass(),
+                let mut v = json!({
+                    "kind": kind_name(r.kind),
+                    "id": r.id,
+                    "name": r.name,
+                    "zone": r.zone,
+                    "type": r.server_type,
+                    "status": r.status,
+                    "ipv4": r.ipv4,
+                    "nodeClaim": r.claim,
+                    "nodeClaimTag": r.claim_tag,
+                    "nodeClass": r.nodeclass,
                     "installPhase": r.phase,
-                    "createdAt": d.server.created_at,
-                    "ageSeconds": d.age.map(|a| a.as_secs()),
-                    "sweeper": {
-                        "decision": d.verdict.as_str(),
-                        "reason": d.reason.as_str(),
-                        "detail": d.detail,
-                    },
-                })
+                    "createdAt": r.created_at,
+                    "ageSeconds": r.age.map(|a| a.as_secs()),
+                    "sweeper": r.sweeper.as_ref().map(|s| json!({
+                        "decision": s.verdict.as_str(),
+                        "reason": s.reason.as_str(),
+                        "detail": s.detail,
+                    })),
+                });
+                // The field name of the Elastic Metal-only output, kept.
+                if r.kind == ClassKind::ElasticMetal {
+                    v["offer"] = json!(r.server_type);
+                }
+                v
             })
             .collect();
         json!({
             "cluster": self.policy.cluster_name,
             "projectId": self.policy.project_id,
             "zones": self.zones,
+            "kind": self.kind.to_possible_value().map(|v| v.get_name().to_string()),
             "orphanGraceSeconds": self.policy.grace.as_secs(),
             "dryRun": self.policy.dry_run,
             "inFlight": IN_FLIGHT_NOTE,
+            "instances": VM_SWEEP_NOTE,
             "servers": servers,
         })
     }

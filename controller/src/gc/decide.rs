@@ -68,6 +68,11 @@ pub enum Reason {
     OwnershipUnproven,
     /// Owned, unclaimed, older than the grace, not in flight.
     Orphaned,
+    /// A volume still attached to (or named by) a server.
+    Attached,
+    /// An Instance starting, stopping or locked: no action is possible
+    /// until it settles.
+    Transitioning,
 }
 
 impl Reason {
@@ -79,6 +84,8 @@ impl Reason {
             Reason::Deleting => "deleting",
             Reason::OwnershipUnproven => "ownership_unproven",
             Reason::Orphaned => "orphaned",
+            Reason::Attached => "attached",
+            Reason::Transitioning => "transitioning",
         }
     }
 }

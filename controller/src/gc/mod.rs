@@ -8,8 +8,15 @@
 //! A pass is compute-then-apply: list the servers (every zone, every page,
 //! or nothing), then the NodeClaims, decide with the pure [`decide`], then
 //! act. Only the leader sweeps ([`run_orphan_sweeper`]).
+//!
+//! With Instance and Block ports, a pass also sweeps this cluster's VMs and
+//! the SBS volumes they leave behind ([`instance`], with its own, shorter
+//! grace); a failed Instance or Block listing takes no Instance decision and
+//! leaves the Elastic Metal side alone.
 
 mod decide;
+pub mod instance;
+mod instance_pass;
 mod k8s;
 
 use std::collections::HashSet;
@@ -23,9 +30,13 @@ use tracing::{debug, info, warn};
 use crate::install::InstallEngine;
 use crate::metrics::safety_metrics;
 use crate::provider::{NodeClaimSource, TAG_CLUSTER, tag};
+use crate::scaleway::block::{Block, Volume};
+use crate::scaleway::instance::Instance;
 use crate::scaleway::{ApiError, ElasticMetal, Server, ServerFilter};
 
 pub use decide::{Decision, Reason, SweepPolicy, Verdict, decide, format_age};
+pub use instance::{InstanceDecision, Step, Subject, decide_instances};
+pub use instance_pass::{Teardowns, list_owned_instances};
 pub use k8s::KubeSweepEvents;
 
 /// Whether this process's install engine is working on a server.
@@ -45,6 +56,8 @@ impl InFlight for InstallEngine {
 #[async_trait]
 pub trait SweepEvents: Send + Sync + 'static {
     async fn record(&self, decision: &Decision);
+    /// A VM's or a volume's decision.
+    async fn record_instance(&self, decision: &InstanceDecision);
 }
 
 /// Why a pass took no decision.
@@ -54,6 +67,10 @@ pub enum SweepError {
     Servers { zone: String, error: ApiError },
     #[error("listing NodeClaims: {0}")]
     NodeClaims(String),
+    #[error("listing Instances in {zone}: {error}")]
+    Instances { zone: String, error: ApiError },
+    #[error("listing Block volumes in {zone}: {error}")]
+    Volumes { zone: String, error: ApiError },
 }
 
 /// The startup warning when the grace is shorter than `longest_install`
@@ -81,6 +98,36 @@ pub struct Sweeper {
     pub events: Arc<dyn SweepEvents>,
     pub policy: SweepPolicy,
     pub zones: Vec<String>,
+    /// The Instance side runs when both ports are set.
+    pub instance: Option<Arc<dyn Instance>>,
+    pub block: Option<Arc<dyn Block>>,
+    /// Age under which an unclaimed VM or a left-over volume is left alone
+    /// (`--instance-orphan-grace`; a VM boots in about a minute).
+    pub instance_grace: Duration,
+    /// The leftovers of VMs this sweeper deleted, still to delete.
+    pub teardowns: Teardowns,
+}
+
+/// This cluster's VMs and volumes, or why they could not all be listed.
+type InstanceSnapshot = Result<(Vec<crate::scaleway::instance::Server>, Vec<Volume>), SweepError>;
+
+/// Elastic Metal servers, the Instance side (`None` without its ports), the
+/// NodeClaims.
+type Snapshot = (
+    Vec<Server>,
+    Option<InstanceSnapshot>,
+    Vec<serde_json::Value>,
+);
+
+/// What one pass decided and carried out.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Elastic Metal servers.
+    pub servers: Vec<Decision>,
+    /// VMs, then volumes.
+    pub instances: Vec<InstanceDecision>,
+    /// Why no Instance decision was taken, when the listing failed.
+    pub instance_error: Option<SweepError>,
 }
 
 /// Every zone, every page of the servers carrying this cluster's tag in this
@@ -108,11 +155,13 @@ pub async fn list_owned_servers(
 }
 
 impl Sweeper {
-    /// One pass: decide about every owned server and act. A failed listing
-    /// takes no decision at all (counted as `list_failed`).
-    pub async fn pass(&self) -> Result<Vec<Decision>, SweepError> {
+    /// One pass: decide about every owned server (and, with the Instance
+    /// ports, every owned VM and volume) and act. A failed Elastic Metal or
+    /// NodeClaim listing takes no decision at all, a failed Instance or Block
+    /// listing none on that side (either counted as `list_failed`).
+    pub async fn pass(&self) -> Result<Pass, SweepError> {
         let result = self.snapshot().await;
-        let (servers, claims) = match result {
+        let (servers, instances, claims) = match result {
             Ok(snapshot) => snapshot,
             Err(error) => {
                 safety_metrics().count_sweeper_pass("list_failed");
@@ -138,16 +187,43 @@ impl Sweeper {
                 acted.push(d);
             }
         }
-        safety_metrics().count_sweeper_pass("completed");
-        let count = |v: Verdict| acted.iter().filter(|d| d.verdict == v).count();
-        let (deleted, would_delete, refused) = (
-            count(Verdict::Deleted),
-            count(Verdict::WouldDelete),
-            count(Verdict::Refused),
-        );
+        let mut pass = Pass {
+            servers: acted,
+            ..Pass::default()
+        };
+        match (instances, self.instance_ports()) {
+            (Some(Ok((vms, volumes))), Some(ports)) => {
+                pass.instances = self.sweep_instances(&ports, &vms, &volumes, &claims).await;
+            }
+            (Some(Err(error)), _) => {
+                warn!(%error, "no Instance decision without a complete list");
+                pass.instance_error = Some(error);
+            }
+            _ => {}
+        }
+        safety_metrics().count_sweeper_pass(if pass.instance_error.is_some() {
+            "list_failed"
+        } else {
+            "completed"
+        });
+        let verdicts = pass
+            .servers
+            .iter()
+            .map(|d| d.verdict)
+            .chain(pass.instances.iter().map(|d| d.verdict));
+        let (mut deleted, mut would_delete, mut refused) = (0, 0, 0);
+        for v in verdicts {
+            match v {
+                Verdict::Deleted => deleted += 1,
+                Verdict::WouldDelete => would_delete += 1,
+                Verdict::Refused => refused += 1,
+                Verdict::Spared => {}
+            }
+        }
         if deleted + would_delete + refused > 0 {
             info!(
                 servers = servers.len(),
+                instance_decisions = pass.instances.len(),
                 deleted,
                 would_delete,
                 refused,
@@ -155,21 +231,38 @@ impl Sweeper {
                 "orphan sweep"
             );
         } else {
-            debug!(servers = servers.len(), "orphan sweep: nothing to do");
+            debug!(
+                servers = servers.len(),
+                instance_decisions = pass.instances.len(),
+                "orphan sweep: nothing to do"
+            );
         }
-        Ok(acted)
+        Ok(pass)
     }
 
-    /// Servers first, then NodeClaims: a server ordered between the two
-    /// listings is then seen with its NodeClaim (which Create needs first).
-    async fn snapshot(&self) -> Result<(Vec<Server>, Vec<serde_json::Value>), SweepError> {
+    /// Servers first (Elastic Metal, then VMs and volumes), NodeClaims last:
+    /// anything ordered in between is then seen with its NodeClaim (which
+    /// Create needs first). The Instance side is `None` without its ports.
+    async fn snapshot(&self) -> Result<Snapshot, SweepError> {
         let servers = list_owned_servers(self.api.as_ref(), &self.zones, &self.policy).await?;
+        let instances = match self.instance_ports() {
+            Some(ports) => Some(
+                list_owned_instances(
+                    ports.instance.as_ref(),
+                    ports.block.as_ref(),
+                    &self.zones,
+                    &self.policy,
+                )
+                .await,
+            ),
+            None => None,
+        };
         let claims = self
             .claims
             .list()
             .await
             .map_err(|e| SweepError::NodeClaims(e.to_string()))?;
-        Ok((servers, claims))
+        Ok((servers, instances, claims))
     }
 
     /// Carries out one decision; `None` when a deletion was not done (it is

@@ -16,9 +16,9 @@ const ZONE: &str = "fr-par-2";
 const HOUR: Duration = Duration::from_secs(3600);
 
 #[derive(Default)]
-struct FakeClaims {
-    claims: Mutex<Vec<Value>>,
-    fail_next: Mutex<Option<KubeError>>,
+pub(super) struct FakeClaims {
+    pub(super) claims: Mutex<Vec<Value>>,
+    pub(super) fail_next: Mutex<Option<KubeError>>,
 }
 
 #[async_trait]
@@ -32,7 +32,7 @@ impl NodeClaimSource for FakeClaims {
 }
 
 #[derive(Default)]
-struct FakeInFlight(Mutex<Vec<String>>);
+pub(super) struct FakeInFlight(pub(super) Mutex<Vec<String>>);
 
 impl InFlight for FakeInFlight {
     fn in_flight(&self, server_id: &str) -> bool {
@@ -40,8 +40,9 @@ impl InFlight for FakeInFlight {
     }
 }
 
+/// (server, volume or VM id; Event reason; note).
 #[derive(Default)]
-struct RecordedEvents(Mutex<Vec<(String, &'static str, String)>>);
+pub(super) struct RecordedEvents(pub(super) Mutex<Vec<(String, &'static str, String)>>);
 
 #[async_trait]
 impl SweepEvents for RecordedEvents {
@@ -50,6 +51,13 @@ impl SweepEvents for RecordedEvents {
             .lock()
             .unwrap()
             .push((d.server.id.clone(), d.verdict.event_reason(), d.note()));
+    }
+
+    async fn record_instance(&self, d: &InstanceDecision) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((d.id().to_string(), d.verdict.event_reason(), d.note()));
     }
 }
 
@@ -116,6 +124,10 @@ fn setup(dry_run: bool) -> Setup {
             dry_run,
         },
         zones: vec![ZONE.into(), "nl-ams-1".into()],
+        instance: None,
+        block: None,
+        instance_grace: Duration::from_secs(300),
+        teardowns: Teardowns::default(),
     };
     Setup {
         api,
@@ -146,7 +158,7 @@ fn summary(decisions: &[Decision]) -> Vec<(String, &'static str, &'static str)> 
 #[tokio::test]
 async fn a_pass_deletes_only_the_orphan_and_reports_every_decision() {
     let s = setup(false);
-    let decisions = s.sweeper.pass().await.unwrap();
+    let decisions = s.sweeper.pass().await.unwrap().servers;
     assert_eq!(
         summary(&decisions),
         vec![
@@ -185,7 +197,7 @@ async fn a_pass_deletes_only_the_orphan_and_reports_every_decision() {
 #[tokio::test]
 async fn dry_run_deletes_nothing() {
     let s = setup(true);
-    let decisions = s.sweeper.pass().await.unwrap();
+    let decisions = s.sweeper.pass().await.unwrap().servers;
     let orphan = decisions.iter().find(|d| d.server.id == "orphan").unwrap();
     assert_eq!(orphan.verdict, Verdict::WouldDelete);
     assert!(deleted(&s.api).is_empty());
@@ -225,7 +237,7 @@ async fn a_failed_deletion_is_retried_next_pass() {
     let s = setup(false);
     s.api
         .fail_next(Op::DeleteServer, ApiError::Unavailable("503".into()));
-    let decisions = s.sweeper.pass().await.unwrap();
+    let decisions = s.sweeper.pass().await.unwrap().servers;
     assert!(!decisions.iter().any(|d| d.server.id == "orphan"));
     assert!(
         !s.events
@@ -235,7 +247,7 @@ async fn a_failed_deletion_is_retried_next_pass() {
             .iter()
             .any(|(id, _, _)| id == "orphan")
     );
-    let decisions = s.sweeper.pass().await.unwrap();
+    let decisions = s.sweeper.pass().await.unwrap().servers;
     assert!(
         decisions
             .iter()

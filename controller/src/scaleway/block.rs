@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
-use super::http::{Api, Patience, Request, segment};
+use super::http::{Api, Body, Paging, Patience, Request, segment};
 use super::{ApiError, ScalewayClient};
 
 /// The Block API v1 calls the provider uses, and only those.
@@ -19,6 +19,43 @@ pub trait Block: Send + Sync + 'static {
     /// `TransientState` while the volume is still attached (it is detached
     /// some seconds after its server's terminate).
     async fn delete_volume(&self, zone: &str, id: &str) -> Result<(), ApiError>;
+    /// Every page of the volumes matching the filter, refiltered on our
+    /// side: complete or an error, never a shorter list (the orphan sweeper
+    /// decides on it).
+    async fn list_volumes(
+        &self,
+        zone: &str,
+        filter: &VolumeFilter,
+    ) -> Result<Vec<Volume>, ApiError>;
+    /// Replaces the volume's tags (Create gives an SBS root the ownership
+    /// tags of its server, so that a volume left behind can be proven ours).
+    async fn update_volume_tags(
+        &self,
+        zone: &str,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Volume, ApiError>;
+}
+
+/// Query filters of `GET /block/v1/zones/{zone}/volumes`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VolumeFilter {
+    /// Volumes carrying every one of these tags. The API documents its
+    /// `tags` filter as "one or more matching tags", so the answer is
+    /// refiltered here.
+    pub tags: Vec<String>,
+    pub project_id: Option<String>,
+}
+
+impl VolumeFilter {
+    /// The filter applied on our side: every tag present, same project.
+    pub fn matches(&self, volume: &Volume) -> bool {
+        self.tags.iter().all(|t| volume.tags.contains(t))
+            && self
+                .project_id
+                .as_ref()
+                .is_none_or(|p| &volume.project_id == p)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +109,16 @@ pub struct Volume {
     pub zone: String,
     #[serde(default)]
     pub created_at: Option<String>,
+    /// When it was last detached from a server (`null` if never).
+    #[serde(default)]
+    pub last_detached_at: Option<String>,
+}
+
+impl Volume {
+    /// Attached to nothing: `available` and referenced by no server.
+    pub fn is_detached(&self) -> bool {
+        self.status == VolumeStatus::Available && self.references.is_empty()
+    }
 }
 
 fn volume_path(zone: &str, id: &str) -> Result<String, ApiError> {
@@ -107,4 +154,53 @@ impl Block for ScalewayClient {
         );
         self.send(&req).await.map(drop)
     }
+
+    async fn list_volumes(
+        &self,
+        zone: &str,
+        filter: &VolumeFilter,
+    ) -> Result<Vec<Volume>, ApiError> {
+        let path = format!("/block/v1/zones/{}/volumes", segment(zone)?);
+        // A repeated `tags` parameter, as the Go SDK sends it.
+        let mut query: Vec<(&str, String)> =
+            filter.tags.iter().map(|t| ("tags", t.clone())).collect();
+        if let Some(project) = &filter.project_id {
+            query.push(("project_id", project.clone()));
+        }
+        let req = Request::new(
+            Api::Block,
+            "GET /block/v1/volumes",
+            Patience::Long,
+            &Method::GET,
+            &path,
+        )
+        .query(&query);
+        // Block is a newer API: `page_size` and the body's `total_count`.
+        let volumes: Vec<Volume> = self.list_all(req, Paging::BodyTotal, "volumes").await?;
+        Ok(volumes.into_iter().filter(|v| filter.matches(v)).collect())
+    }
+
+    async fn update_volume_tags(
+        &self,
+        zone: &str,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Volume, ApiError> {
+        let path = volume_path(zone, id)?;
+        let body = serde_json::json!({ "tags": tags });
+        // Setting the same tags twice is harmless: idempotent.
+        let req = Request::new(
+            Api::Block,
+            "PATCH /block/v1/volumes/{volume_id}",
+            Patience::Short,
+            &Method::PATCH,
+            &path,
+        )
+        .body(Body::Json(&body));
+        self.call(&req).await
+    }
 }
+
+#[cfg(test)]
+#[path = "block_tests.rs"]
+mod tests;

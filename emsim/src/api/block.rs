@@ -5,9 +5,10 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::Params;
+use super::extract::{ApiJson, Params};
 use super::instance::check_instance_zone;
 use crate::error::ApiError;
 use crate::instance::volumes::VolumeKind;
@@ -16,8 +17,10 @@ use crate::state::AppState;
 
 type ApiResult = Result<Response, ApiError>;
 
-/// `page`, `page_size`, `project_id`, `name` (substring), `tags` (all of)
-/// → `{volumes, total_count}` (Block is a newer API: the count is in the body).
+/// `page`, `page_size`, `project_id`, `name` (substring), `tags` (repeated,
+/// as the Go SDK sends them; a volume carrying any one of them matches, as
+/// the API documents its filter: "one or more matching tags") →
+/// `{volumes, total_count}` (Block is a newer API: the count is in the body).
 pub async fn list_volumes(
     State(state): State<AppState>,
     Path(zone): Path<String>,
@@ -34,7 +37,7 @@ pub async fn list_volumes(
         .filter(|v| v.zone == zone && v.kind == VolumeKind::Sbs)
         .filter(|v| params.get("project_id").is_none_or(|p| v.project == p))
         .filter(|v| params.get("name").is_none_or(|n| v.name.contains(n)))
-        .filter(|v| tags.iter().all(|t| v.tags.contains(t)))
+        .filter(|v| tags.is_empty() || tags.iter().any(|t| v.tags.contains(t)))
         .map(block_volume_wire)
         .collect();
     let (volumes, total_count) = page.slice(volumes);
@@ -48,6 +51,35 @@ pub async fn get_volume(
     check_instance_zone(&zone)?;
     let (world, _) = state.world();
     let volume = world.instance().block_volume(&zone, &id)?;
+    Ok(Json(block_volume_wire(volume)).into_response())
+}
+
+/// The fields of `PATCH /volumes/{id}` emsim applies (the Go SDK's
+/// `UpdateVolumeRequest` also has `size` and `perf_iops`, refused here).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBody {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+}
+
+/// 200 with the volume, as `GET` answers it.
+pub async fn update_volume(
+    State(state): State<AppState>,
+    Path((zone, id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<UpdateBody>,
+) -> ApiResult {
+    check_instance_zone(&zone)?;
+    if body.name.as_deref() == Some("") {
+        return Err(ApiError::invalid("name", "constraint", "must not be empty"));
+    }
+    let (mut world, now) = state.world();
+    let volume = world
+        .instance_mut()
+        .0
+        .update_block_volume(now, &zone, &id, body.name, body.tags)?;
     Ok(Json(block_volume_wire(volume)).into_response())
 }
 

@@ -225,6 +225,11 @@ fn instance_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
             get(block::get_volume),
         ),
         (
+            "PATCH",
+            format!("{BLOCK}/volumes/{{volume_id}}"),
+            patch(block::update_volume),
+        ),
+        (
             "DELETE",
             format!("{BLOCK}/volumes/{{volume_id}}"),
             delete(block::delete_volume),

@@ -92,6 +92,28 @@ impl InstanceWorld {
             .ok_or_else(|| not_found("volume", id))
     }
 
+    /// `PATCH`: a new name and/or a new tag list (replacing the old one).
+    pub fn update_block_volume(
+        &mut self,
+        now: SimTime,
+        zone: &str,
+        id: &str,
+        name: Option<String>,
+        tags: Option<Vec<String>>,
+    ) -> Result<&VolumeRecord, ApiError> {
+        self.block_volume(zone, id)?;
+        let volume = self.volumes.get_mut(id).expect("checked above");
+        if let Some(name) = name {
+            volume.name = name;
+        }
+        if let Some(tags) = tags {
+            volume.tags = tags;
+        }
+        volume.updated_at = now;
+        tracing::info!(volume_id = %id, "block volume updated");
+        Ok(volume)
+    }
+
     pub fn delete_block_volume(&mut self, zone: &str, id: &str) -> Result<(), ApiError> {
         let volume = self.block_volume(zone, id)?;
         if let Some((server, _)) = &volume.server {

@@ -24,7 +24,7 @@ use super::{
     TypeAvailability, VolumeType,
 };
 use crate::scaleway::ApiError;
-use crate::scaleway::block::{Block, Reference, Volume, VolumeStatus};
+use crate::scaleway::block::{Block, Reference, Volume, VolumeFilter, VolumeStatus};
 
 /// The root volume size when a create does not choose one.
 const DEFAULT_ROOT_BYTES: u64 = 10_000_000_000;
@@ -45,6 +45,8 @@ pub enum Op {
     DeleteIp,
     GetVolume,
     DeleteVolume,
+    ListVolumes,
+    UpdateVolume,
     ListImages,
     GetImage,
     GetSecurityGroup,
@@ -142,6 +144,11 @@ impl FakeInstance {
 
     pub fn volumes(&self) -> Vec<Volume> {
         self.lock().volumes.values().cloned().collect()
+    }
+
+    /// A volume of the test's making (a left-over, a foreign one...).
+    pub fn insert_volume(&self, volume: Volume) {
+        self.lock().volumes.insert(volume.id.clone(), volume);
     }
 
     pub fn user_data(&self, server_id: &str, key: &str) -> Option<String> {
@@ -309,6 +316,7 @@ fn remove(st: &mut State, id: &str) {
         if let Some(vol) = st.volumes.get_mut(&v.id) {
             vol.status = VolumeStatus::Available;
             vol.references.clear();
+            vol.last_detached_at = Some(chrono::Utc::now().to_rfc3339());
         }
     }
     for ip in st.ips.values_mut() {
@@ -361,6 +369,7 @@ impl Instance for FakeInstance {
         }
         let id = next_id(&mut st);
         let volume_id = next_id(&mut st);
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, false);
         let root = req.volumes.get("0");
         st.volumes.insert(
             volume_id.clone(),
@@ -379,7 +388,8 @@ impl Instance for FakeInstance {
                 }],
                 tags: Vec::new(),
                 zone: zone.to_string(),
-                created_at: None,
+                created_at: Some(now.clone()),
+                last_detached_at: None,
             },
         );
         let mut server = Server {
@@ -407,9 +417,7 @@ impl Instance for FakeInstance {
             tags: req.tags.clone(),
             zone: zone.to_string(),
             project: req.project.clone(),
-            creation_date: Some(
-                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, false),
-            ),
+            creation_date: Some(now),
             image: req.image.as_ref().map(|id| super::Ref {
                 id: id.clone(),
                 name: String::new(),
@@ -629,6 +637,36 @@ impl Block for FakeInstance {
         }
         st.volumes.remove(id);
         Ok(())
+    }
+
+    async fn list_volumes(
+        &self,
+        zone: &str,
+        filter: &VolumeFilter,
+    ) -> Result<Vec<Volume>, ApiError> {
+        let st = self.begin(call(Op::ListVolumes, zone, None))?;
+        Ok(st
+            .volumes
+            .values()
+            .filter(|v| v.zone == zone && filter.matches(v))
+            .cloned()
+            .collect())
+    }
+
+    async fn update_volume_tags(
+        &self,
+        zone: &str,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Volume, ApiError> {
+        let mut st = self.begin(call(Op::UpdateVolume, zone, Some(id)))?;
+        let v = st
+            .volumes
+            .get_mut(id)
+            .filter(|v| v.zone == zone)
+            .ok_or_else(|| not_found("volume", id))?;
+        v.tags = tags.to_vec();
+        Ok(v.clone())
     }
 }
 

@@ -205,3 +205,61 @@ async fn images_and_security_groups_are_per_zone() {
     ));
     assert_eq!(fake.count(Op::ListImages), 2);
 }
+
+#[tokio::test]
+async fn volumes_are_tagged_then_listed_by_tags_and_project_in_their_zone() {
+    let fake = fake();
+    let s = fake
+        .create_server(ZONE, &request("POP2-2C-8G"))
+        .await
+        .unwrap();
+    let root = s.sbs_volume_ids().remove(0);
+    let owned = vec![
+        "karpenter.scaleway.com/cluster=prod".to_string(),
+        "karpenter.sh/nodeclaim=node-a".to_string(),
+    ];
+    let filter = VolumeFilter {
+        tags: owned.clone(),
+        project_id: Some("proj".into()),
+    };
+    assert!(fake.list_volumes(ZONE, &filter).await.unwrap().is_empty());
+    let tagged = fake.update_volume_tags(ZONE, &root, &owned).await.unwrap();
+    assert_eq!(tagged.tags, owned);
+    let listed = fake.list_volumes(ZONE, &filter).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, root);
+    assert!(!listed[0].is_detached(), "attached to its server");
+    assert!(listed[0].created_at.is_some());
+    // Another zone, another project: not listed.
+    assert!(
+        fake.list_volumes("nl-ams-1", &filter)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let other_project = VolumeFilter {
+        project_id: Some("other".into()),
+        ..filter.clone()
+    };
+    assert!(
+        fake.list_volumes(ZONE, &other_project)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        fake.update_volume_tags("nl-ams-1", &root, &owned).await,
+        Err(ApiError::NotFound(_))
+    ));
+    fake.fail_next(Op::ListVolumes, ApiError::Throttled);
+    assert!(matches!(
+        fake.list_volumes(ZONE, &filter).await,
+        Err(ApiError::Throttled)
+    ));
+    // Once its server is gone the volume is detached, with the time.
+    fake.set_auto_finish(true);
+    fake.delete_server(ZONE, &s.id).await.unwrap();
+    let left = fake.list_volumes(ZONE, &filter).await.unwrap();
+    assert!(left[0].is_detached());
+    assert!(left[0].last_detached_at.is_some());
+}
