@@ -297,6 +297,20 @@ impl Provider {
                 info!(nodeclaim = %view.name, server_id = %server.id, zone = %offering.zone,
                     commercial_type = %it.name, price = offering.price, image = %image.id,
                     "created VM");
+                // The Instance API gives the root volume no tags. With ours,
+                // the sweeper recognises it once it is detached, even if
+                // every NodeClaim that knew it is gone. Best effort: Delete
+                // knows the volume from the NodeClaim and the server anyway.
+                for volume in server.sbs_volume_ids() {
+                    if let Err(error) = vms
+                        .block
+                        .update_volume_tags(&offering.zone, &volume, &req.tags)
+                        .await
+                    {
+                        warn!(nodeclaim = %view.name, volume_id = %volume, %error,
+                            "could not tag the VM's root volume; the sweeper will not recognise it if it is ever left behind");
+                    }
+                }
                 Ok((server, it.clone()))
             }
             Err(

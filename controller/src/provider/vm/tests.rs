@@ -192,6 +192,10 @@ async fn create_makes_the_cheapest_vm_with_its_config_as_user_data_and_powers_it
     }
     let volume = &v.api.volumes()[0];
     assert_eq!(volume.size, 30_000_000_000, "the NodeClass's root volume");
+    assert_eq!(
+        volume.tags, s.tags,
+        "the root volume carries the VM's ownership tags"
+    );
     assert_eq!(s.state, ServerState::Starting, "powered on");
     let actions: Vec<_> = v.api.calls().iter().filter_map(|c| c.action).collect();
     assert_eq!(actions, [ServerAction::Poweron]);
