@@ -412,6 +412,125 @@ impl EmsimAdmin {
         Ok(serde_json::from_str(&text)?)
     }
 
+    /// Creates and powers on a VM through the public Instance API (as a
+    /// user's own tools would), booting the image named `image`.
+    pub async fn user_create_vm(
+        &self,
+        token: &str,
+        zone: &str,
+        commercial_type: &str,
+        image: &str,
+        name: &str,
+        project_id: &str,
+        tags: &[String],
+    ) -> Result<Value> {
+        let zone_url = format!("{}/instance/v1/zones/{zone}", self.0.base);
+        let images: Value = self
+            .0
+            .http
+            .get(format!("{zone_url}/images"))
+            .query(&[("name", image)])
+            .header("X-Auth-Token", token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let image_id = images["images"][0]["id"]
+            .as_str()
+            .with_context(|| format!("no image {image} in {zone}: {images}"))?;
+        let resp = self
+            .0
+            .http
+            .post(format!("{zone_url}/servers"))
+            .header("X-Auth-Token", token)
+            .json(&serde_json::json!({
+                "name": name, "commercial_type": commercial_type, "image": image_id,
+                "project": project_id, "tags": tags,
+                "volumes": {"0": {"size": 20_000_000_000u64, "volume_type": "sbs_volume"}},
+            }))
+            .send()
+            .await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            anyhow::bail!("creating VM {name} in {zone} answered {status}: {text}");
+        }
+        let server: Value = serde_json::from_str(&text)?;
+        let id = server["server"]["id"].as_str().context("server id")?;
+        self.0
+            .http
+            .post(format!("{zone_url}/servers/{id}/action"))
+            .header("X-Auth-Token", token)
+            .json(&serde_json::json!({"action": "poweron"}))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(server["server"].clone())
+    }
+
+    /// Terminates a running VM through the public Instance API, waits until
+    /// it is gone, then deletes the SBS volumes terminate left behind.
+    pub async fn user_delete_vm(&self, token: &str, zone: &str, id: &str) -> Result<()> {
+        let zone_url = format!("{}/instance/v1/zones/{zone}", self.0.base);
+        let server: Value = self
+            .0
+            .http
+            .get(format!("{zone_url}/servers/{id}"))
+            .header("X-Auth-Token", token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let volumes: Vec<String> = server["server"]["volumes"]
+            .as_object()
+            .map(|m| {
+                m.values()
+                    .filter_map(|v| v["id"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.0
+            .http
+            .post(format!("{zone_url}/servers/{id}/action"))
+            .header("X-Auth-Token", token)
+            .json(&serde_json::json!({"action": "terminate"}))
+            .send()
+            .await?
+            .error_for_status()?;
+        crate::wait::until(
+            "the VM terminated",
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_millis(250),
+            || async {
+                let status = self
+                    .0
+                    .http
+                    .get(format!("{zone_url}/servers/{id}"))
+                    .header("X-Auth-Token", token)
+                    .send()
+                    .await?
+                    .status();
+                Ok((status == reqwest::StatusCode::NOT_FOUND).then_some(()))
+            },
+        )
+        .await?;
+        for volume in volumes {
+            self.0
+                .http
+                .delete(format!(
+                    "{}/block/v1/zones/{zone}/volumes/{volume}",
+                    self.0.base
+                ))
+                .header("X-Auth-Token", token)
+                .send()
+                .await?
+                .error_for_status()?;
+        }
+        Ok(())
+    }
+
     /// Deletes a server through the public API, behind the provider's back.
     pub async fn user_delete_server(&self, token: &str, zone: &str, id: &str) -> Result<()> {
         let resp = self
