@@ -24,13 +24,17 @@ use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
 use karpenter_scaleway::k8s_nodes::{KubeNodes, NodeClaimList};
 use karpenter_scaleway::metrics;
 use karpenter_scaleway::node_registration::KubeNodeRegistrar;
-use karpenter_scaleway::nodeclass::instance::InstanceNodeClassController;
+use karpenter_scaleway::nodeclass::instance::{
+    self as instance_class, InstanceNodeClassController,
+};
 use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
+use karpenter_scaleway::provider::vm::{VmJoiner, VmPorts, run_vm_joiner};
 use karpenter_scaleway::provider::{
     BootstrapTokens, ClusterPorts, Provider, ProviderSettings, longest_install, repair_policies,
 };
 use karpenter_scaleway::rescue::RusshShell;
 use karpenter_scaleway::resume::run_resumer;
+use karpenter_scaleway::scaleway::block::Block;
 use karpenter_scaleway::scaleway::instance::Instance;
 use karpenter_scaleway::scaleway::{
     ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey,
@@ -172,9 +176,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_pacing(Some(args.scaleway.api_rate_limit)),
     );
     let instance_api: Arc<dyn Instance> = scaleway.clone();
-    // The orphan sweeper's Instance side: VMs and the SBS volumes they leave.
-    let sweeper_instance: Arc<dyn Instance> = scaleway.clone();
-    let sweeper_block: Arc<dyn karpenter_scaleway::scaleway::block::Block> = scaleway.clone();
+    let block_api: Arc<dyn Block> = scaleway.clone();
     let api: Arc<dyn ElasticMetal> = scaleway;
     let client = kube::Client::try_default()
         .await
@@ -215,18 +217,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let store = nodeclasses.store();
     let reconciler = tokio::spawn(nodeclasses.run(stopped(stop_rx.clone())));
-    // Status only (Create does not serve this kind yet); it returns at once,
-    // after one log line, where the cluster lacks its CRD.
-    let instance_reconciler = tokio::spawn(
-        InstanceNodeClassController::new(
-            client.clone(),
-            instance_api,
-            args.scaleway.project_id.clone(),
-            zones.clone(),
-            is_leader.clone(),
-        )
-        .run(stopped(stop_rx.clone())),
+    // Scaleway Instances are served where the cluster has their CRD (read
+    // once: installing it later takes a restart). Without it nothing calls
+    // the Instance API, so credentials scoped to Elastic Metal keep working
+    // and List never fails for lack of Instance permissions.
+    let serve_instances = instances_served(&client).await;
+    let instance_classes = InstanceNodeClassController::new(
+        client.clone(),
+        instance_api.clone(),
+        args.scaleway.project_id.clone(),
+        zones.clone(),
+        is_leader.clone(),
+        catalog.clone(),
     );
+    let instance_cache = instance_classes.cache();
+    let instance_reconciler = tokio::spawn(instance_classes.run(stopped(stop_rx.clone())));
+    let instance_refresher = serve_instances.then(|| {
+        tokio::spawn(karpenter_scaleway::catalog::run_instance_refresher(
+            catalog.clone(),
+            instance_api.clone(),
+            zones.clone(),
+            args.catalog_refresh,
+        ))
+    });
     // Serving Create before the NodeClass cache is filled would answer
     // NodeClassNotReady, and core would delete the NodeClaim.
     wait_for_nodeclass_cache(&client, &store).await;
@@ -283,7 +296,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             class_port,
             engine.clone(),
             ClusterPorts {
-                tokens: token_port,
+                tokens: token_port.clone(),
                 nodes: Arc::new(KubeNodeRegistrar::new(client.clone())),
             },
             ProviderSettings {
@@ -295,6 +308,31 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // List proves absence against the NodeClaims (never a partial list).
         .with_node_claims(Arc::new(node_claims.clone())),
     );
+    let provider = if serve_instances {
+        Arc::new(
+            Arc::into_inner(provider)
+                .expect("the provider is not shared yet")
+                .with_instances(VmPorts {
+                    api: instance_api.clone(),
+                    block: block_api.clone(),
+                    classes: Arc::new(instance_cache),
+                }),
+        )
+    } else {
+        provider
+    };
+    let vm_joiner = serve_instances.then(|| {
+        tokio::spawn(run_vm_joiner(
+            VmJoiner::new(
+                provider.clone(),
+                Arc::new(node_claims.clone()),
+                Arc::new(KubeNodes::new(client.clone(), token_port.clone())),
+            ),
+            args.poll_interval,
+            is_leader.clone(),
+            stopped(stop_rx.clone()),
+        ))
+    });
     let orphan_sweeper = tokio::spawn(run_orphan_sweeper(
         Sweeper {
             api,
@@ -308,8 +346,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 dry_run: args.sweeper.sweep_dry_run,
             },
             zones,
-            instance: Some(sweeper_instance),
-            block: Some(sweeper_block),
+            // The Instance side (VMs and the SBS volumes they leave) only
+            // where Instances are served.
+            instance: serve_instances.then(|| instance_api.clone()),
+            block: serve_instances.then(|| block_api.clone()),
             instance_grace: args.sweeper.instance_orphan_grace,
             teardowns: gc::Teardowns::default(),
         },
@@ -361,6 +401,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
 
     refresher.abort();
+    if let Some(r) = instance_refresher {
+        r.abort();
+    }
+    if let Some(j) = vm_joiner {
+        let _ = j.await;
+    }
     let _ = reconciler.await;
     let _ = instance_reconciler.await;
     let _ = sweeper.await;
@@ -377,6 +423,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     info!("stopped");
     served
+}
+
+/// Whether the cluster serves `ScalewayInstanceNodeClass`; a probe that says
+/// nothing either way (API server unreachable) is retried for 30 s, then the
+/// answer is no (logged).
+async fn instances_served(client: &kube::Client) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match instance_class::kind_served(client).await {
+            Ok(served) => {
+                info!(served, "Scaleway Instances (ScalewayInstanceNodeClass)");
+                return served;
+            }
+            Err(error) if std::time::Instant::now() < deadline => {
+                warn!(%error, "probing for the ScalewayInstanceNodeClass CRD; retried");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(error) => {
+                warn!(%error, "could not tell whether ScalewayInstanceNodeClass is served; Instances are not served until a restart");
+                return false;
+            }
+        }
+    }
 }
 
 /// Waits (at most 60 s) until the reconciler's cache holds every NodeClass the

@@ -74,6 +74,16 @@ pub fn nodepools(client: &Client) -> Api<DynamicObject> {
     dynamic_api(client, "karpenter.sh", "v1", "NodePool", "nodepools")
 }
 
+pub fn instance_nodeclasses(client: &Client) -> Api<DynamicObject> {
+    dynamic_api(
+        client,
+        "karpenter.scaleway.com",
+        "v1alpha1",
+        "ScalewayInstanceNodeClass",
+        "scalewayinstancenodeclasses",
+    )
+}
+
 pub fn nodeclasses(client: &Client) -> Api<DynamicObject> {
     dynamic_api(
         client,

@@ -141,7 +141,10 @@ pub async fn wait_all_gone(stack: &Stack, timeout: Duration) -> Result<()> {
                             .is_some_and(|p| p.starts_with("scaleway://"))
                     })
                     .count();
-                let servers = stack.owned_servers().await?.len();
+                let mut servers = stack.owned_servers().await?.len();
+                if stack.opts.instances {
+                    servers += stack.owned_vms().await?.len();
+                }
                 tracing::info!(
                     nodeclaims = ncs.len(),
                     nodes = ours,

@@ -106,6 +106,48 @@ impl EmsimAdmin {
         self.0.get("/_emsim/counters").await
     }
 
+    /// Every live VM (`user_data_keys`, `hardware`, `actions` included).
+    pub async fn instance_servers(&self) -> Result<Vec<Value>> {
+        self.0.servers("/_emsim/instance/servers").await
+    }
+
+    /// Every VM ever created, deleted ones included (`deleted_at` set).
+    pub async fn instance_servers_including_deleted(&self) -> Result<Vec<Value>> {
+        self.0
+            .servers("/_emsim/instance/servers?include_deleted=true")
+            .await
+    }
+
+    /// Every Block and local volume, attached or not.
+    pub async fn instance_volumes(&self) -> Result<Vec<Value>> {
+        self.0.list("/_emsim/instance/volumes", "volumes").await
+    }
+
+    /// Sets a type's stock in a zone (`available`, `scarce`, `shortage`).
+    pub async fn set_instance_availability(
+        &self,
+        zone: &str,
+        commercial_type: &str,
+        availability: &str,
+    ) -> Result<()> {
+        let resp = self
+            .0
+            .http
+            .put(format!("{}/_emsim/instance/availability", self.0.base))
+            .json(&serde_json::json!({
+                "zone": zone, "commercial_type": commercial_type, "availability": availability
+            }))
+            .send()
+            .await?;
+        let status = resp.status();
+        anyhow::ensure!(
+            status.is_success(),
+            "PUT availability answered {status}: {}",
+            resp.text().await?
+        );
+        Ok(())
+    }
+
     /// Calls of one `METHOD /path-template` answered with a 2xx status.
     pub async fn successful_calls(&self, endpoint: &str) -> Result<u64> {
         let c = self.counters().await?;
@@ -368,6 +410,125 @@ impl EmsimAdmin {
             anyhow::bail!("ordering {offer_name} in {zone} answered {status}: {text}");
         }
         Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Creates and powers on a VM through the public Instance API (as a
+    /// user's own tools would), booting the image named `image`.
+    pub async fn user_create_vm(
+        &self,
+        token: &str,
+        zone: &str,
+        commercial_type: &str,
+        image: &str,
+        name: &str,
+        project_id: &str,
+        tags: &[String],
+    ) -> Result<Value> {
+        let zone_url = format!("{}/instance/v1/zones/{zone}", self.0.base);
+        let images: Value = self
+            .0
+            .http
+            .get(format!("{zone_url}/images"))
+            .query(&[("name", image)])
+            .header("X-Auth-Token", token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let image_id = images["images"][0]["id"]
+            .as_str()
+            .with_context(|| format!("no image {image} in {zone}: {images}"))?;
+        let resp = self
+            .0
+            .http
+            .post(format!("{zone_url}/servers"))
+            .header("X-Auth-Token", token)
+            .json(&serde_json::json!({
+                "name": name, "commercial_type": commercial_type, "image": image_id,
+                "project": project_id, "tags": tags,
+                "volumes": {"0": {"size": 20_000_000_000u64, "volume_type": "sbs_volume"}},
+            }))
+            .send()
+            .await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            anyhow::bail!("creating VM {name} in {zone} answered {status}: {text}");
+        }
+        let server: Value = serde_json::from_str(&text)?;
+        let id = server["server"]["id"].as_str().context("server id")?;
+        self.0
+            .http
+            .post(format!("{zone_url}/servers/{id}/action"))
+            .header("X-Auth-Token", token)
+            .json(&serde_json::json!({"action": "poweron"}))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(server["server"].clone())
+    }
+
+    /// Terminates a running VM through the public Instance API, waits until
+    /// it is gone, then deletes the SBS volumes terminate left behind.
+    pub async fn user_delete_vm(&self, token: &str, zone: &str, id: &str) -> Result<()> {
+        let zone_url = format!("{}/instance/v1/zones/{zone}", self.0.base);
+        let server: Value = self
+            .0
+            .http
+            .get(format!("{zone_url}/servers/{id}"))
+            .header("X-Auth-Token", token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let volumes: Vec<String> = server["server"]["volumes"]
+            .as_object()
+            .map(|m| {
+                m.values()
+                    .filter_map(|v| v["id"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.0
+            .http
+            .post(format!("{zone_url}/servers/{id}/action"))
+            .header("X-Auth-Token", token)
+            .json(&serde_json::json!({"action": "terminate"}))
+            .send()
+            .await?
+            .error_for_status()?;
+        crate::wait::until(
+            "the VM terminated",
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_millis(250),
+            || async {
+                let status = self
+                    .0
+                    .http
+                    .get(format!("{zone_url}/servers/{id}"))
+                    .header("X-Auth-Token", token)
+                    .send()
+                    .await?
+                    .status();
+                Ok((status == reqwest::StatusCode::NOT_FOUND).then_some(()))
+            },
+        )
+        .await?;
+        for volume in volumes {
+            self.0
+                .http
+                .delete(format!(
+                    "{}/block/v1/zones/{zone}/volumes/{volume}",
+                    self.0.base
+                ))
+                .header("X-Auth-Token", token)
+                .send()
+                .await?
+                .error_for_status()?;
+        }
+        Ok(())
     }
 
     /// Deletes a server through the public API, behind the provider's back.

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::Client;
 use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt as _};
 
 use crate::controlplane::ControlPlane;
 use crate::image::ImageServer;
@@ -118,7 +118,16 @@ pub struct StackOptions {
     /// provider and a bridge process; Karpenter's leader election picks the
     /// one that acts.
     pub replicas: usize,
+    /// Serve Scaleway Instances too: the `ScalewayInstanceNodeClass` CRD is
+    /// installed before the provider starts (which is how it decides to
+    /// serve them), and emsim's Instance catalog has Talos images of
+    /// `talos_version` and of [`NEXT_TALOS_VERSION`].
+    pub instances: bool,
 }
+
+/// A second Talos version whose Instance image exists when
+/// [`StackOptions::instances`] is set (to drift VMs onto).
+pub const NEXT_TALOS_VERSION: &str = "v1.13.10";
 
 impl StackOptions {
     pub fn for_test(name: &str) -> Result<Self> {
@@ -149,6 +158,7 @@ impl StackOptions {
             provider_args: Vec::new(),
             bridge_env: Vec::new(),
             replicas: 1,
+            instances: false,
         })
     }
 }
@@ -232,9 +242,15 @@ impl Stack {
         // emsim: the Scaleway API.
         let emsim_port = free_port()?;
         let emsim_url = format!("http://127.0.0.1:{emsim_port}");
+        let mut emsim_cmd = Command::new(bins.rust("emsim"));
+        if opts.instances {
+            let catalog = opts.work_dir.join("instance-catalog.yaml");
+            std::fs::write(&catalog, instance_catalog(&opts.talos_version)?)?;
+            emsim_cmd.arg("--instance-catalog").arg(&catalog);
+        }
         procs.push(Proc::spawn(
             "emsim",
-            Command::new(bins.rust("emsim"))
+            emsim_cmd
                 .args(["--listen", &format!("127.0.0.1:{emsim_port}")])
                 .args(["--time-scale", &opts.time_scale.to_string()])
                 .args(["--secret-key", SECRET_KEY, "--project-id", PROJECT_ID])
@@ -342,12 +358,18 @@ impl Stack {
             .await?;
         }
         install_crds(&client, &bins.karpenter_crds).await?;
-        let ours = repo_root().join("charts/karpenter-crd/templates/karpenter.scaleway.com_scalewayelasticmetalnodeclasses.yaml");
-        kubeutil::apply_yaml(
-            &client,
-            &std::fs::read_to_string(&ours).with_context(|| ours.display().to_string())?,
-        )
-        .await?;
+        let mut ours = vec!["karpenter.scaleway.com_scalewayelasticmetalnodeclasses.yaml"];
+        if opts.instances {
+            ours.push("karpenter.scaleway.com_scalewayinstancenodeclasses.yaml");
+        }
+        for crd in ours {
+            let path = repo_root().join("charts/karpenter-crd/templates").join(crd);
+            kubeutil::apply_yaml(
+                &client,
+                &std::fs::read_to_string(&path).with_context(|| path.display().to_string())?,
+            )
+            .await?;
+        }
         wait_crds_established(&client).await?;
 
         let base = talosconfig::worker_config(
@@ -567,6 +589,110 @@ spec:
     }
 
     /// Servers in emsim carrying this cluster's ownership tag (any status).
+    /// A `ScalewayInstanceNodeClass` in [`ZONE`] booting the Talos image
+    /// `talos-<version>-amd64`, with the stack's worker config.
+    pub fn instance_nodeclass_yaml(&self, name: &str, version: &str) -> String {
+        format!(
+            r#"apiVersion: karpenter.scaleway.com/v1alpha1
+kind: ScalewayInstanceNodeClass
+metadata:
+  name: {name}
+spec:
+  zones: ["{ZONE}"]
+  image:
+    name: talos-{version}-amd64
+  machineConfigSecretRef: {{name: talos-worker-config, namespace: {NAMESPACE}, key: worker.yaml}}
+  tags: ["team=burst"]
+"#
+        )
+    }
+
+    /// Applies an Instance NodeClass and waits for its Ready condition.
+    pub async fn create_instance_nodeclass(&self, yaml: &str) -> Result<String> {
+        let applied = kubeutil::apply_yaml(&self.client, yaml).await?;
+        let name = applied
+            .first()
+            .map(|o| o.name_any())
+            .context("no object applied")?;
+        let api = kubeutil::instance_nodeclasses(&self.client);
+        wait::until(
+            &format!("Instance NodeClass {name} Ready=True"),
+            Duration::from_secs(60),
+            Duration::from_millis(250),
+            || {
+                let (api, name) = (api.clone(), name.clone());
+                async move {
+                    let nc = api.get(&name).await?;
+                    Ok(
+                        (kubeutil::condition(&nc, "Ready").as_deref() == Some("True"))
+                            .then_some(()),
+                    )
+                }
+            },
+        )
+        .await?;
+        Ok(name)
+    }
+
+    /// A NodePool of VMs on an Instance NodeClass, with a `weight` (0: none),
+    /// consolidating empty nodes quickly.
+    pub fn instance_nodepool_yaml(
+        name: &str,
+        nodeclass: &str,
+        weight: u32,
+        extra_requirements: &str,
+        extra_template: &str,
+    ) -> String {
+        let weight = if weight > 0 {
+            format!("  weight: {weight}\n")
+        } else {
+            String::new()
+        };
+        format!(
+            r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: {name}
+spec:
+{weight}  template:
+    metadata:
+      labels: {{pool: {name}}}
+    spec:
+      nodeClassRef:
+        group: karpenter.scaleway.com
+        kind: ScalewayInstanceNodeClass
+        name: {nodeclass}
+      expireAfter: Never
+{extra_template}      requirements:
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: ["on-demand"]
+{extra_requirements}
+  disruption:
+    consolidationPolicy: WhenEmpty
+    consolidateAfter: 5s
+    budgets:
+      - nodes: "100%"
+"#
+        )
+    }
+
+    /// This cluster's live VMs in emsim.
+    pub async fn owned_vms(&self) -> Result<Vec<serde_json::Value>> {
+        let tag = format!("karpenter.scaleway.com/cluster={}", self.opts.cluster_name);
+        Ok(self
+            .emsim
+            .instance_servers()
+            .await?
+            .into_iter()
+            .filter(|s| {
+                s["tags"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|v| v == &serde_json::json!(tag)))
+            })
+            .collect())
+    }
+
     pub async fn owned_servers(&self) -> Result<Vec<serde_json::Value>> {
         let tag = format!("karpenter.scaleway.com/cluster={}", self.opts.cluster_name);
         Ok(self
@@ -588,6 +714,25 @@ spec:
             p.stop(Duration::from_secs(5));
         }
     }
+}
+
+/// emsim's seeded Instance catalog with Talos images of `version` and of
+/// [`NEXT_TALOS_VERSION`] instead of its own (talos-sim boots a VM with the
+/// version its image is named after).
+fn instance_catalog(version: &str) -> Result<String> {
+    let seeded = repo_root().join("emsim/src/instance/seeded.yaml");
+    let text = std::fs::read_to_string(&seeded).with_context(|| seeded.display().to_string())?;
+    let images = text
+        .find("\nimages:")
+        .context("the seeded Instance catalog has no images section")?;
+    let mut out = text[..images].to_string();
+    out.push_str("\nimages:\n");
+    for v in [version, NEXT_TALOS_VERSION] {
+        out.push_str(&format!(
+            "  - name: talos-{v}-amd64\n    arch: x86_64\n    zones: [{ZONE}]\n    tags: [talos, talos-{v}]\n"
+        ));
+    }
+    Ok(out)
 }
 
 impl Drop for Stack {

@@ -21,13 +21,8 @@ async fn every_zone_becomes_the_instance_kinds_types() {
     let store = CatalogStore::new(Duration::from_secs(60));
     assert!(!store.snapshot().is_loaded_for(ClassKind::Instance));
     let mut state = InstanceRefreshState::default();
-    let ok = refresh_instances_once(
-        &store,
-        &fake,
-        &zones(&["fr-par-2", "nl-ams-1"]),
-        &mut state,
-    )
-    .await;
+    let ok =
+        refresh_instances_once(&store, &fake, &zones(&["fr-par-2", "nl-ams-1"]), &mut state).await;
     assert!(ok);
     let s = store.snapshot();
     assert!(s.is_loaded_for(ClassKind::Instance));

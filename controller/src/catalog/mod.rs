@@ -51,11 +51,9 @@ pub const LABEL_INSTANCE_GPU_COUNT: &str = "karpenter.scaleway.com/instance-gpu-
 /// Public bandwidth in Mbit/s.
 pub const LABEL_INSTANCE_BANDWIDTH: &str = "karpenter.scaleway.com/instance-bandwidth";
 /// Instance family, from the commercial type (`POP2`, `POP2-HM`, `L4`,
-/// `H100-SXM`); Instance types only, not yet registered in
-/// [`PROVIDER_LABELS`] (the Instance catalog is not served yet).
+/// `H100-SXM`); Instance types only (`DoesNotExist` on Elastic Metal).
 pub const LABEL_INSTANCE_FAMILY: &str = "karpenter.scaleway.com/instance-family";
-/// Memory of one GPU in MiB; Instance types only, not yet registered in
-/// [`PROVIDER_LABELS`].
+/// Memory of one GPU in MiB; Instance types only.
 pub const LABEL_INSTANCE_GPU_MEMORY: &str = "karpenter.scaleway.com/instance-gpu-memory";
 
 /// Labels this provider defines on instance types, registered as well-known by
@@ -70,6 +68,8 @@ pub const PROVIDER_LABELS: &[&str] = &[
     LABEL_INSTANCE_GPU_NAME,
     LABEL_INSTANCE_GPU_COUNT,
     LABEL_INSTANCE_BANDWIDTH,
+    LABEL_INSTANCE_FAMILY,
+    LABEL_INSTANCE_GPU_MEMORY,
 ];
 
 /// Karpenter's well-known labels that an instance type must define, even as

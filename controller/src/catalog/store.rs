@@ -15,9 +15,7 @@ use futures::future::join_all;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
-use super::{
-    Billing, ClassKey, ClassKind, InstanceType, Overhead, Resources, instance_types,
-};
+use super::{Billing, ClassKey, ClassKind, InstanceType, Overhead, Resources, instance_types};
 use crate::scaleway::{ElasticMetal, Offer, SubscriptionPeriod};
 
 /// One published catalog.

@@ -499,7 +499,10 @@ fn an_instance_class_sees_only_pairs_with_an_image_and_its_root_volume() {
     let pop2 = vm.iter().find(|t| t.name == "POP2-2C-8G").unwrap();
     assert_eq!(pop2.capacity.ephemeral_storage_bytes, 50_000_000_000);
     let pop2_default = default.iter().find(|t| t.name == "POP2-2C-8G").unwrap();
-    assert_eq!(pop2_default.capacity.ephemeral_storage_bytes, 20_000_000_000);
+    assert_eq!(
+        pop2_default.capacity.ephemeral_storage_bytes,
+        20_000_000_000
+    );
     // The overhead follows the larger disk (eviction thresholds are a share of it).
     assert_eq!(pop2.overhead, Overhead::estimate(&pop2.capacity));
 }

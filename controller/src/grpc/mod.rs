@@ -271,13 +271,23 @@ impl CloudProvider for CloudProviderService {
         &self,
         _req: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
+        // The Instance kind only when it is served (its CRD is installed):
+        // core watches every kind listed here, and a watch on a missing CRD
+        // never syncs.
+        let mut kinds = vec![nodeclass::KIND];
+        if self.provider.as_ref().is_some_and(|p| p.serves_instances()) {
+            kinds.push(nodeclass::instance::KIND);
+        }
         Ok(Response::new(pb::InfoResponse {
             name: PROVIDER_NAME.into(),
-            node_classes: vec![pb::NodeClassKind {
-                group: nodeclass::GROUP.into(),
-                version: nodeclass::VERSION.into(),
-                kind: nodeclass::KIND.into(),
-            }],
+            node_classes: kinds
+                .into_iter()
+                .map(|kind| pb::NodeClassKind {
+                    group: nodeclass::GROUP.into(),
+                    version: nodeclass::VERSION.into(),
+                    kind: kind.into(),
+                })
+                .collect(),
             well_known_labels: PROVIDER_LABELS.iter().map(|l| l.to_string()).collect(),
             provider_version: env!("CARGO_PKG_VERSION").into(),
         }))

@@ -119,6 +119,11 @@ async fn info_and_repair_policies() {
     assert_eq!(info.name, "scaleway");
     assert_eq!(info.node_classes[0].kind, "ScalewayElasticMetalNodeClass");
     assert_eq!(info.node_classes[0].group, "karpenter.scaleway.com");
+    assert_eq!(
+        info.node_classes.len(),
+        1,
+        "no Instance kind where Instances are not served"
+    );
     assert!(
         info.well_known_labels
             .contains(&"karpenter.scaleway.com/instance-cpu".to_string())

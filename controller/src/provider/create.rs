@@ -32,7 +32,7 @@ fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
 }
 
 /// An API error while ordering, as core should see it.
-fn order_error(err: ApiError) -> ProviderError {
+pub(super) fn order_error(err: ApiError) -> ProviderError {
     match err {
         ApiError::OutOfStock(m) | ApiError::QuotaExceeded(m) => {
             ProviderError::InsufficientCapacity(m)
@@ -193,6 +193,13 @@ pub use crate::install::UNINITIALIZED_TAINT_KEY;
 impl Provider {
     pub async fn create(&self, mut claim: Value) -> Result<Value, ProviderError> {
         let view = nodeclaim::parse(&claim).map_err(ProviderError::Invalid)?;
+        if let Some(r) = view.node_class_ref.as_ref().filter(|r| {
+            r.kind == nodeclass::instance::KIND
+                && (r.group.is_empty() || r.group == nodeclass::GROUP)
+        }) {
+            let name = r.name.clone();
+            return self.create_vm(claim, view, &name).await;
+        }
         let class = self.node_class_of(&view)?;
         let zones = self.zones_for(&class);
         if zones.is_empty() {
@@ -309,12 +316,14 @@ impl Provider {
         })?;
         if r.kind != nodeclass::KIND || !(r.group.is_empty() || r.group == nodeclass::GROUP) {
             return Err(ProviderError::Invalid(format!(
-                "NodeClaim {} references {}/{}, not {}/{}",
+                "NodeClaim {} references {}/{}, not {}/{} or {}/{}",
                 view.name,
                 r.group,
                 r.kind,
                 nodeclass::GROUP,
-                nodeclass::KIND
+                nodeclass::KIND,
+                nodeclass::GROUP,
+                nodeclass::instance::KIND
             )));
         }
         let class = self.node_classes.get(&r.name).ok_or_else(|| {
@@ -332,19 +341,14 @@ impl Provider {
     /// The NodeClass's zones that this provider serves (all served zones when
     /// the NodeClass names none).
     fn zones_for(&self, class: &NodeClassRecord) -> Vec<String> {
-        let served = &self.settings.zones;
-        if class.spec.zones.is_empty() {
-            served.clone()
-        } else {
-            served
-                .iter()
-                .filter(|z| class.spec.zones.contains(z))
-                .cloned()
-                .collect()
-        }
+        self.served_zones(&class.spec.zones)
     }
 
-    async fn secret(&self, r: &SecretKeyRef, what: &str) -> Result<Secret, ProviderError> {
+    pub(super) async fn secret(
+        &self,
+        r: &SecretKeyRef,
+        what: &str,
+    ) -> Result<Secret, ProviderError> {
         match self.node_classes.secret(r).await {
             Ok(Some(secret)) => Ok(secret),
             Ok(None) => Err(ProviderError::NodeClassNotReady(format!(

@@ -154,7 +154,7 @@ fn canonical_json(value: &Value, out: &mut String) {
 
 /// The first 8 hex digits of the sha256 of the canonical JSON: 32 bits tell
 /// one NodeClass revision from the next; this is not a security digest.
-fn short_hash(value: &Value) -> String {
+pub(super) fn short_hash(value: &Value) -> String {
     let mut text = String::new();
     canonical_json(value, &mut text);
     let digest = Sha256::digest(text.as_bytes());
@@ -252,11 +252,11 @@ pub fn drift(
     Ok(stamped.first_difference(&NodeClassHash::of(spec)))
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+pub(super) fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
-fn annotations_of(claim: &Value) -> BTreeMap<String, String> {
+pub(super) fn annotations_of(claim: &Value) -> BTreeMap<String, String> {
     claim
         .pointer("/metadata/annotations")
         .and_then(Value::as_object)
@@ -277,7 +277,7 @@ fn node_class_name(claim: &Value) -> Option<&str> {
     ours.then(|| str_at(r, "/name")).flatten()
 }
 
-fn drifted_condition(claim: &Value) -> bool {
+pub(super) fn drifted_condition(claim: &Value) -> bool {
     claim
         .pointer("/status/conditions")
         .and_then(Value::as_array)

@@ -9,8 +9,8 @@ use tracing::{debug, info, warn};
 
 use super::nodeclaim;
 use super::{
-    Provider, ProviderError, TAG_NODECLAIM, TAG_NODEPOOL, parse_provider_id, provider_id, tag,
-    tag_value,
+    MachineId, Provider, ProviderError, TAG_NODECLAIM, TAG_NODEPOOL, parse_machine_id,
+    parse_provider_id, provider_id, tag, tag_value,
 };
 use crate::catalog::{
     CAPACITY_TYPE_ON_DEMAND, LABEL_CAPACITY_TYPE, LABEL_REGION, LABEL_ZONE, region_of,
@@ -88,7 +88,7 @@ impl Provider {
     /// removes tokens whose NodeClaim is gone) and never holds up the server's.
     pub async fn delete(&self, claim: &Value) -> Result<(), ProviderError> {
         let view = nodeclaim::parse(claim).map_err(ProviderError::Invalid)?;
-        let result = self.delete_machine(&view).await;
+        let result = self.delete_machine(&view, claim).await;
         if let Err(error) = self.cluster.tokens.delete(&view.name).await {
             warn!(nodeclaim = %view.name, %error,
                 "could not delete the NodeClaim's bootstrap token; the sweep will");
@@ -96,7 +96,22 @@ impl Provider {
         result
     }
 
-    async fn delete_machine(&self, view: &nodeclaim::NodeClaimView) -> Result<(), ProviderError> {
+    async fn delete_machine(
+        &self,
+        view: &nodeclaim::NodeClaimView,
+        claim: &Value,
+    ) -> Result<(), ProviderError> {
+        let vm_class = super::vm::instance_class_name(claim).is_some();
+        let vm_pid = view
+            .provider_id
+            .as_deref()
+            .and_then(parse_machine_id)
+            .is_some_and(|m| matches!(m, MachineId::Instance { .. }));
+        if vm_class || vm_pid {
+            return self
+                .delete_vm(view, &super::drift::annotations_of(claim))
+                .await;
+        }
         let Some(pid) = view.provider_id.as_deref() else {
             // Create may have ordered a server and lost the answer (restart):
             // the NodeClaim tag still finds it.
@@ -160,6 +175,9 @@ impl Provider {
     /// The machine behind a providerID. `NotFound` only when the API says the
     /// server is gone: core then drops the Node without draining it.
     pub async fn get(&self, pid: &str) -> Result<Value, ProviderError> {
+        if let Some(MachineId::Instance { zone, id }) = parse_machine_id(pid) {
+            return self.get_vm(zone, id).await;
+        }
         let (zone, id) = parse_provider_id(pid)
             .ok_or_else(|| ProviderError::Invalid(format!("malformed providerID {pid:?}")))?;
         match self.api.get_server(zone, id).await {
@@ -262,7 +280,13 @@ impl Provider {
                 }
             }
         }
-        Ok(servers.iter().map(|s| self.server_to_claim(s)).collect())
+        let mut out: Vec<Value> = servers.iter().map(|s| self.server_to_claim(s)).collect();
+        out.extend(
+            self.list_vms_proven(&claims)
+                .await
+                .map_err(|(e, doing)| ListFailure::api(e, &doing))?,
+        );
+        Ok(out)
     }
 
     /// The servers this cluster owns: its ownership tag, its project.

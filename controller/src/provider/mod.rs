@@ -264,6 +264,8 @@ pub struct Provider {
     /// The NodeClaims List cross-checks against (see `lifecycle.rs`);
     /// `serve` always sets it ([`Provider::with_node_claims`]).
     node_claims: Option<Arc<dyn NodeClaimSource>>,
+    /// Scaleway Instances (VMs), when served ([`Provider::with_instances`]).
+    vms: Option<vm::VmPorts>,
 }
 
 /// The Kubernetes objects Create and Delete manage besides the server.
@@ -290,6 +292,32 @@ impl Provider {
             cluster,
             settings,
             node_claims: None,
+            vms: None,
+        }
+    }
+
+    /// Serves `ScalewayInstanceNodeClass` NodeClaims too (VMs, see `vm`).
+    pub fn with_instances(mut self, ports: vm::VmPorts) -> Self {
+        self.vms = Some(ports);
+        self
+    }
+
+    /// Whether `ScalewayInstanceNodeClass` NodeClaims are served.
+    pub fn serves_instances(&self) -> bool {
+        self.vms.is_some()
+    }
+
+    /// The served zones a NodeClass allows (all served zones when it names none).
+    fn served_zones(&self, class_zones: &[String]) -> Vec<String> {
+        let served = &self.settings.zones;
+        if class_zones.is_empty() {
+            served.clone()
+        } else {
+            served
+                .iter()
+                .filter(|z| class_zones.contains(z))
+                .cloned()
+                .collect()
         }
     }
 
@@ -316,6 +344,9 @@ impl Provider {
     /// IsDrifted: see `drift.rs`. Never fails: a NodeClaim this provider
     /// cannot judge is not drifted.
     pub fn is_drifted(&self, node_claim: &serde_json::Value) -> Result<String, ProviderError> {
+        if vm::instance_class_name(node_claim).is_some() {
+            return Ok(self.vm_drift_reason(node_claim));
+        }
         Ok(self.drift_reason(node_claim))
     }
 }

@@ -546,7 +546,10 @@ fn a_vm_keeps_the_base_install_section_and_gets_no_link_alias() {
         .collect();
     assert_eq!(kinds, ["HostnameConfig"]);
     assert_eq!(
-        at(&docs[0], &["machine", "kubelet", "extraArgs", "provider-id"]),
+        at(
+            &docs[0],
+            &["machine", "kubelet", "extraArgs", "provider-id"]
+        ),
         &Value::from("scaleway://instance/fr-par-2/vm-1")
     );
 }

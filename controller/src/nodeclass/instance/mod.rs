@@ -1,11 +1,11 @@
 //! The `ScalewayInstanceNodeClass` custom resource (Scaleway Instances: VMs
-//! and GPU VMs) and its status reconciler. Not yet served by Create: the
-//! provider only orders Elastic Metal servers today.
+//! and GPU VMs) and its status reconciler, whose cache Create reads
+//! ([`InstanceClassCache`]) and which tells the catalog each NodeClass's view.
 
 pub mod conditions;
 mod observe;
 mod reconciler;
 mod types;
 
-pub use reconciler::{InstanceNodeClassController, kind_served};
+pub use reconciler::{InstanceClassCache, InstanceNodeClassController, kind_served};
 pub use types::*;

@@ -8,7 +8,8 @@
 //! controller then logs once and stays out of the way ([`kind_served`]), so
 //! the Elastic Metal side runs as before.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,6 +17,7 @@ use k8s_openapi::api::core::v1::Secret as KubeSecret;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -24,8 +26,11 @@ use tracing::{debug, info, warn};
 use super::conditions::{self, Observations};
 use super::observe::{check_security_group, lookup_images};
 use super::{InstanceNodeClassSpec, ScalewayInstanceNodeClass};
+use crate::catalog::{CatalogStore, ClassKind, ClassView};
+use crate::nodeclass::conditions::is_ready;
 use crate::nodeclass::reconciler::{IsLeader, read_secret};
 use crate::nodeclass::{ReconcileError, content_check};
+use crate::provider::vm::{InstanceClassRecord, InstanceClasses};
 use crate::scaleway::instance::Instance;
 
 type NodeClass = ScalewayInstanceNodeClass;
@@ -41,6 +46,65 @@ struct Context {
     /// The zones the provider serves: those of a NodeClass without `zones`.
     zones: Vec<String>,
     is_leader: IsLeader,
+    catalog: Arc<CatalogStore>,
+    cache: InstanceClassCache,
+}
+
+/// The reconciler's cache of Instance NodeClasses, as Create reads them:
+/// empty until the controller runs (and for ever where the CRD is absent,
+/// so that Create answers NodeClassNotReady).
+#[derive(Clone, Default)]
+pub struct InstanceClassCache(Arc<OnceLock<Store<NodeClass>>>);
+
+impl InstanceClassCache {
+    fn all(&self) -> Vec<Arc<NodeClass>> {
+        self.0.get().map(|s| s.state()).unwrap_or_default()
+    }
+}
+
+impl InstanceClasses for InstanceClassCache {
+    fn get(&self, name: &str) -> Option<InstanceClassRecord> {
+        let nc = self.all().into_iter().find(|nc| nc.name_any() == name)?;
+        Some(record(&nc))
+    }
+}
+
+fn record(nc: &NodeClass) -> InstanceClassRecord {
+    let status = nc.status.clone().unwrap_or_default();
+    // A status computed for an older generation says nothing of this spec.
+    let current = status.conditions.iter().all(|c| {
+        c.observed_generation.is_none() || c.observed_generation == nc.metadata.generation
+    });
+    InstanceClassRecord {
+        name: nc.name_any(),
+        spec: nc.spec.clone(),
+        ready: current && is_ready(&status.conditions),
+        images: status.images,
+    }
+}
+
+/// What the catalog needs of an Instance NodeClass: its zones, the (zone,
+/// arch) pairs it has an image for, its root volume size.
+fn class_view(nc: &NodeClass) -> ClassView {
+    let r = record(nc);
+    ClassView {
+        zones: nc.spec.zones.clone(),
+        images: Some(r.image_pairs()),
+        ephemeral_storage_bytes: Some(nc.spec.root_volume.clone().unwrap_or_default().size_bytes),
+        ..ClassView::default()
+    }
+}
+
+/// Tells the catalog every Instance NodeClass's view (every replica: a
+/// standby's catalog must be ready when it takes over).
+fn publish_node_classes(ctx: &Context) {
+    let classes: BTreeMap<String, ClassView> = ctx
+        .cache
+        .all()
+        .iter()
+        .map(|nc| (nc.name_any(), class_view(nc)))
+        .collect();
+    ctx.catalog.set_node_classes(ClassKind::Instance, classes);
 }
 
 /// Whether the API server serves the kind: `Ok(false)` when the CRD is not
@@ -66,6 +130,7 @@ impl InstanceNodeClassController {
         project_id: String,
         zones: Vec<String>,
         is_leader: IsLeader,
+        catalog: Arc<CatalogStore>,
     ) -> Self {
         InstanceNodeClassController {
             ctx: Arc::new(Context {
@@ -74,8 +139,15 @@ impl InstanceNodeClassController {
                 project_id,
                 zones,
                 is_leader,
+                catalog,
+                cache: InstanceClassCache::default(),
             }),
         }
+    }
+
+    /// The NodeClasses as Create reads them (filled once `run` has started).
+    pub fn cache(&self) -> InstanceClassCache {
+        self.ctx.cache.clone()
     }
 
     /// Runs until `shutdown` resolves; returns at once (after one log line)
@@ -107,6 +179,7 @@ impl InstanceNodeClassController {
             watcher::Config::default(),
         );
         let store = controller.store();
+        let _ = self.ctx.cache.0.set(store.clone());
         let secrets = watcher(
             Api::<PartialObjectMeta<KubeSecret>>::all(self.ctx.client.clone()),
             watcher::Config::default(),
@@ -177,6 +250,7 @@ async fn observe(ctx: &Context, spec: &InstanceNodeClassSpec) -> Observations {
 }
 
 async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    publish_node_classes(&ctx);
     if !(ctx.is_leader)() {
         return Ok(Action::requeue(REQUEUE_STANDBY));
     }

@@ -79,6 +79,7 @@ async fn without_the_crd_the_controller_returns_and_calls_nothing_else() {
         "proj".into(),
         vec!["fr-par-2".into()],
         Arc::new(|| true),
+        crate::catalog::CatalogStore::new(Duration::from_secs(60)),
     );
     // `run` returning at all is the behaviour under test: the shutdown
     // future never resolves, so only the probe's answer can end it. The
@@ -145,6 +146,8 @@ async fn a_standby_checks_nothing_and_a_leader_writes_conditions_and_images() {
         project_id: "proj".into(),
         zones: vec![],
         is_leader: Arc::new(move || is_leader.load(Ordering::SeqCst)),
+        catalog: crate::catalog::CatalogStore::new(Duration::from_secs(60)),
+        cache: InstanceClassCache::default(),
     });
 
     let action = reconcile(nc.clone(), ctx.clone()).await.unwrap();
@@ -183,4 +186,46 @@ fn only_the_machine_config_secret_is_watched() {
     assert!(references(&nc.spec, "karpenter", "talos"));
     assert!(!references(&nc.spec, "default", "talos"));
     assert!(!references(&nc.spec, "karpenter", "rescue"));
+}
+
+#[test]
+fn create_sees_a_class_ready_only_for_its_current_generation_with_its_images() {
+    use crate::nodeclass::Condition;
+    let mut nc = ScalewayInstanceNodeClass::new("vms", serde_json::from_value(serde_json::json!({
+        "image": {"name": "talos"},
+        "rootVolume": {"sizeBytes": 50000000000u64},
+        "machineConfigSecretRef": {"name": "talos", "namespace": "karpenter", "key": "worker.yaml"}
+    })).unwrap());
+    nc.metadata.generation = Some(2);
+    let ready = |generation| Condition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        observed_generation: Some(generation),
+        last_transition_time: "2026-11-24T00:00:00Z".into(),
+        reason: "Ready".into(),
+        message: String::new(),
+    };
+    nc.status = Some(super::super::InstanceNodeClassStatus {
+        conditions: vec![ready(1)],
+        images: vec![super::super::ResolvedImage {
+            zone: "fr-par-2".into(),
+            arch: "amd64".into(),
+            id: "img".into(),
+            name: "talos".into(),
+        }],
+    });
+    assert!(
+        !record(&nc).ready,
+        "Ready for generation 1 says nothing of generation 2"
+    );
+    nc.status.as_mut().unwrap().conditions = vec![ready(2)];
+    let r = record(&nc);
+    assert!(r.ready);
+    assert_eq!(r.image("fr-par-2", "amd64").unwrap().id, "img");
+    let view = class_view(&nc);
+    assert_eq!(view.ephemeral_storage_bytes, Some(50_000_000_000));
+    assert_eq!(
+        view.images,
+        Some([("fr-par-2".to_string(), "amd64".to_string())].into())
+    );
 }

@@ -5,13 +5,84 @@
 //! provider renders the node's config (the same renderer as Elastic Metal),
 //! stores it there and powers the VM on.
 
-use std::collections::BTreeMap;
+mod create;
+mod drift;
+mod join;
+mod lifecycle;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::nodeclaim::NodeClaimView;
 use crate::catalog::KubeletReservations;
 use crate::install::{Secret, register_taints};
-use crate::nodeclass::instance::InstanceNodeClassSpec;
+use crate::nodeclass::instance::{InstanceNodeClassSpec, ResolvedImage};
+use crate::scaleway::block::Block;
+use crate::scaleway::instance::{Instance, Server};
 use crate::talos::NodeSettings;
+
+pub(crate) use drift::instance_class_name;
+pub use drift::{VM_HASH_VERSION, VmComponent, stamp_instance, vm_drift};
+pub use join::{JoinOutcome, VmJoiner, run_vm_joiner};
+
+/// The annotation Create writes on a VM's NodeClaim with the ids of its SBS
+/// volumes (comma-separated): terminate only detaches them, and once the
+/// server is gone the NodeClaim is the only place that still knows them.
+pub const VOLUMES_ANNOTATION: &str = "karpenter.scaleway.com/sbs-volumes";
+
+/// An Instance NodeClass as the provider needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceClassRecord {
+    pub name: String,
+    pub spec: InstanceNodeClassSpec,
+    /// The image each (zone, arch) resolved to (`status.images`).
+    pub images: Vec<ResolvedImage>,
+    /// The root `Ready` condition is True.
+    pub ready: bool,
+}
+
+impl InstanceClassRecord {
+    /// The image id for `arch` in `zone`, if one resolved.
+    pub fn image(&self, zone: &str, arch: &str) -> Option<&ResolvedImage> {
+        self.images
+            .iter()
+            .find(|i| i.zone == zone && i.arch == arch)
+    }
+
+    /// The (zone, arch) pairs with an image: where its types are offered.
+    pub fn image_pairs(&self) -> BTreeSet<(String, String)> {
+        self.images
+            .iter()
+            .map(|i| (i.zone.clone(), i.arch.clone()))
+            .collect()
+    }
+}
+
+/// The Instance NodeClasses (from their reconciler's cache).
+pub trait InstanceClasses: Send + Sync + 'static {
+    fn get(&self, name: &str) -> Option<InstanceClassRecord>;
+}
+
+/// What the provider needs to serve Instance NodeClasses.
+#[derive(Clone)]
+pub struct VmPorts {
+    pub api: Arc<dyn Instance>,
+    pub block: Arc<dyn Block>,
+    pub classes: Arc<dyn InstanceClasses>,
+}
+
+/// Whether a server carries the `key=value` tag.
+fn has_tag(server: &Server, key: &str, value: &str) -> bool {
+    server.tags.contains(&super::tag(key, value))
+}
+
+/// The value of a server's `key=` tag, if any.
+fn vm_tag_value<'a>(server: &'a Server, key: &str) -> Option<&'a str> {
+    server
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
+}
 
 /// Where a NodeClaim's VM is and what it is: what [`node_settings`] needs
 /// beyond the NodeClaim and its NodeClass.
@@ -54,3 +125,7 @@ pub fn node_settings(
         kubelet_reservations: placement.kubelet_reservations,
     }
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

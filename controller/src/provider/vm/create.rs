@@ -1,0 +1,344 @@
+//! Create for a VM: adopt the server already created for this NodeClaim, or
+//! create the cheapest compatible type; store the node's rendered Talos
+//! config as its user data, power it on, and answer at once (a few API calls,
+//! well under a second: core's provisioning waits while any NodeClaim lacks
+//! a providerID). The join that follows is `join.rs`'s.
+
+use futures::future::join_all;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::super::create::order_error;
+use super::super::nodeclaim::{self, Hydration, NodeClaimView};
+use super::super::{
+    Provider, ProviderError, TAG_NODECLAIM, TAG_NODECLASS, TAG_NODEPOOL, candidates,
+    instance_provider_id, tag,
+};
+use super::{InstanceClassRecord, VOLUMES_ANNOTATION, VmPlacement, VmPorts, node_settings};
+use crate::catalog::{ClassKind, InstanceType, KubeletReservations, Snapshot};
+use crate::nodeclass::instance::{self as ic, PublicIpMode, RootVolumeType};
+use crate::scaleway::ApiError;
+use crate::scaleway::instance::{
+    CreateServerRequest, Server, ServerAction, ServerFilter, ServerState, USER_DATA_KEY,
+    VolumeTemplate, VolumeType,
+};
+use crate::talos::render_machine_config;
+
+/// How long a Create waits for another order of the same type and zone to
+/// be answered before ordering anyway (as for Elastic Metal).
+const ORDER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
+    ProviderError::CreateFailed {
+        reason: reason.to_string(),
+        message: message.into(),
+    }
+}
+
+impl Provider {
+    pub(crate) fn vm_ports(&self) -> Result<&VmPorts, ProviderError> {
+        self.vms.as_ref().ok_or_else(|| {
+            ProviderError::NodeClassNotReady(format!(
+                "this provider does not serve {} (started without the Instance API)",
+                ic::KIND
+            ))
+        })
+    }
+
+    fn instance_class_of(
+        &self,
+        vms: &VmPorts,
+        view: &NodeClaimView,
+        name: &str,
+    ) -> Result<InstanceClassRecord, ProviderError> {
+        let class = vms.classes.get(name).ok_or_else(|| {
+            ProviderError::NodeClassNotReady(format!("{} {name} not found", ic::KIND))
+        })?;
+        if !class.ready {
+            return Err(ProviderError::NodeClassNotReady(format!(
+                "{} {name} (NodeClaim {}) is not Ready",
+                ic::KIND,
+                view.name
+            )));
+        }
+        Ok(class)
+    }
+
+    /// Create for a NodeClaim whose NodeClass is a `ScalewayInstanceNodeClass`.
+    pub(crate) async fn create_vm(
+        &self,
+        mut claim: Value,
+        view: NodeClaimView,
+        class_name: &str,
+    ) -> Result<Value, ProviderError> {
+        let vms = self.vm_ports()?;
+        let class = self.instance_class_of(vms, &view, class_name)?;
+        let zones = self.served_zones(&class.spec.zones);
+        if zones.is_empty() {
+            return Err(ProviderError::NodeClassNotReady(format!(
+                "none of the zones of {} {} is served by this provider ({})",
+                ic::KIND,
+                class.name,
+                self.settings.zones.join(",")
+            )));
+        }
+        let base_config = self
+            .secret(&class.spec.machine_config_secret_ref, "machine config")
+            .await?;
+        let snapshot = self.catalog.snapshot();
+        if !snapshot.is_loaded_for(ClassKind::Instance) {
+            return Err(create_failed(
+                "CatalogNotLoaded",
+                "the Instance catalog has not been read yet",
+            ));
+        }
+        let (server, it) = match self.find_claimed_vm(vms, &view.name).await? {
+            Some(server) => {
+                let it =
+                    vm_type(&snapshot, &class.name, &server.commercial_type).ok_or_else(|| {
+                        create_failed(
+                            "InstanceTypeNotFound",
+                            format!(
+                                "server {} is a {} which is not in the Instance catalog",
+                                server.id, server.commercial_type
+                            ),
+                        )
+                    })?;
+                info!(nodeclaim = %view.name, server_id = %server.id, zone = %server.zone,
+                    "adopting the VM already created for this NodeClaim");
+                (server, it)
+            }
+            None => self.order_vm(vms, &view, &class, &snapshot, &zones).await?,
+        };
+        let zone = server.zone.clone();
+        let token = self.cluster.tokens.ensure(&view.name).await.map_err(|e| {
+            create_failed(
+                "BootstrapTokenFailed",
+                format!("bootstrap token of NodeClaim {}: {e}", view.name),
+            )
+        })?;
+        let placement = VmPlacement {
+            zone: zone.clone(),
+            server_id: server.id.clone(),
+            type_labels: it.node_labels(&zone),
+            kubelet_reservations: Some(KubeletReservations::for_capacity(&it.capacity)),
+        };
+        let settings = node_settings(&view, &class.spec, &placement, &token);
+        let config = render_machine_config(base_config.expose(), &settings).map_err(|e| {
+            ProviderError::NodeClassNotReady(format!(
+                "rendering the machine config of NodeClaim {}: {e}",
+                view.name
+            ))
+        })?;
+        self.boot_vm(vms, &server, &config).await?;
+        let mut annotations = super::stamp_instance(&class.spec);
+        let volumes = server.sbs_volume_ids();
+        if !volumes.is_empty() {
+            annotations.insert(VOLUMES_ANNOTATION.to_string(), volumes.join(","));
+        }
+        let image_id = server
+            .image
+            .as_ref()
+            .map(|i| i.id.clone())
+            .unwrap_or_default();
+        nodeclaim::hydrate(
+            &mut claim,
+            &Hydration {
+                labels: placement.type_labels,
+                annotations,
+                provider_id: instance_provider_id(&zone, &server.id),
+                image_id,
+                capacity: it.capacity.to_quantities(true),
+                allocatable: it.allocatable().to_quantities(true),
+            },
+        );
+        Ok(claim)
+    }
+
+    /// Stores the config as user data and powers the VM on, unless it is on
+    /// already (a Create retried after the power-on: the VM has read, or is
+    /// reading, the config it was given then).
+    async fn boot_vm(
+        &self,
+        vms: &VmPorts,
+        server: &Server,
+        config: &str,
+    ) -> Result<(), ProviderError> {
+        let unavailable = |doing: &str, e: ApiError| {
+            create_failed(
+                "ScalewayAPIUnavailable",
+                format!("{doing} of VM {}: {e}", server.id),
+            )
+        };
+        if server.state != ServerState::Stopped {
+            return Ok(());
+        }
+        vms.api
+            .set_user_data(&server.zone, &server.id, USER_DATA_KEY, config)
+            .await
+            .map_err(|e| unavailable("setting the user data", e))?;
+        match vms
+            .api
+            .server_action(&server.zone, &server.id, ServerAction::Poweron)
+            .await
+        {
+            // Already starting (a retry raced the first power-on).
+            Ok(_) | Err(ApiError::TransientState(_)) => Ok(()),
+            Err(e) => Err(unavailable("powering on", e)),
+        }
+    }
+
+    /// The live VM tagged for this NodeClaim in any served zone. When the
+    /// lookup fails Create fails too, rather than risk a second server.
+    async fn find_claimed_vm(
+        &self,
+        vms: &VmPorts,
+        claim: &str,
+    ) -> Result<Option<Server>, ProviderError> {
+        let filter = ServerFilter {
+            tags: vec![self.cluster_tag(), tag(TAG_NODECLAIM, claim)],
+            name: None,
+            project: Some(self.settings.project_id.clone()),
+        };
+        let results = join_all(
+            self.settings
+                .zones
+                .iter()
+                .map(|z| vms.api.list_servers(z, &filter)),
+        )
+        .await;
+        let mut found = Vec::new();
+        for result in results {
+            let servers = result.map_err(|e| {
+                create_failed(
+                    "ScalewayAPIUnavailable",
+                    format!("looking for a VM already created for NodeClaim {claim}: {e}"),
+                )
+            })?;
+            found.extend(
+                servers
+                    .into_iter()
+                    .filter(|s| !s.state_detail.contains("terminating")),
+            );
+        }
+        found.sort_by(|a, b| a.creation_date.cmp(&b.creation_date));
+        if found.len() > 1 {
+            warn!(
+                nodeclaim = claim,
+                servers = found.len(),
+                "several VMs carry this NodeClaim's tag; adopting the oldest"
+            );
+        }
+        Ok(found.into_iter().next())
+    }
+
+    /// Creates the cheapest compatible type where the NodeClass has an image
+    /// for its arch. One server per Create: a refusal for stock or quota marks
+    /// the offering unavailable and answers InsufficientCapacity, so that
+    /// core schedules again without it (as for Elastic Metal).
+    async fn order_vm(
+        &self,
+        vms: &VmPorts,
+        view: &NodeClaimView,
+        class: &InstanceClassRecord,
+        snapshot: &Snapshot,
+        zones: &[String],
+    ) -> Result<(Server, InstanceType), ProviderError> {
+        let types = snapshot.for_class(ClassKind::Instance, Some(&class.name));
+        let Some((it, offering, image)) = candidates(&types, &view.requirements, zones)
+            .into_iter()
+            .find_map(|(it, o)| Some((it, o, class.image(&o.zone, &it.arch)?)))
+        else {
+            return Err(ProviderError::InsufficientCapacity(format!(
+                "no available Instance type in {} matches the requirements of NodeClaim {}",
+                zones.join(","),
+                view.name
+            )));
+        };
+        let mut tags = vec![
+            self.cluster_tag(),
+            tag(TAG_NODECLAIM, &view.name),
+            tag(TAG_NODECLASS, &class.name),
+        ];
+        if let Some(pool) = view.labels.get(TAG_NODEPOOL) {
+            tags.push(tag(TAG_NODEPOOL, pool));
+        }
+        tags.extend(class.spec.tags.iter().cloned());
+        let _slot = self
+            .catalog
+            .order_slot(&it.name, &offering.zone, ORDER_TURN_WAIT)
+            .await;
+        if let Some(reason) = self.catalog.refusal(&it.name, &offering.zone) {
+            return Err(ProviderError::InsufficientCapacity(format!(
+                "{} in {}: a create was just refused ({reason})",
+                it.name, offering.zone
+            )));
+        }
+        let root = class.spec.root_volume.clone().unwrap_or_default();
+        let mut req = CreateServerRequest::new(&view.name, &it.name, &self.settings.project_id);
+        req.image = Some(image.id.clone());
+        req.volumes.insert(
+            "0".into(),
+            match root.volume_type {
+                RootVolumeType::SbsVolume => VolumeTemplate::sbs_root(root.size_bytes),
+                RootVolumeType::LSsd => VolumeTemplate {
+                    size: Some(root.size_bytes),
+                    volume_type: VolumeType::LSsd,
+                    boot: None,
+                },
+            },
+        );
+        req.dynamic_ip_required = class.spec.public_ip == PublicIpMode::Dynamic;
+        req.tags = tags;
+        req.security_group = class.spec.security_group_id.clone();
+        req.placement_group = class.spec.placement_group_id.clone();
+        match vms.api.create_server(&offering.zone, &req).await {
+            Ok(server) => {
+                info!(nodeclaim = %view.name, server_id = %server.id, zone = %offering.zone,
+                    commercial_type = %it.name, price = offering.price, image = %image.id,
+                    "created VM");
+                // The Instance API gives the root volume no tags. With ours,
+                // the sweeper recognises it once it is detached, even if
+                // every NodeClaim that knew it is gone. Best effort: Delete
+                // knows the volume from the NodeClaim and the server anyway.
+                for volume in server.sbs_volume_ids() {
+                    if let Err(error) = vms
+                        .block
+                        .update_volume_tags(&offering.zone, &volume, &req.tags)
+                        .await
+                    {
+                        warn!(nodeclaim = %view.name, volume_id = %volume, %error,
+                            "could not tag the VM's root volume; the sweeper will not recognise it if it is ever left behind");
+                    }
+                }
+                Ok((server, it.clone()))
+            }
+            Err(
+                e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_)),
+            ) => {
+                let reason = match e {
+                    ApiError::OutOfStock(_) => "out of stock",
+                    ApiError::QuotaExceeded(_) => "quota exceeded",
+                    _ => "type or image not found",
+                };
+                warn!(nodeclaim = %view.name, zone = %offering.zone, commercial_type = %it.name,
+                    error = %e, "VM create refused; the offering is unavailable until the TTL passes");
+                self.catalog
+                    .mark_unavailable_for(&it.name, &offering.zone, reason);
+                Err(ProviderError::InsufficientCapacity(format!(
+                    "{} in {}: {e}",
+                    it.name, offering.zone
+                )))
+            }
+            Err(e) => Err(order_error(e)),
+        }
+    }
+}
+
+/// The Instance type of a VM: from its NodeClass's view, else the kind's
+/// catalog (a type the view no longer offers still describes the VM).
+pub(super) fn vm_type(snapshot: &Snapshot, class: &str, name: &str) -> Option<InstanceType> {
+    let find = |types: &[InstanceType]| types.iter().find(|t| t.name == name).cloned();
+    find(&snapshot.for_class(ClassKind::Instance, Some(class)))
+        .or_else(|| find(&snapshot.default_for(ClassKind::Instance)))
+}
