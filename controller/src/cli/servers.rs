@@ -233,7 +233,12 @@ pub async fn collect(
     }
     let mut vms = Vec::new();
     if reads_instances(kind) {
-        vms = list_owned_vms(apis.instance, zones, policy).await?;
+        let hint = if kind == Kind::All {
+            "; with credentials scoped to Elastic Metal, pass --kind elastic-metal"
+        } else {
+            ""
+        };
+        vms = list_owned_vms(apis.instance, zones, policy, hint).await?;
         vms.sort_by(|a, b| (&a.zone, &a.name, &a.id).cmp(&(&b.zone, &b.name, &b.id)));
     }
     let claims = claims
@@ -276,6 +281,7 @@ async fn list_owned_vms(
     api: &dyn Instance,
     zones: &[String],
     policy: &SweepPolicy,
+    hint: &str,
 ) -> anyhow::Result<Vec<instance::Server>> {
     let filter = ServerFilter {
         tags: vec![tag(TAG_CLUSTER, &policy.cluster_name)],
@@ -286,7 +292,7 @@ async fn list_owned_vms(
     let mut servers = Vec::new();
     for (zone, result) in zones.iter().zip(results) {
         servers.extend(result.with_context(|| {
-            format!("listing the Instance servers in {zone} (no partial list is printed)")
+            format!("listing the Instance servers in {zone} (no partial list is printed{hint})")
         })?);
     }
     Ok(servers)

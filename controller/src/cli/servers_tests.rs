@@ -709,6 +709,22 @@ async fn an_instance_zone_that_cannot_be_read_fails_the_command() {
         text.contains("listing the Instance servers in fr-par-2"),
         "{text}"
     );
+    // Credentials scoped to Elastic Metal: the error says how to list only that.
+    vms.fail_next(VmOp::ListServers, ApiError::Unauthorized("403".into()));
+    let err = collect(
+        &apis(&em, &vms),
+        Kind::All,
+        &FakeClaims::default(),
+        &["fr-par-2".to_string()],
+        &graces(),
+        now(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("--kind elastic-metal"),
+        "{err:#}"
+    );
 }
 
 #[tokio::test]
