@@ -15,7 +15,11 @@
 //! `serve` does) and serves the read-only half of the CloudProvider gRPC
 //! contract on that socket (Info, GetInstanceTypes, WatchInstanceTypes), so
 //! that Karpenter's scheduler can be run against a live catalog without a
-//! cluster; the bridge benchmark (`just bench-catalog`) uses it.
+//! cluster; the bridge benchmark (`just bench-catalog`) uses it. `--kind`
+//! chooses the refreshers it runs: with `all`, the watch stream carries Elastic
+//! Metal's catalog and the Instance kind's default (`kind_defaults`); with
+//! `instance` alone, Elastic Metal's catalog is served empty. Instances are
+//! sold in more zones than Elastic Metal: `--instance-zones` names theirs.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -29,7 +33,7 @@ use futures::future::join_all;
 
 use crate::catalog::{
     Billing, CatalogStore, ClassKind, ClassView, Excluded, InstanceType, LABEL_INSTANCE_DISK_TYPE,
-    LABEL_INSTANCE_GPU_NAME, instance_types, read_zone, run_refresher,
+    LABEL_INSTANCE_GPU_NAME, instance_types, read_zone, run_instance_refresher, run_refresher,
 };
 use crate::catalog::{ZoneProducts, vm_instance_types};
 use crate::config::{ScalewayArgs, parse_duration, parse_zone};
@@ -92,6 +96,10 @@ pub struct CatalogArgs {
     /// Fallback for `--zones`.
     #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
     pub default_zone: String,
+    /// Zones whose Instance types are read, comma-separated. Default: the
+    /// zones of `--zones` (Instances are sold in zones without Elastic Metal).
+    #[arg(long = "instance-zones", value_delimiter = ',', value_parser = parse_zone)]
+    pub instance_zones: Vec<String>,
     /// Price and availability as a NodeClass with this billing sees them.
     #[arg(long, value_enum, default_value = "hourly")]
     pub billing: BillingArg,
@@ -112,6 +120,14 @@ pub struct CatalogArgs {
 impl CatalogArgs {
     fn zones(&self) -> Vec<String> {
         crate::config::served_zones(&self.zones, &self.default_zone)
+    }
+
+    fn instance_zones(&self) -> Vec<String> {
+        if self.instance_zones.is_empty() {
+            self.zones()
+        } else {
+            crate::config::served_zones(&self.instance_zones, &self.default_zone)
+        }
     }
 
     fn billing(&self) -> Billing {
@@ -135,7 +151,16 @@ pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
     );
     let api: Arc<dyn ElasticMetal> = client.clone();
     match &args.serve {
-        Some(socket) => serve(&args, api, socket).await,
+        Some(socket) => {
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info".into()),
+                )
+                .try_init();
+            serve(&args, api, client, socket, terminated()).await
+        }
         None => {
             let zones = args.zones();
             let (mut types, mut excluded) = (Vec::new(), Vec::new());
@@ -145,7 +170,7 @@ pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
                 excluded.extend(e);
             }
             if args.kind.instance() {
-                let (t, e) = read_vms(client.as_ref(), &zones).await?;
+                let (t, e) = read_vms(client.as_ref(), &args.instance_zones()).await?;
                 types.extend(t);
                 excluded.extend(e);
             }
@@ -202,47 +227,64 @@ async fn read_vms(
     Ok(vm_instance_types(&by_zone, DEFAULT_VM_ROOT_BYTES))
 }
 
+/// Resolves on SIGTERM or Ctrl-C.
+async fn terminated() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// `--serve`: the refreshers of the kinds asked for, feeding one store, and
+/// the read-only gRPC service over it until `shutdown`.
 async fn serve(
     args: &CatalogArgs,
     api: Arc<dyn ElasticMetal>,
+    vms: Arc<dyn Instance>,
     socket: &std::path::Path,
+    shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .try_init();
     // The unavailable-offerings cache is fed by orders; none happen here.
     let store = CatalogStore::new(Duration::from_secs(1800));
-    if args.billing() == Billing::Monthly {
-        // NodePools of any NodeClass get the default catalog; a monthly
-        // view is published under the name `monthly` for tools that ask.
-        store.set_node_classes(
-            ClassKind::ElasticMetal,
-            BTreeMap::from([(
-                "monthly".to_string(),
-                ClassView::from((Vec::new(), Billing::Monthly)),
-            )]),
-        );
-    }
-    let refresher = tokio::spawn(run_refresher(
-        store.clone(),
-        api,
-        args.zones(),
-        args.catalog_refresh,
-    ));
-    let service = CloudProviderService::catalog_only(store);
-    let result = grpc::serve(socket, service, async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-            _ = tokio::signal::ctrl_c() => {}
+    let mut refreshers = Vec::new();
+    if args.kind.elastic_metal() {
+        if args.billing() == Billing::Monthly {
+            // NodePools of any NodeClass get the default catalog; a monthly
+            // view is published under the name `monthly` for tools that ask.
+            store.set_node_classes(
+                ClassKind::ElasticMetal,
+                BTreeMap::from([(
+                    "monthly".to_string(),
+                    ClassView::from((Vec::new(), Billing::Monthly)),
+                )]),
+            );
         }
-    })
-    .await;
-    refresher.abort();
+        refreshers.push(tokio::spawn(run_refresher(
+            store.clone(),
+            api,
+            args.zones(),
+            args.catalog_refresh,
+        )));
+    } else {
+        // The stream starts once Elastic Metal's catalog has been read (an
+        // unread one would look like every type vanished): none is read here,
+        // so it is known to be empty.
+        store.set_kind_types(ClassKind::ElasticMetal, Vec::new());
+    }
+    if args.kind.instance() {
+        refreshers.push(tokio::spawn(run_instance_refresher(
+            store.clone(),
+            vms,
+            args.instance_zones(),
+            args.catalog_refresh,
+        )));
+    }
+    let service = CloudProviderService::catalog_only(store);
+    let result = grpc::serve(socket, service, shutdown).await;
+    for refresher in refreshers {
+        refresher.abort();
+    }
     result
 }
 
@@ -513,5 +555,190 @@ mod tests {
             .map(|_| ())
             .unwrap_err();
         assert!(format!("{err:#}").contains("pl-waw-2"), "{err:#}");
+    }
+
+    fn parse_args(extra: &[&str]) -> Result<CatalogArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: CatalogArgs,
+        }
+        let mut argv = vec!["catalog", "--scw-secret-key", "k", "--scw-project-id", "p"];
+        argv.extend_from_slice(extra);
+        <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args)
+    }
+
+    #[test]
+    fn kind_and_instance_zones_flags() {
+        let args = parse_args(&["--zones", "fr-par-2,nl-ams-1"]).unwrap();
+        assert_eq!(args.kind, Kind::ElasticMetal);
+        assert_eq!(args.instance_zones(), args.zones(), "default: --zones");
+        let args = parse_args(&[
+            "--kind",
+            "all",
+            "--serve",
+            "/run/kps.sock",
+            "--zones",
+            "fr-par-2",
+            "--instance-zones",
+            "fr-par-2,fr-par-3,pl-waw-1,fr-par-3",
+        ])
+        .unwrap();
+        assert!(args.kind.elastic_metal() && args.kind.instance());
+        assert_eq!(args.zones(), ["fr-par-2"]);
+        assert_eq!(args.instance_zones(), ["fr-par-2", "fr-par-3", "pl-waw-1"]);
+        assert_eq!(args.serve, Some(PathBuf::from("/run/kps.sock")));
+        let args = parse_args(&["--kind", "instance"]).unwrap();
+        assert!(!args.kind.elastic_metal() && args.kind.instance());
+        assert!(parse_args(&["--kind", "vm"]).is_err());
+        assert!(parse_args(&["--instance-zones", "mars-1"]).is_err());
+    }
+
+    /// Runs `serve` on a temporary socket over the fakes and returns the
+    /// first watch message that satisfies `done`, with the served kinds' calls.
+    async fn first_watched(
+        extra: &[&str],
+        done: impl Fn(&crate::grpc::pb::WatchInstanceTypesResponse) -> bool,
+    ) -> (crate::grpc::pb::WatchInstanceTypesResponse, usize, usize) {
+        use crate::grpc::pb::cloud_provider_client::CloudProviderClient;
+        use crate::scaleway::fake::Op as EmOp;
+        use crate::scaleway::instance::fake::{
+            FakeInstance, Op as VmOp, recorded_availability, recorded_types,
+        };
+        use hyper_util::rt::TokioIo;
+        use tokio::net::UnixStream;
+        use tonic::transport::{Endpoint, Uri};
+
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let socket = std::env::temp_dir().join(format!(
+            "kps-catalog-{}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        let mut argv = vec!["--serve", socket.to_str().unwrap()];
+        argv.extend_from_slice(extra);
+        let args = parse_args(&argv).unwrap();
+        let em = Arc::new(api());
+        let vms = Arc::new(FakeInstance::new());
+        for zone in ["fr-par-2", "fr-par-3"] {
+            let mut types = recorded_types();
+            if zone == "fr-par-3" {
+                for t in types.values_mut() {
+                    t.hourly_price *= 1.5;
+                }
+            }
+            vms.set_types(zone, types);
+            vms.set_availability(zone, recorded_availability());
+        }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = {
+            let (em, vms, socket) = (em.clone(), vms.clone(), socket.clone());
+            tokio::spawn(async move {
+                serve(&args, em, vms, &socket, async {
+                    let _ = stopped.await;
+                })
+                .await
+            })
+        };
+        for _ in 0..200 {
+            if UnixStream::connect(&socket).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let path = socket.clone();
+        let channel = Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let p = path.clone();
+                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
+            }))
+            .await
+            .unwrap();
+        let mut stream = CloudProviderClient::new(channel)
+            .watch_instance_types(crate::grpc::pb::WatchInstanceTypesRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let msg = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let msg = stream.message().await.unwrap().expect("stream open");
+                if done(&msg) {
+                    return msg;
+                }
+            }
+        })
+        .await
+        .expect("the awaited catalog within 10 s");
+        drop(stream);
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+        let em_calls = em.count(EmOp::ListOffers);
+        let vm_calls = vms.count(VmOp::ListServerTypes);
+        (msg, em_calls, vm_calls)
+    }
+
+    fn instance_default(msg: &crate::grpc::pb::WatchInstanceTypesResponse) -> Vec<&str> {
+        msg.kind_defaults
+            .iter()
+            .filter(|c| c.node_class_kind == crate::nodeclass::instance::KIND)
+            .flat_map(|c| c.instance_types.iter().map(|t| t.name.as_str()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn serve_kind_all_streams_both_kinds() {
+        let (msg, em_calls, vm_calls) = first_watched(
+            &[
+                "--kind",
+                "all",
+                "--zones",
+                "fr-par-2",
+                "--instance-zones",
+                "fr-par-2,fr-par-3",
+            ],
+            |m| !m.default_catalog.is_empty() && !instance_default(m).is_empty(),
+        )
+        .await;
+        assert!(em_calls > 0 && vm_calls > 0);
+        let em: Vec<&str> = msg
+            .default_catalog
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        assert!(em.contains(&"EM-A115X-SSD"), "{em:?}");
+        assert!(em.iter().all(|n| n.starts_with("EM-")), "{em:?}");
+        assert_eq!(
+            instance_default(&msg),
+            ["H100-SXM-2-80G", "L4-1-24G", "POP2-2C-8G"]
+        );
+        let pop2 = msg.kind_defaults[0]
+            .instance_types
+            .iter()
+            .find(|t| t.name == "POP2-2C-8G")
+            .unwrap();
+        let mut prices: Vec<f64> = pop2.offerings.iter().map(|o| o.price).collect();
+        prices.sort_by(f64::total_cmp);
+        assert_eq!(prices.len(), 2, "one offering per Instance zone");
+        assert!((prices[0] - 0.0735).abs() < 1e-9 && (prices[1] - 0.11025).abs() < 1e-9);
+    }
+
+    #[tokio::test]
+    async fn serve_kind_instance_serves_elastic_metal_empty() {
+        let (msg, em_calls, _) =
+            first_watched(&["--kind", "instance", "--zones", "fr-par-2"], |m| {
+                !instance_default(m).is_empty()
+            })
+            .await;
+        assert!(msg.default_catalog.is_empty());
+        assert_eq!(em_calls, 0, "no Elastic Metal call");
+    }
+
+    #[tokio::test]
+    async fn serve_default_kind_is_elastic_metal_alone() {
+        let (msg, _, vm_calls) =
+            first_watched(&["--zones", "fr-par-2"], |m| !m.default_catalog.is_empty()).await;
+        assert!(instance_default(&msg).is_empty());
+        assert_eq!(vm_calls, 0, "no Instance call");
     }
 }
