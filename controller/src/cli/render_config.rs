@@ -33,7 +33,7 @@ use crate::catalog::{
 };
 use crate::config::parse_zone;
 use crate::install::{self, Secret};
-use crate::nodeclass::instance::{InstanceNodeClassSpec, ScalewayInstanceNodeClass};
+use crate::nodeclass::instance::{InstanceNodeClassSpec, PublicIpMode, ScalewayInstanceNodeClass};
 use crate::nodeclass::{NodeClassSpec, ScalewayElasticMetalNodeClass, read_secret_key};
 use crate::provider::nodeclaim::{self, NodeClaimView};
 use crate::provider::vm::{self, VmPlacement};
@@ -391,10 +391,15 @@ pub fn render_vm(req: &VmRenderRequest<'_>) -> Result<String, RenderConfigError>
         &Secret::new(PLACEHOLDER_TOKEN),
     );
     let config = render_machine_config(req.base_config.expose(), &settings)?;
-    let first = format!(
+    let mut first = format!(
         "# Machine config of NodeClaim {} (Instance {} in {}), as the VM reads it from its user data key {USER_DATA_KEY}.\n",
         view.name, commercial_type, placement.zone
     );
+    if req.class.public_ip == PublicIpMode::None {
+        first.push_str(
+            "# publicIp: none: Talos' scaleway platform runs no DHCP without a public IPv4, so the network must come from the NodeClass's patches.\n",
+        );
+    }
     finish(first, launched.is_some(), &config, req.show_secrets)
 }
 

@@ -2,7 +2,7 @@ use serde::Deserialize as _;
 use serde_json::json;
 
 use super::*;
-use crate::nodeclass::instance::{InstanceImageSelector, PublicIpMode};
+use crate::nodeclass::instance::InstanceImageSelector;
 use crate::nodeclass::{Billing, DiskSelector, RescueSshKey, SecretKeyRef, TalosImage};
 
 const WORKER: &str = include_str!("../talos/testdata/worker-v1.13.yaml");
@@ -538,6 +538,12 @@ fn a_vm_config_describes_the_node_as_create_would() {
     assert!(out.contains("user data key cloud-init"), "{out}");
     assert!(out.contains("Not launched"), "{out}");
     assert!(!out.contains("disk /dev/"), "{out}");
+    assert!(!out.contains("publicIp: none"), "{out}");
+
+    let mut class = class;
+    class.public_ip = PublicIpMode::None;
+    let out = render_vm(&vm_request(&claim, &class, WORKER)).unwrap();
+    assert!(out.contains("# publicIp: none: "), "{out}");
 }
 
 #[test]
