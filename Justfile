@@ -135,8 +135,15 @@ bench-scale *ARGS: build-bench
 bench-catalog ROUNDS="30":
     cargo build -p emsim -p karpenter-scaleway --bins
     mkdir -p {{root}}/.work
-    cd bridge && go test -run '^$' -bench 'Scheduling' -benchtime {{ROUNDS}}x ./pkg/cloudprovider | tee {{root}}/.work/bench-catalog.txt
-    cd bridge && go test -run '^$' -bench 'GetInstanceTypes' ./pkg/cloudprovider | tee -a {{root}}/.work/bench-catalog.txt
+    cd bridge && go test -run '^$' -bench '^BenchmarkScheduling' -benchtime {{ROUNDS}}x ./pkg/cloudprovider | tee {{root}}/.work/bench-catalog.txt
+    cd bridge && go test -run '^$' -bench '^BenchmarkGetInstanceTypes' ./pkg/cloudprovider | tee -a {{root}}/.work/bench-catalog.txt
+
+# The same with both kinds served (EM catalog + the real Instance catalog of the 9 zones, `catalog --serve --kind all`): 1000 pods on an Instance NodePool, then on EM + Instance NodePools, interleaved (docs/figures.md)
+bench-catalog-combined ROUNDS="30":
+    cargo build -p emsim -p karpenter-scaleway --bins
+    mkdir -p {{root}}/.work
+    cd bridge && go test -run '^$' -bench '^BenchmarkCombinedSchedulingInterleaved$' -benchtime {{ROUNDS}}x -timeout 60m ./pkg/cloudprovider | tee {{root}}/.work/bench-catalog-combined.txt
+    cd bridge && go test -run '^$' -bench '^BenchmarkCombinedGetInstanceTypes$' ./pkg/cloudprovider | tee -a {{root}}/.work/bench-catalog-combined.txt
 
 # The whole system against the simulators, with a live view
 demo *ARGS: build

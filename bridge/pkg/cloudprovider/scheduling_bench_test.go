@@ -1,33 +1,32 @@
 package cloudprovider
 
-// Karpenter's scheduler over a realistic Elastic Metal catalog, in-process and
-// through the bridge, and the latency of GetInstanceTypes.
+// Karpenter's scheduler over a realistic catalog, in-process and through the
+// bridge, and the latency of GetInstanceTypes.
 //
-//	just bench-catalog
-//	(cd bridge && go test -run '^$' -bench 'Scheduling1000|GetInstanceTypes' -benchtime 20x -count 6 ./pkg/cloudprovider)
+//	just bench-catalog            # Elastic Metal: BenchmarkScheduling*, BenchmarkGetInstanceTypes
+//	just bench-catalog-combined   # both kinds: BenchmarkCombined*
+//	(cd bridge && go test -run '^$' -bench '^BenchmarkScheduling' -benchtime 20x -count 6 ./pkg/cloudprovider)
 //
-// The bridged side is the real thing: emsim serves the catalog of
-// testdata/em-catalog.yaml (24 offers over the 6 EM zones), the real
-// `karpenter-scaleway catalog --serve` reads it through the Scaleway client and
-// serves it on a Unix socket, and this package's CloudProvider follows its
-// WatchInstanceTypes stream. The in-process side is Karpenter's own fake
-// CloudProvider holding the same catalog (converted once from the provider's
-// unary answer, so the two share no objects). Each iteration does what the
-// provisioner does per batch: GetInstanceTypes for the NodePool, build the
-// topology and the scheduler, solve 1000 pending pods.
+// The environments (bench_env_test.go) are the real thing: emsim serves the
+// catalogs of testdata/ (em-catalog.yaml: 24 offers over the 6 EM zones;
+// instance-catalog.yaml: the 147 Instance types of the 9 Instance zones as
+// recorded from the real API), the real `karpenter-scaleway catalog --serve`
+// reads them through the Scaleway client and serves them on a Unix socket,
+// and this package's CloudProvider follows its WatchInstanceTypes stream. The
+// in-process side is Karpenter's own fake CloudProvider holding the same
+// catalogs. Each iteration does what the provisioner does per batch:
+// GetInstanceTypes for each NodePool, build the topology and the scheduler,
+// solve 1000 pending pods.
 //
 // The Rust binaries are taken from KPS_RUST_BIN_DIR (default ../target/debug);
 // without them the benchmarks are skipped.
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,203 +37,36 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	fakecr "sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
-	"sigs.k8s.io/karpenter/pkg/cloudprovider/fake"
 	"sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling"
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
 	"sigs.k8s.io/karpenter/pkg/events"
 	"sigs.k8s.io/karpenter/pkg/operator/injection"
-	"sigs.k8s.io/karpenter/pkg/operator/logging"
 	"sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/test"
 
 	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
 )
 
-const (
-	benchSecretKey = "6e0b2c4d-8f1a-4b3c-9d2e-7a5f1c3b9e8d"
-	benchProjectID = "4d7a1a49-7bcb-4b3e-9c2e-1f0d5c1e2b3a"
-	benchZones     = "fr-par-1,fr-par-2,nl-ams-1,nl-ams-2,pl-waw-2,pl-waw-3"
-	benchPods      = 1000
-)
-
-// benchEnv is started once per test binary and shared by the benchmarks.
-type benchEnv struct {
-	bridged   *CloudProvider
-	client    pb.CloudProviderClient
-	inProcess *fake.CloudProvider
-	nodePool  *v1.NodePool
-	pods      []*corev1.Pod
-	types     int
-	offerings int
-}
-
-var (
-	benchOnce sync.Once
-	bench     *benchEnv
-	benchErr  error
-	benchSkip string
-)
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// startProcess runs a binary for the rest of the test binary's life, its
-// output in dir/name.log.
-func startProcess(dir, name, bin string, env []string, args ...string) error {
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", name, err)
-	}
-	benchProcs = append(benchProcs, cmd)
-	return nil
-}
-
-var benchProcs []*exec.Cmd
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, p := range benchProcs {
-		_ = p.Process.Kill()
-		_ = p.Wait()
-	}
-	os.Exit(code)
-}
-
-func setupBench() {
-	log.SetLogger(logging.NopLogger)
-	binDir := os.Getenv("KPS_RUST_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "..", "target", "debug")
-	}
-	emsim, provider := filepath.Join(binDir, "emsim"), filepath.Join(binDir, "karpenter-scaleway")
-	for _, bin := range []string{emsim, provider} {
-		if _, err := os.Stat(bin); err != nil {
-			benchSkip = fmt.Sprintf("%s missing (cargo build -p emsim -p karpenter-scaleway --bins, or set KPS_RUST_BIN_DIR)", bin)
-			return
-		}
-	}
-	dir, err := os.MkdirTemp("", "kps-bench")
-	if err != nil {
-		benchErr = err
-		return
-	}
-	catalogFile, err := filepath.Abs(filepath.Join("testdata", "em-catalog.yaml"))
-	if err != nil {
-		benchErr = err
-		return
-	}
-	port, err := freePort()
-	if err != nil {
-		benchErr = err
-		return
-	}
-	api := fmt.Sprintf("127.0.0.1:%d", port)
-	if benchErr = startProcess(dir, "emsim", emsim, []string{"RUST_LOG=warn"},
-		"--listen", api, "--catalog", catalogFile, "--secret-key", benchSecretKey, "--project-id", benchProjectID); benchErr != nil {
-		return
-	}
-	socket := filepath.Join(dir, "provider.sock")
-	if benchErr = startProcess(dir, "karpenter-scaleway", provider, []string{
-		"RUST_LOG=warn", "SCW_SECRET_KEY=" + benchSecretKey, "SCW_DEFAULT_PROJECT_ID=" + benchProjectID,
-		"SCW_API_URL=http://" + api, "SCW_ZONES=" + benchZones,
-	}, "catalog", "--serve", socket); benchErr != nil {
-		return
-	}
-
-	ctx := context.Background()
-	conn, err := Dial(socket)
-	if err != nil {
-		benchErr = err
-		return
-	}
-	client := pb.NewCloudProviderClient(conn)
-	info, err := WaitForInfo(ctx, client, 5*time.Second, 60*time.Second)
-	if err != nil {
-		benchErr = fmt.Errorf("%w (logs in %s)", err, dir)
-		return
-	}
-	opts := testOptions()
-	opts.CallTimeout = 30 * time.Second
-	bridged := New(client, opts, info, nil, nil)
-	go bridged.WatchCatalog(ctx)
-	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := bridged.WaitForCatalog(waitCtx); err != nil {
-		benchErr = fmt.Errorf("no catalog from the provider: %w (logs in %s)", err, dir)
-		return
-	}
-
-	nodePool := test.NodePool(v1.NodePool{Spec: v1.NodePoolSpec{
-		Template: v1.NodeClaimTemplate{Spec: v1.NodeClaimTemplateSpec{
-			NodeClassRef: &v1.NodeClassReference{Group: "karpenter.scaleway.com", Kind: "ScalewayElasticMetalNodeClass", Name: "default"},
-		}},
-		Limits: v1.Limits{corev1.ResourceCPU: resource.MustParse("10000000"), corev1.ResourceMemory: resource.MustParse("10000000Gi")},
-	}})
-	// The in-process provider gets its own copy of the same catalog.
-	resp, err := client.GetInstanceTypes(ctx, &pb.GetInstanceTypesRequest{NodePoolJson: []byte(`{}`)})
-	if err != nil {
-		benchErr = err
-		return
-	}
-	its, err := convertInstanceTypes(resp.GetInstanceTypes())
-	if err != nil {
-		benchErr = err
-		return
-	}
-	inProcess := fake.NewCloudProvider()
-	inProcess.InstanceTypes = its
-	offerings := 0
-	for _, it := range its {
-		offerings += len(it.Offerings)
-	}
-	bench = &benchEnv{
-		bridged: bridged, client: client, inProcess: inProcess, nodePool: nodePool,
-		pods: diversePods(benchPods), types: len(its), offerings: offerings,
-	}
-}
-
-func benchSetup(b *testing.B) *benchEnv {
-	b.Helper()
-	benchOnce.Do(setupBench)
-	if benchSkip != "" {
-		b.Skip(benchSkip)
-	}
-	if benchErr != nil {
-		b.Fatal(benchErr)
-	}
-	return bench
-}
-
 // solve is one provisioning round: what the provisioner does per batch.
-func solve(ctx context.Context, cp cloudprovider.CloudProvider, nodePool *v1.NodePool, pods []*corev1.Pod) (scheduling.Results, error) {
-	its, err := cp.GetInstanceTypes(ctx, nodePool)
-	if err != nil {
-		return scheduling.Results{}, err
+func solve(ctx context.Context, cp cloudprovider.CloudProvider, pools []*v1.NodePool, pods []*corev1.Pod) (scheduling.Results, error) {
+	byPool := map[string][]*cloudprovider.InstanceType{}
+	for _, pool := range pools {
+		its, err := cp.GetInstanceTypes(ctx, pool)
+		if err != nil {
+			return scheduling.Results{}, err
+		}
+		byPool[pool.Name] = its
 	}
-	byPool := map[string][]*cloudprovider.InstanceType{nodePool.Name: its}
 	kube := fakecr.NewFakeClient()
 	clk := &clock.RealClock{}
 	cluster := state.NewCluster(clk, kube, cp)
-	topology, err := scheduling.NewTopology(ctx, kube, cluster, nil, []*v1.NodePool{nodePool}, byPool, pods)
+	topology, err := scheduling.NewTopology(ctx, kube, cluster, nil, pools, byPool, pods)
 	if err != nil {
 		return scheduling.Results{}, err
 	}
-	s := scheduling.NewScheduler(ctx, kube, []*v1.NodePool{nodePool}, cluster, nil, topology, byPool, nil,
+	s := scheduling.NewScheduler(ctx, kube, pools, cluster, nil, topology, byPool, nil,
 		events.NewRecorder(&record.FakeRecorder{}), clk, nil, nil, scheduling.NumConcurrentReconciles(5))
 	return s.Solve(ctx, pods)
 }
@@ -243,21 +75,23 @@ func benchCtx() context.Context {
 	return options.ToContext(injection.WithControllerName(context.Background(), "provisioner"), test.Options())
 }
 
-// BenchmarkScheduling1000 runs the same round in-process and bridged; the
-// nodes each run launches must be the same.
+// BenchmarkScheduling1000 runs the same round in-process and bridged over the
+// Elastic Metal catalog; the nodes each run launches must be the same.
 func BenchmarkScheduling1000(b *testing.B) {
-	env := benchSetup(b)
+	env := benchSetup(b, emBench)
 	ctx := benchCtx()
+	pools := []*v1.NodePool{env.emPool}
+	types, offerings := env.typesIn(pools)
 	nodes := map[string]int{}
 	for _, side := range []struct {
 		name string
 		cp   cloudprovider.CloudProvider
 	}{{"in-process", env.inProcess}, {"bridged", env.bridged}} {
 		b.Run(side.name, func(b *testing.B) {
-			b.ReportMetric(float64(env.types), "types")
-			b.ReportMetric(float64(env.offerings), "offerings")
+			b.ReportMetric(float64(types), "types")
+			b.ReportMetric(float64(offerings), "offerings")
 			for i := 0; i < b.N; i++ {
-				res, err := solve(ctx, side.cp, env.nodePool, env.pods)
+				res, err := solve(ctx, side.cp, pools, env.pods)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -276,32 +110,70 @@ func BenchmarkScheduling1000(b *testing.B) {
 	}
 }
 
-// BenchmarkSchedulingInterleaved alternates the two sides round by round, so
-// that a busy machine slows both alike, and reports each side's mean and the
-// ratio bridged / in-process (the figure recorded in docs/figures.md).
+// BenchmarkSchedulingInterleaved alternates the two sides round by round
+// over the Elastic Metal catalog, so that a busy machine slows both alike,
+// and reports each side's mean and the ratio bridged / in-process (the figure
+// recorded in docs/figures.md).
 func BenchmarkSchedulingInterleaved(b *testing.B) {
-	env := benchSetup(b)
+	env := benchSetup(b, emBench)
+	interleaved(b, env, []*v1.NodePool{env.emPool})
+}
+
+// BenchmarkCombinedSchedulingInterleaved does the same with both kinds served
+// (`catalog --serve --kind all`): instance-pool is one NodePool of the
+// Instance kind (the bridge picks the catalog by nodeClassRef kind);
+// em+instance-pools adds an Elastic Metal NodePool of higher weight, as in
+// examples/, so that one round schedules over both catalogs.
+func BenchmarkCombinedSchedulingInterleaved(b *testing.B) {
+	env := benchSetup(b, combinedBench)
+	b.Logf("catalog on the stream: Elastic Metal %s; Instance %s",
+		env.sizes[kindElasticMetal], env.sizes[benchInstanceKind])
+	b.Run("instance-pool", func(b *testing.B) {
+		interleaved(b, env, []*v1.NodePool{env.vmPool})
+	})
+	b.Run("em+instance-pools", func(b *testing.B) {
+		interleaved(b, env, []*v1.NodePool{env.emPool, env.vmPool})
+	})
+}
+
+// interleaved runs b.N rounds of each side, alternating. Karpenter's
+// scheduler is not quite deterministic (one round in a few launches a node
+// more, either side), so the sides' node counts are reported, not compared
+// round by round; bench_env_test.go checked that they hold the same catalog.
+func interleaved(b *testing.B, env *benchEnv, pools []*v1.NodePool) {
 	ctx := benchCtx()
-	var inProcess, bridged time.Duration
+	var took [2]time.Duration
+	var nodes [2]int
+	ratios := make([]float64, 0, b.N)
 	for i := 0; i < b.N; i++ {
-		for _, side := range []struct {
-			cp    cloudprovider.CloudProvider
-			total *time.Duration
-		}{{env.inProcess, &inProcess}, {env.bridged, &bridged}} {
+		var round [2]time.Duration
+		for j, cp := range []cloudprovider.CloudProvider{env.inProcess, env.bridged} {
 			start := time.Now()
-			res, err := solve(ctx, side.cp, env.nodePool, env.pods)
-			*side.total += time.Since(start)
+			res, err := solve(ctx, cp, pools, env.pods)
+			round[j] = time.Since(start)
 			if err != nil {
 				b.Fatal(err)
 			}
 			if len(res.PodErrors) > 0 {
-				b.Fatalf("%d pods did not schedule", len(res.PodErrors))
+				for p, err := range res.PodErrors {
+					b.Fatalf("%d pods did not schedule, e.g. %s: %v", len(res.PodErrors), p.Name, err)
+				}
 			}
+			took[j] += round[j]
+			nodes[j] += len(res.NewNodeClaims)
 		}
+		ratios = append(ratios, float64(round[1])/float64(round[0]))
 	}
-	b.ReportMetric(float64(inProcess.Milliseconds())/float64(b.N), "in-process-ms")
-	b.ReportMetric(float64(bridged.Milliseconds())/float64(b.N), "bridged-ms")
-	b.ReportMetric(float64(bridged)/float64(inProcess), "bridged/in-process")
+	types, offerings := env.typesIn(pools)
+	slices.Sort(ratios)
+	b.ReportMetric(float64(types), "types")
+	b.ReportMetric(float64(offerings), "offerings")
+	b.ReportMetric(float64(nodes[0])/float64(b.N), "nodes-in-process")
+	b.ReportMetric(float64(nodes[1])/float64(b.N), "nodes-bridged")
+	b.ReportMetric(float64(took[0].Milliseconds())/float64(b.N), "in-process-ms")
+	b.ReportMetric(float64(took[1].Milliseconds())/float64(b.N), "bridged-ms")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "bridged/in-process")
+	b.ReportMetric(ratios[len(ratios)/2], "median-round-ratio")
 }
 
 // BenchmarkGetInstanceTypes: what core pays per call through the bridge (the
@@ -309,18 +181,36 @@ func BenchmarkSchedulingInterleaved(b *testing.B) {
 // provider over the socket, decoded and converted (what the bridge did before
 // the stream).
 func BenchmarkGetInstanceTypes(b *testing.B) {
-	env := benchSetup(b)
+	env := benchSetup(b, emBench)
+	getInstanceTypes(b, env, env.emPool, []byte(`{}`))
+}
+
+// BenchmarkCombinedGetInstanceTypes: the same per kind with both kinds served.
+func BenchmarkCombinedGetInstanceTypes(b *testing.B) {
+	env := benchSetup(b, combinedBench)
+	for _, pool := range []*v1.NodePool{env.vmPool, env.emPool} {
+		raw, err := json.Marshal(pool)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(pool.Spec.Template.Spec.NodeClassRef.Kind, func(b *testing.B) { getInstanceTypes(b, env, pool, raw) })
+	}
+}
+
+// getInstanceTypes measures the bridge's answer for pool and the provider's
+// unary answer to poolJSON.
+func getInstanceTypes(b *testing.B, env *benchEnv, pool *v1.NodePool, poolJSON []byte) {
 	ctx := context.Background()
 	b.Run("bridge", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if _, err := env.bridged.GetInstanceTypes(ctx, env.nodePool); err != nil {
+			if _, err := env.bridged.GetInstanceTypes(ctx, pool); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("unary-rpc", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			resp, err := env.client.GetInstanceTypes(ctx, &pb.GetInstanceTypesRequest{NodePoolJson: []byte(`{}`)})
+			resp, err := env.client.GetInstanceTypes(ctx, &pb.GetInstanceTypesRequest{NodePoolJson: poolJSON})
 			if err != nil {
 				b.Fatal(err)
 			}
