@@ -18,6 +18,7 @@ use super::{InstanceClassRecord, VOLUMES_ANNOTATION, VmPlacement, VmPorts, node_
 use crate::catalog::{ClassKind, InstanceType, KubeletReservations, Snapshot};
 use crate::nodeclass::instance::{self as ic, PublicIpMode, RootVolumeType};
 use crate::scaleway::ApiError;
+use crate::scaleway::block::VolumeUpdate;
 use crate::scaleway::instance::{
     CreateServerRequest, Server, ServerAction, ServerFilter, ServerState, USER_DATA_KEY,
     VolumeTemplate, VolumeType,

@@ -45,7 +45,7 @@ fn spec() -> InstanceNodeClassSpec {
         root_volume: Some(RootVolume {
             volume_type: RootVolumeType::SbsVolume,
             size_bytes: 30_000_000_000,
-            iops: None,
+            iops: Some(15000),
         }),
         security_group_id: None,
         placement_group_id: None,
