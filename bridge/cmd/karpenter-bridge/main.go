@@ -55,8 +55,8 @@ func main() {
 	}
 
 	// NewOperator parses core's options, sets up logging and builds the
-	// manager; nothing runs until Start, so the NodeClass kind can still be
-	// registered below, once the provider has told us what it is.
+	// manager; nothing runs until Start, so the NodeClass kinds can still be
+	// registered below, once the provider has told us what they are.
 	ctx, op := operator.NewOperator()
 	logger := log.FromContext(ctx).WithName("bridge")
 	fail := func(err error, msg string, keysAndValues ...any) {
@@ -74,16 +74,20 @@ func main() {
 	if err != nil {
 		fail(err, "reading provider Info", "socket", opts.Socket)
 	}
-	gvk, err := cloudprovider.Register(scheme.Scheme, info)
+	gvks, err := cloudprovider.Register(scheme.Scheme, info)
 	if err != nil {
-		fail(err, "registering the provider's NodeClass and labels")
+		fail(err, "registering the provider's NodeClass kinds and labels")
+	}
+	nodeClasses := make([]string, 0, len(gvks))
+	for _, gvk := range gvks {
+		nodeClasses = append(nodeClasses, gvk.String())
 	}
 	repairPolicies, err := cloudprovider.FetchRepairPolicies(ctx, client, opts.CallTimeout)
 	if err != nil {
 		fail(err, "reading provider repair policies")
 	}
 	logger.Info("provider ready", "provider", info.GetName(), "providerVersion", info.GetProviderVersion(),
-		"nodeClass", gvk.String(), "wellKnownLabels", info.GetWellKnownLabels(), "repairPolicies", len(repairPolicies),
+		"nodeClasses", nodeClasses, "wellKnownLabels", info.GetWellKnownLabels(), "repairPolicies", len(repairPolicies),
 		"socket", opts.Socket)
 
 	leadership := cloudprovider.NewLeadership(client, opts.Identity, opts.CallTimeout)

@@ -71,29 +71,33 @@ func WaitForInfo(ctx context.Context, client pb.CloudProviderClient, callTimeout
 }
 
 // Register applies the provider's Info answer to the process-wide state
-// Karpenter core reads: the NodeClass kind goes into scheme (core resolves
+// Karpenter core reads: the NodeClass kinds go into scheme (core resolves
 // NodeClasses through object.GVK and the manager's client, both backed by
 // client-go's scheme.Scheme in production), the provider's labels become
 // well-known, and their domains restricted. Call it before the controllers are
-// built. It returns the NodeClass kind.
-func Register(scheme *runtime.Scheme, info *pb.InfoResponse) (schema.GroupVersionKind, error) {
+// built. It returns the NodeClass kinds in Info order, kind i bound to the
+// Go type nodeclass.New(i) returns.
+func Register(scheme *runtime.Scheme, info *pb.InfoResponse) ([]schema.GroupVersionKind, error) {
 	if info.GetName() == "" {
-		return schema.GroupVersionKind{}, errors.New("provider Info has no name")
+		return nil, errors.New("provider Info has no name")
 	}
-	// One Go type stands for the NodeClass (see package nodeclass), and a
-	// Go type maps to exactly one kind.
-	if n := len(info.GetNodeClasses()); n != 1 {
-		return schema.GroupVersionKind{}, fmt.Errorf("provider Info lists %d NodeClass kinds; the bridge supports exactly one", n)
+	// Each kind needs its own Go type (see package nodeclass), and the
+	// bridge has nodeclass.MaxKinds of them.
+	n := len(info.GetNodeClasses())
+	if n == 0 || n > nodeclass.MaxKinds {
+		return nil, fmt.Errorf("provider Info lists %d NodeClass kinds; the bridge supports 1 to %d", n, nodeclass.MaxKinds)
 	}
-	k := info.GetNodeClasses()[0]
-	gvk := schema.GroupVersionKind{Group: k.GetGroup(), Version: k.GetVersion(), Kind: k.GetKind()}
+	gvks := make([]schema.GroupVersionKind, 0, n)
+	for _, k := range info.GetNodeClasses() {
+		gvks = append(gvks, schema.GroupVersionKind{Group: k.GetGroup(), Version: k.GetVersion(), Kind: k.GetKind()})
+	}
 	for _, label := range info.GetWellKnownLabels() {
 		if errs := validation.IsQualifiedName(label); len(errs) > 0 {
-			return schema.GroupVersionKind{}, fmt.Errorf("provider Info well-known label %q: %s", label, strings.Join(errs, "; "))
+			return nil, fmt.Errorf("provider Info well-known label %q: %s", label, strings.Join(errs, "; "))
 		}
 	}
-	if err := nodeclass.Register(scheme, gvk); err != nil {
-		return schema.GroupVersionKind{}, err
+	if err := nodeclass.Register(scheme, gvks); err != nil {
+		return nil, fmt.Errorf("provider Info NodeClass kinds: %w", err)
 	}
 	for _, label := range info.GetWellKnownLabels() {
 		if v1.WellKnownLabels.Has(label) {
@@ -108,7 +112,7 @@ func Register(scheme *runtime.Scheme, info *pb.InfoResponse) (schema.GroupVersio
 			v1.RestrictedLabelDomains.Insert(domain)
 		}
 	}
-	return gvk, nil
+	return gvks, nil
 }
 
 func isKubernetesDomain(domain string) bool {

@@ -34,6 +34,9 @@ type CloudProvider struct {
 	name           string
 	repairPolicies []cloudprovider.RepairPolicy
 	catalog        *catalog
+	// nodeClasses is how many NodeClass kinds the provider listed in Info;
+	// Register bound kind i to the Go type of nodeclass.New(i).
+	nodeClasses int
 	// leadership gates mutating calls until the provider knows this replica
 	// leads, and is told again when the provider refuses a call because it
 	// forgot (e.g. it restarted). Nil in tests that do not care.
@@ -49,6 +52,7 @@ func New(client pb.CloudProviderClient, opts Options, info *pb.InfoResponse, rep
 		client:         client,
 		opts:           opts,
 		name:           info.GetName(),
+		nodeClasses:    min(len(info.GetNodeClasses()), nodeclass.MaxKinds),
 		repairPolicies: repairPolicies,
 		catalog:        newCatalog(opts.CatalogMaxStaleness),
 		leadership:     leadership,
@@ -230,10 +234,15 @@ func (c *CloudProvider) Name() string {
 	return c.name
 }
 
-// GetSupportedNodeClasses returns a fresh zero value each time: core reads
-// NodeClasses into the returned objects.
+// GetSupportedNodeClasses returns one fresh zero object per NodeClass kind, in
+// Info order, each time: core reads NodeClasses into the returned objects and
+// tells the kinds apart by their Go types' GVKs (see package nodeclass).
 func (c *CloudProvider) GetSupportedNodeClasses() []status.Object {
-	return []status.Object{&nodeclass.NodeClass{}}
+	out := make([]status.Object, c.nodeClasses)
+	for i := range out {
+		out[i] = nodeclass.New(i)
+	}
+	return out
 }
 
 // FetchRepairPolicies asks the provider for its repair policies.

@@ -2,10 +2,10 @@
 //! of both kinds (`--kind`): Elastic Metal servers and Instances (VMs). Each
 //! line says its kind, the NodeClaim that claims it (or the tagged name,
 //! marked missing), its offer or commercial type, zone, status, IPv4,
-//! NodeClass, install phase and age; for Elastic Metal, also what the orphan
-//! sweeper would do with it, computed by the sweeper's own decision function
-//! ([`crate::gc::decide`]). The sweeper does not handle Instances yet, so a
-//! VM line has no verdict.
+//! NodeClass, install phase and age, and what the orphan sweeper would do
+//! with it, computed by the sweeper's own decision functions
+//! ([`crate::gc::decide`], [`crate::gc::decide_instances`]) with the graces
+//! `serve` has. The SBS volumes VMs leave behind are not listed.
 //!
 //! Like List(), it fails rather than print a partial list: a zone, a page or
 //! the NodeClaims that cannot be read is an error (non-zero exit), since a
@@ -32,12 +32,15 @@ use serde_json::{Value, json};
 pub use super::catalog::Kind;
 use crate::catalog::ClassKind;
 use crate::config::{ScalewayArgs, parse_positive_duration, parse_zone};
-use crate::gc::{Decision, Reason, SweepPolicy, Verdict, decide, format_age, list_owned_servers};
+use crate::gc::instance::tag_in;
+use crate::gc::{
+    Decision, InstanceDecision, Reason, Subject, SweepPolicy, Verdict, decide, decide_instances,
+    format_age, list_owned_servers,
+};
 use crate::install::{PROGRESS_ANNOTATION_PREFIX, Phase};
 use crate::k8s_nodes::NodeClaimList;
 use crate::provider::{
-    MachineId, NodeClaimSource, TAG_CLUSTER, TAG_NODECLAIM, TAG_NODECLASS, parse_machine_id, tag,
-    tag_value,
+    NodeClaimSource, TAG_CLUSTER, TAG_NODECLAIM, TAG_NODECLASS, parse_provider_id, tag, tag_value,
 };
 use crate::scaleway::instance::{self, Instance, ServerFilter, ServerState};
 use crate::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
@@ -64,6 +67,9 @@ pub struct ServersArgs {
     /// The sweeper's grace, as `serve` has it.
     #[arg(long, env = "ORPHAN_GRACE", default_value = "3h", value_parser = parse_positive_duration)]
     pub orphan_grace: Duration,
+    /// The sweeper's grace for Instances, as `serve` has it.
+    #[arg(long, env = "INSTANCE_ORPHAN_GRACE", default_value = "5m", value_parser = parse_positive_duration)]
+    pub instance_orphan_grace: Duration,
     /// The sweeper runs in dry-run mode (verdicts say `would_delete`).
     #[arg(long, env = "SWEEP_DRY_RUN")]
     pub sweep_dry_run: bool,
@@ -111,7 +117,10 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
         args.kind,
         &claims,
         &args.zones(),
-        &policy,
+        &Graces {
+            policy,
+            instance_grace: args.instance_orphan_grace,
+        },
         Utc::now(),
     )
     .await?;
@@ -135,6 +144,13 @@ pub fn kind_name(kind: ClassKind) -> &'static str {
         ClassKind::ElasticMetal => "elastic-metal",
         ClassKind::Instance => "instance",
     }
+}
+
+/// The sweeper's rules: `policy.grace` is the Elastic Metal grace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Graces {
+    pub policy: SweepPolicy,
+    pub instance_grace: Duration,
 }
 
 /// The orphan sweeper's verdict on a server.
@@ -170,14 +186,13 @@ pub struct Row {
     pub age: Option<Duration>,
     /// The install phase from the claiming NodeClaim's annotation.
     pub phase: Option<String>,
-    /// Elastic Metal only: the sweeper does not handle Instances yet.
-    pub sweeper: Option<Sweep>,
+    pub sweeper: Sweep,
 }
 
 /// What the command prints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
-    pub policy: SweepPolicy,
+    pub graces: Graces,
     pub zones: Vec<String>,
     pub kind: Kind,
     pub rows: Vec<Row>,
@@ -198,9 +213,10 @@ pub async fn collect(
     kind: Kind,
     claims: &dyn NodeClaimSource,
     zones: &[String],
-    policy: &SweepPolicy,
+    graces: &Graces,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Report> {
+    let policy = &graces.policy;
     let mut metal = Vec::new();
     if reads_elastic_metal(kind) {
         metal = list_owned_servers(apis.elastic_metal, zones, policy)
@@ -240,9 +256,14 @@ pub async fn collect(
         .into_iter()
         .map(|d| metal_row(d, &index))
         .collect();
-    rows.extend(vms.iter().map(|s| vm_row(s, &index, now)));
+    // No volumes: a VM's decision does not depend on them.
+    rows.extend(
+        decide_instances(&vms, &[], &claims, now, policy, graces.instance_grace)
+            .into_iter()
+            .filter_map(|d| vm_row(d, &index)),
+    );
     Ok(Report {
-        policy: policy.clone(),
+        graces: graces.clone(),
         zones: zones.to_vec(),
         kind,
         rows,
@@ -271,12 +292,12 @@ async fn list_owned_vms(
     Ok(servers)
 }
 
-/// The NodeClaims: their install phases, and which one points at which
-/// machine.
+/// The NodeClaims: their install phases, and which one claims which Elastic
+/// Metal server (the sweeper decides about VMs with its own index).
 struct ClaimIndex<'a> {
     phase: HashMap<&'a str, &'a str>,
-    /// (kind, zone, server id) of a providerID → NodeClaim.
-    by_machine: HashMap<(ClassKind, &'a str, &'a str), &'a str>,
+    /// (zone, server id) of a `scaleway://baremetal/` providerID → NodeClaim.
+    by_server: HashMap<(&'a str, &'a str), &'a str>,
     names: HashSet<&'a str>,
 }
 
@@ -285,7 +306,7 @@ impl<'a> ClaimIndex<'a> {
         let key = format!("{PROGRESS_ANNOTATION_PREFIX}phase");
         let mut index = ClaimIndex {
             phase: HashMap::new(),
-            by_machine: HashMap::new(),
+            by_server: HashMap::new(),
             names: HashSet::new(),
         };
         for c in claims {
@@ -300,16 +321,12 @@ impl<'a> ClaimIndex<'a> {
             {
                 index.phase.insert(name, p);
             }
-            if let Some(machine) = c
+            if let Some(server) = c
                 .pointer("/status/providerID")
                 .and_then(Value::as_str)
-                .and_then(parse_machine_id)
+                .and_then(parse_provider_id)
             {
-                let key = match machine {
-                    MachineId::Baremetal { zone, id } => (ClassKind::ElasticMetal, zone, id),
-                    MachineId::Instance { zone, id } => (ClassKind::Instance, zone, id),
-                };
-                index.by_machine.insert(key, name);
+                index.by_server.insert(server, name);
             }
         }
         index
@@ -317,26 +334,11 @@ impl<'a> ClaimIndex<'a> {
 
     /// By providerID, else by the name in the nodeclaim tag (Create tags the
     /// server before the NodeClaim gets its providerID).
-    fn claim_of(
-        &self,
-        kind: ClassKind,
-        zone: &str,
-        id: &str,
-        tagged: Option<&str>,
-    ) -> Option<&'a str> {
-        self.by_machine
-            .get(&(kind, zone, id))
-            .copied()
-            .or_else(|| tagged.and_then(|t| self.names.get(t).copied()))
-    }
-
     fn claim_of_metal(&self, s: &crate::scaleway::Server) -> Option<&'a str> {
-        self.claim_of(
-            ClassKind::ElasticMetal,
-            &s.zone,
-            &s.id,
-            tag_value(s, TAG_NODECLAIM),
-        )
+        self.by_server
+            .get(&(s.zone.as_str(), s.id.as_str()))
+            .copied()
+            .or_else(|| tag_value(s, TAG_NODECLAIM).and_then(|t| self.names.get(t).copied()))
     }
 
     fn phase_of(&self, claim: Option<&str>) -> Option<&'a str> {
@@ -364,18 +366,12 @@ fn metal_row(d: Decision, index: &ClaimIndex<'_>) -> Row {
         created_at: Some(s.created_at.clone()),
         age: d.age,
         phase: index.phase_of(index.claim_of_metal(s)).map(str::to_string),
-        sweeper: Some(Sweep {
+        sweeper: Sweep {
             verdict: d.verdict,
             reason: d.reason,
             detail: d.detail.clone(),
-        }),
+        },
     }
-}
-
-/// The value of the `key=` tag among `tags`.
-fn tag_in<'t>(tags: &'t [String], key: &str) -> Option<&'t str> {
-    tags.iter()
-        .find_map(|t| t.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
 }
 
 /// `running`, `stopped`, or a passing state with its detail
@@ -393,15 +389,13 @@ pub fn vm_status(state: &ServerState, detail: &str) -> String {
     }
 }
 
-fn vm_row(s: &instance::Server, index: &ClaimIndex<'_>, now: DateTime<Utc>) -> Row {
-    let tagged = tag_in(&s.tags, TAG_NODECLAIM);
-    let claim = index.claim_of(ClassKind::Instance, &s.zone, &s.id, tagged);
-    let age = s
-        .creation_date
-        .as_deref()
-        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| (now - t.with_timezone(&Utc)).to_std().unwrap_or_default());
-    Row {
+/// A VM's line, from the sweeper's decision about it (`None` for a volume,
+/// which `collect` never passes).
+fn vm_row(d: InstanceDecision, index: &ClaimIndex<'_>) -> Option<Row> {
+    let Subject::Vm(s) = d.subject else {
+        return None;
+    };
+    Some(Row {
         kind: ClassKind::Instance,
         id: s.id.clone(),
         name: s.name.clone(),
@@ -410,13 +404,17 @@ fn vm_row(s: &instance::Server, index: &ClaimIndex<'_>, now: DateTime<Utc>) -> R
         status: vm_status(&s.state, &s.state_detail),
         ipv4: s.ipv4().map(str::to_string),
         nodeclass: tag_in(&s.tags, TAG_NODECLASS).map(str::to_string),
-        claim: claim.map(str::to_string),
-        claim_tag: tagged.map(str::to_string),
+        phase: index.phase_of(d.claim.as_deref()).map(str::to_string),
+        claim: d.claim,
+        claim_tag: tag_in(&s.tags, TAG_NODECLAIM).map(str::to_string),
         created_at: s.creation_date.clone(),
-        age,
-        phase: index.phase_of(claim).map(str::to_string),
-        sweeper: None,
-    }
+        age: d.age,
+        sweeper: Sweep {
+            verdict: d.verdict,
+            reason: d.reason,
+            detail: d.detail,
+        },
+    })
 }
 
 impl Row {
@@ -430,18 +428,19 @@ impl Row {
     }
 
     fn sweeper_cell(&self) -> String {
-        match &self.sweeper {
-            Some(s) => format!("{} ({})", s.verdict.as_str(), s.reason.as_str()),
-            None => "-".into(),
-        }
+        format!(
+            "{} ({})",
+            self.sweeper.verdict.as_str(),
+            self.sweeper.reason.as_str()
+        )
     }
 }
 
 const IN_FLIGHT_NOTE: &str = "verdicts computed without the controller's in-flight check: \
 NodeClaims whose install phase annotation is not terminal count as in flight";
 
-const VM_SWEEP_NOTE: &str = "the orphan sweeper does not handle Instances yet: \
-an unclaimed VM stays until deleted by hand";
+const VOLUMES_NOTE: &str = "the SBS volumes VMs leave behind are not listed here; \
+the sweeper deletes them once detached and older than the Instance grace";
 
 impl Report {
     pub fn table(&self) -> String {
@@ -511,20 +510,22 @@ impl Report {
                 count(ClassKind::Instance)
             ),
         };
+        let policy = &self.graces.policy;
         let _ = writeln!(
             out,
-            "\n{} server(s) ({kinds}) of cluster {:?} in {}; orphan grace {}{}.",
+            "\n{} server(s) ({kinds}) of cluster {:?} in {}; orphan grace {} (Elastic Metal), {} (Instances){}.",
             self.rows.len(),
-            self.policy.cluster_name,
+            policy.cluster_name,
             self.zones.join(", "),
-            format_age(self.policy.grace),
-            if self.policy.dry_run { ", dry run" } else { "" }
+            format_age(policy.grace),
+            format_age(self.graces.instance_grace),
+            if policy.dry_run { ", dry run" } else { "" }
         );
         if reads_elastic_metal(self.kind) {
             let _ = writeln!(out, "Note: {IN_FLIGHT_NOTE}.");
         }
         if reads_instances(self.kind) {
-            let _ = writeln!(out, "Note: {VM_SWEEP_NOTE}.");
+            let _ = writeln!(out, "Note: {VOLUMES_NOTE}.");
         }
         out
     }
@@ -548,11 +549,11 @@ impl Report {
                     "installPhase": r.phase,
                     "createdAt": r.created_at,
                     "ageSeconds": r.age.map(|a| a.as_secs()),
-                    "sweeper": r.sweeper.as_ref().map(|s| json!({
-                        "decision": s.verdict.as_str(),
-                        "reason": s.reason.as_str(),
-                        "detail": s.detail,
-                    })),
+                    "sweeper": {
+                        "decision": r.sweeper.verdict.as_str(),
+                        "reason": r.sweeper.reason.as_str(),
+                        "detail": r.sweeper.detail,
+                    },
                 });
                 // The field name of the Elastic Metal-only output, kept.
                 if r.kind == ClassKind::ElasticMetal {
@@ -561,15 +562,17 @@ impl Report {
                 v
             })
             .collect();
+        let policy = &self.graces.policy;
         json!({
-            "cluster": self.policy.cluster_name,
-            "projectId": self.policy.project_id,
+            "cluster": policy.cluster_name,
+            "projectId": policy.project_id,
             "zones": self.zones,
             "kind": self.kind.to_possible_value().map(|v| v.get_name().to_string()),
-            "orphanGraceSeconds": self.policy.grace.as_secs(),
-            "dryRun": self.policy.dry_run,
+            "orphanGraceSeconds": policy.grace.as_secs(),
+            "instanceOrphanGraceSeconds": self.graces.instance_grace.as_secs(),
+            "dryRun": policy.dry_run,
             "inFlight": IN_FLIGHT_NOTE,
-            "instances": VM_SWEEP_NOTE,
+            "volumes": VOLUMES_NOTE,
             "servers": servers,
         })
     }

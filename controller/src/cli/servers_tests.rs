@@ -28,6 +28,14 @@ fn policy() -> SweepPolicy {
     }
 }
 
+/// Elastic Metal grace 2h, Instance grace 10m.
+fn graces() -> Graces {
+    Graces {
+        policy: policy(),
+        instance_grace: Duration::from_secs(600),
+    }
+}
+
 fn server(id: &str, zone: &str, claim: &str, age_s: i64) -> Value {
     json!({
         "id": id, "project_id": "proj-1", "name": claim, "status": "ready",
@@ -157,7 +165,7 @@ async fn every_owned_server_is_shown_with_the_sweepers_verdict() {
         Kind::ElasticMetal,
         &claims_for(&kube),
         &zones(),
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -166,7 +174,7 @@ async fn every_owned_server_is_shown_with_the_sweepers_verdict() {
         .rows
         .iter()
         .map(|r| {
-            let sweep = r.sweeper.as_ref().unwrap();
+            let sweep = &r.sweeper;
             (
                 r.id.as_str(),
                 r.phase.as_deref(),
@@ -244,7 +252,7 @@ async fn every_owned_server_is_shown_with_the_sweepers_verdict() {
         );
     }
     assert!(table.contains("without the controller's in-flight check"));
-    assert!(!table.contains("does not handle Instances"), "{table}");
+    assert!(!table.contains("SBS volumes"), "{table}");
 
     let out = report.json();
     assert_eq!(out["servers"].as_array().unwrap().len(), 4);
@@ -286,7 +294,7 @@ async fn a_zone_that_cannot_be_read_fails_the_command() {
         Kind::ElasticMetal,
         &claims_for(&kube),
         &zones(),
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -319,7 +327,7 @@ async fn a_missing_page_fails_the_command() {
         Kind::ElasticMetal,
         &claims_for(&kube),
         &["fr-par-2".to_string()],
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -348,7 +356,7 @@ async fn unreadable_nodeclaims_fail_the_command() {
         Kind::ElasticMetal,
         &claims_for(&kube),
         &zones(),
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -387,6 +395,14 @@ fn flags() {
     assert_eq!(args.output, Output::Json);
     assert_eq!(args.zones(), zones());
     assert_eq!(args.kind, Kind::All);
+    assert_eq!(args.instance_orphan_grace, Duration::from_secs(300));
+    assert_eq!(
+        parse(&["--instance-orphan-grace", "90s"])
+            .unwrap()
+            .instance_orphan_grace,
+        Duration::from_secs(90)
+    );
+    assert!(parse(&["--instance-orphan-grace", "0s"]).is_err());
     assert_eq!(parse(&["--kind", "instance"]).unwrap().kind, Kind::Instance);
     assert_eq!(
         parse(&["--kind", "elastic-metal"]).unwrap().kind,
@@ -495,7 +511,7 @@ async fn both_kinds_are_listed_with_their_kind() {
         Kind::All,
         &claims,
         &zones(),
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -532,8 +548,10 @@ async fn both_kinds_are_listed_with_their_kind() {
     assert_eq!(vm_run.ipv4.as_deref(), Some("163.172.0.9"));
     assert_eq!(vm_run.nodeclass.as_deref(), Some("vms"));
     assert_eq!(vm_run.age, Some(Duration::from_secs(3 * 3600)));
-    assert_eq!(vm_run.sweeper, None);
-    assert!(report.rows[0].sweeper.is_some());
+    assert_eq!(
+        (vm_run.sweeper.verdict, vm_run.sweeper.reason),
+        (Verdict::Spared, Reason::Claimed)
+    );
 
     let table = report.table();
     let row_of = |id: &str| {
@@ -557,7 +575,8 @@ async fn both_kinds_are_listed_with_their_kind() {
             "vms",
             "-",
             "3h0m",
-            "-"
+            "spared",
+            "(claimed)"
         ]
     );
     assert_eq!(
@@ -574,7 +593,8 @@ async fn both_kinds_are_listed_with_their_kind() {
             "vms",
             "-",
             "1d2h",
-            "-"
+            "deleted",
+            "(orphaned)"
         ]
     );
     assert!(row_of("vm-new").contains(&"starting/allocating"), "{table}");
@@ -584,7 +604,11 @@ async fn both_kinds_are_listed_with_their_kind() {
         table.contains("4 server(s) (1 Elastic Metal, 3 Instance)"),
         "{table}"
     );
-    assert!(table.contains("does not handle Instances"), "{table}");
+    assert!(
+        table.contains("orphan grace 2h0m (Elastic Metal), 10m0s (Instances)"),
+        "{table}"
+    );
+    assert!(table.contains("SBS volumes VMs leave behind"), "{table}");
 
     let out = report.json();
     let servers = out["servers"].as_array().unwrap();
@@ -593,7 +617,17 @@ async fn both_kinds_are_listed_with_their_kind() {
     assert_eq!(servers[1]["type"], "POP2-2C-8G");
     assert_eq!(servers[1]["nodeClaim"], "vm-a");
     assert_eq!(servers[1]["ipv4"], "163.172.0.9");
-    assert_eq!(servers[1]["sweeper"], Value::Null);
+    assert_eq!(servers[1]["sweeper"]["decision"], "spared");
+    assert_eq!(servers[2]["sweeper"]["decision"], "deleted");
+    assert!(
+        servers[2]["sweeper"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("delete server"),
+        "{}",
+        servers[2]
+    );
+    assert_eq!(out["instanceOrphanGraceSeconds"], 600);
     assert_eq!(servers[1].get("offer"), None);
     assert_eq!(servers[2]["nodeClaim"], Value::Null);
     assert_eq!(servers[2]["nodeClaimTag"], "vm-gone");
@@ -633,8 +667,8 @@ async fn the_kind_flag_reads_only_that_api() {
     let vms = FakeInstance::new();
     insert_vm(&vms, vm("vm-1", "fr-par-2", "vm-a", "running", "", 60));
     let claims = FakeClaims::default();
-    let (both, zones, policy) = (apis(&em, &vms), zones(), policy());
-    let only = |kind| collect(&both, kind, &claims, &zones, &policy, now());
+    let (both, zones, graces) = (apis(&em, &vms), zones(), graces());
+    let only = |kind| collect(&both, kind, &claims, &zones, &graces, now());
 
     let report = only(Kind::Instance).await.unwrap();
     assert_eq!(report.rows.len(), 1);
@@ -665,7 +699,7 @@ async fn an_instance_zone_that_cannot_be_read_fails_the_command() {
         Kind::All,
         &FakeClaims::default(),
         &["fr-par-2".to_string()],
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -687,7 +721,7 @@ async fn an_elastic_metal_failure_with_all_kinds_hints_at_the_flag() {
         Kind::All,
         &FakeClaims::default(),
         &["fr-par-3".to_string()],
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -709,7 +743,7 @@ async fn unreadable_nodeclaims_fail_a_vm_listing_too() {
         Kind::Instance,
         &claims,
         &zones(),
-        &policy(),
+        &graces(),
         now(),
     )
     .await
@@ -718,6 +752,82 @@ async fn unreadable_nodeclaims_fail_a_vm_listing_too() {
         format!("{err:#}").contains("listing the NodeClaims"),
         "{err:#}"
     );
+}
+
+#[tokio::test]
+async fn unclaimed_vms_get_the_sweepers_instance_verdicts() {
+    let em = FakeElasticMetal::new();
+    let vms = FakeInstance::new();
+    // Younger than the Instance grace (10m), older than nothing else.
+    insert_vm(
+        &vms,
+        vm("vm-young", "fr-par-2", "np-1", "running", "", 5 * 60),
+    );
+    // Old enough, but starting: no action is possible until it settles.
+    insert_vm(
+        &vms,
+        vm(
+            "vm-busy",
+            "fr-par-2",
+            "np-2",
+            "starting",
+            "allocating node",
+            HOUR,
+        ),
+    );
+    // Old enough and running: terminate.
+    insert_vm(&vms, vm("vm-old", "fr-par-2", "np-3", "running", "", HOUR));
+    let verdicts = |report: &Report| {
+        report
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.id.clone(),
+                    r.sweeper.verdict.as_str(),
+                    r.sweeper.reason.as_str(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut graces = graces();
+    let zones = ["fr-par-2".to_string()];
+    let report = collect(
+        &apis(&em, &vms),
+        Kind::Instance,
+        &FakeClaims::default(),
+        &zones,
+        &graces,
+        now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        verdicts(&report),
+        [
+            ("vm-young".to_string(), "spared", "within_grace"),
+            ("vm-busy".to_string(), "spared", "transitioning"),
+            ("vm-old".to_string(), "deleted", "orphaned"),
+        ]
+    );
+    assert!(report.rows[2].sweeper.detail.contains("terminate"));
+
+    graces.policy.dry_run = true;
+    let report = collect(
+        &apis(&em, &vms),
+        Kind::Instance,
+        &FakeClaims::default(),
+        &zones,
+        &graces,
+        now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(verdicts(&report)[2].1, "would_delete");
+    assert!(report.table().contains(", dry run."), "{}", report.table());
+    // Reading decides; it never acts.
+    assert_eq!(vms.count(VmOp::Action), 0);
+    assert_eq!(vms.count(VmOp::DeleteServer), 0);
 }
 
 #[test]
