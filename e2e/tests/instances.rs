@@ -485,29 +485,21 @@ async fn instance_safety_list_faults_orphans_and_drift() -> Result<()> {
             ]
         };
         let image = format!("talos-{}-amd64", stack.opts.talos_version);
+        let (ours, theirs) = (tags("e2e"), tags("another-cluster"));
+        let vm = |name, tags| e2e::sims::UserVm {
+            commercial_type: "POP2-2C-8G",
+            image: &image,
+            name,
+            project_id: e2e::stack::PROJECT_ID,
+            tags,
+        };
         let orphan = stack
             .emsim
-            .user_create_vm(
-                e2e::stack::SECRET_KEY,
-                ZONE,
-                "POP2-2C-8G",
-                &image,
-                "vms-ghost",
-                e2e::stack::PROJECT_ID,
-                &tags("e2e"),
-            )
+            .user_create_vm(e2e::stack::SECRET_KEY, ZONE, &vm("vms-ghost", &ours))
             .await?;
         let foreign = stack
             .emsim
-            .user_create_vm(
-                e2e::stack::SECRET_KEY,
-                ZONE,
-                "POP2-2C-8G",
-                &image,
-                "someone-else",
-                e2e::stack::PROJECT_ID,
-                &tags("another-cluster"),
-            )
+            .user_create_vm(e2e::stack::SECRET_KEY, ZONE, &vm("someone-else", &theirs))
             .await?;
         let orphan_id = orphan["id"].as_str().context("orphan id")?.to_string();
         let orphan_volume = orphan["volumes"]["0"]["id"]

@@ -196,6 +196,7 @@ async fn create_makes_the_cheapest_vm_with_its_config_as_user_data_and_powers_it
         volume.tags, s.tags,
         "the root volume carries the VM's ownership tags"
     );
+    assert_eq!(volume.kind, "sbs_15k", "the NodeClass's IOPS class");
     assert_eq!(s.state, ServerState::Starting, "powered on");
     let actions: Vec<_> = v.api.calls().iter().filter_map(|c| c.action).collect();
     assert_eq!(actions, [ServerAction::Poweron]);
