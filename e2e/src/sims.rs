@@ -83,6 +83,16 @@ impl Admin {
 #[derive(Clone)]
 pub struct EmsimAdmin(Admin);
 
+/// A VM created behind the provider's back ([`EmsimAdmin::user_create_vm`]).
+pub struct UserVm<'a> {
+    pub commercial_type: &'a str,
+    /// Name of the image it boots.
+    pub image: &'a str,
+    pub name: &'a str,
+    pub project_id: &'a str,
+    pub tags: &'a [String],
+}
+
 impl EmsimAdmin {
     pub fn new(base: &str) -> Result<Self> {
         Ok(Self(Admin::new(base)?))
@@ -413,17 +423,15 @@ impl EmsimAdmin {
     }
 
     /// Creates and powers on a VM through the public Instance API (as a
-    /// user's own tools would), booting the image named `image`.
-    pub async fn user_create_vm(
-        &self,
-        token: &str,
-        zone: &str,
-        commercial_type: &str,
-        image: &str,
-        name: &str,
-        project_id: &str,
-        tags: &[String],
-    ) -> Result<Value> {
+    /// user's own tools would).
+    pub async fn user_create_vm(&self, token: &str, zone: &str, vm: &UserVm<'_>) -> Result<Value> {
+        let UserVm {
+            commercial_type,
+            image,
+            name,
+            project_id,
+            tags,
+        } = vm;
         let zone_url = format!("{}/instance/v1/zones/{zone}", self.0.base);
         let images: Value = self
             .0

@@ -17,6 +17,7 @@ mod install_faults;
 mod install_join_crash;
 mod install_registration;
 mod install_resume;
+mod instance_mixed;
 mod instances;
 mod leadership;
 mod list_faults;

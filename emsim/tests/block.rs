@@ -102,6 +102,29 @@ async fn patch_sets_tags_and_name_and_answers_the_volume() {
 }
 
 #[tokio::test]
+async fn patch_sets_the_iops_class_and_refuses_others() {
+    let sim = start().await;
+    let root = vm_root(&sim, "node-a").await;
+    let (_, before) = sim.get(&format!("{BLOCK}/volumes/{root}")).await;
+    assert_eq!(before["type"], "sbs_5k");
+    assert_eq!(before["specs"]["perf_iops"], 5000);
+    let path = format!("{BLOCK}/volumes/{root}");
+    let patch = |iops: u32| sim.call(Method::PATCH, &path, Some(json!({"perf_iops": iops})));
+    let (status, body) = patch(15000).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["type"], "sbs_15k");
+    assert_eq!(body["specs"]["perf_iops"], 15000);
+    let (status, body) = patch(7000).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["details"][0]["argument_name"], "perf_iops", "{body}");
+    let (_, after) = sim.get(&format!("{BLOCK}/volumes/{root}")).await;
+    assert_eq!(
+        after["specs"]["perf_iops"], 15000,
+        "a refused patch changes nothing"
+    );
+}
+
+#[tokio::test]
 async fn list_pages_by_the_body_total_and_filters_by_any_tag_and_project() {
     let sim = start().await;
     let a = vm_root(&sim, "node-a").await;

@@ -27,6 +27,13 @@ pub trait Block: Send + Sync + 'static {
         zone: &str,
         filter: &VolumeFilter,
     ) -> Result<Vec<Volume>, ApiError>;
+    /// Changes what `update` sets (`PATCH`; the fields left `None` stay).
+    async fn update_volume(
+        &self,
+        zone: &str,
+        id: &str,
+        update: &VolumeUpdate,
+    ) -> Result<Volume, ApiError>;
     /// Replaces the volume's tags (Create gives an SBS root the ownership
     /// tags of its server, so that a volume left behind can be proven ours).
     async fn update_volume_tags(
@@ -34,7 +41,25 @@ pub trait Block: Send + Sync + 'static {
         zone: &str,
         id: &str,
         tags: &[String],
-    ) -> Result<Volume, ApiError>;
+    ) -> Result<Volume, ApiError> {
+        let update = VolumeUpdate {
+            tags: Some(tags.to_vec()),
+            perf_iops: None,
+        };
+        self.update_volume(zone, id, &update).await
+    }
+}
+
+/// The body of `PATCH /block/v1/zones/{zone}/volumes/{id}`: only the fields
+/// set are sent.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct VolumeUpdate {
+    /// The full list (it replaces the volume's tags).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// The SBS class: 5000 (`sbs_5k`) or 15000 (`sbs_15k`) IOPS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perf_iops: Option<u32>,
 }
 
 /// Query filters of `GET /block/v1/zones/{zone}/volumes`.
@@ -180,15 +205,16 @@ impl Block for ScalewayClient {
         Ok(volumes.into_iter().filter(|v| filter.matches(v)).collect())
     }
 
-    async fn update_volume_tags(
+    async fn update_volume(
         &self,
         zone: &str,
         id: &str,
-        tags: &[String],
+        update: &VolumeUpdate,
     ) -> Result<Volume, ApiError> {
         let path = volume_path(zone, id)?;
-        let body = serde_json::json!({ "tags": tags });
-        // Setting the same tags twice is harmless: idempotent.
+        let body = serde_json::to_value(update)
+            .map_err(|e| ApiError::Invalid(format!("volume update: {e}")))?;
+        // Setting the same tags or class twice is harmless: idempotent.
         let req = Request::new(
             Api::Block,
             "PATCH /block/v1/volumes/{volume_id}",

@@ -159,3 +159,35 @@ async fn tags_are_set_with_a_patch_and_an_unknown_volume_is_not_found() {
     let err = c.update_volume_tags(ZONE, "../x", &tags).await.unwrap_err();
     assert!(matches!(err, ApiError::Invalid(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_volume_update_sends_only_the_fields_set() {
+    let mock = MockServer::start().await;
+    Mock::given(method("PATCH"))
+        .and(path(format!("/block/v1/zones/{ZONE}/volumes/v1")))
+        .and(wiremock::matchers::body_json(
+            json!({"tags": ["a=b"], "perf_iops": 15000}),
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(volume("v1", &["a=b"])))
+        .expect(1)
+        .mount(&mock)
+        .await;
+    Mock::given(method("PATCH"))
+        .and(path(format!("/block/v1/zones/{ZONE}/volumes/v2")))
+        .and(wiremock::matchers::body_json(json!({"perf_iops": 5000})))
+        .respond_with(ResponseTemplate::new(200).set_body_json(volume("v2", &[])))
+        .expect(1)
+        .mount(&mock)
+        .await;
+    let c = client(&mock);
+    let both = VolumeUpdate {
+        tags: Some(vec!["a=b".into()]),
+        perf_iops: Some(15000),
+    };
+    c.update_volume(ZONE, "v1", &both).await.unwrap();
+    let class_only = VolumeUpdate {
+        tags: None,
+        perf_iops: Some(5000),
+    };
+    c.update_volume(ZONE, "v2", &class_only).await.unwrap();
+}

@@ -55,7 +55,7 @@ pub async fn get_volume(
 }
 
 /// The fields of `PATCH /volumes/{id}` emsim applies (the Go SDK's
-/// `UpdateVolumeRequest` also has `size` and `perf_iops`, refused here).
+/// `UpdateVolumeRequest` also has `size`, refused here).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateBody {
@@ -63,6 +63,9 @@ pub struct UpdateBody {
     name: Option<String>,
     #[serde(default)]
     tags: Option<Vec<String>>,
+    /// The SBS class: 5000 or 15000 IOPS.
+    #[serde(default)]
+    perf_iops: Option<u32>,
 }
 
 /// 200 with the volume, as `GET` answers it.
@@ -75,11 +78,25 @@ pub async fn update_volume(
     if body.name.as_deref() == Some("") {
         return Err(ApiError::invalid("name", "constraint", "must not be empty"));
     }
+    if let Some(iops) = body.perf_iops
+        && iops != 5000
+        && iops != 15000
+    {
+        return Err(ApiError::invalid(
+            "perf_iops",
+            "constraint",
+            "must be 5000 or 15000",
+        ));
+    }
     let (mut world, now) = state.world();
-    let volume = world
-        .instance_mut()
-        .0
-        .update_block_volume(now, &zone, &id, body.name, body.tags)?;
+    let volume = world.instance_mut().0.update_block_volume(
+        now,
+        &zone,
+        &id,
+        body.name,
+        body.tags,
+        body.perf_iops,
+    )?;
     Ok(Json(block_volume_wire(volume)).into_response())
 }
 

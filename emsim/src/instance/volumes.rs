@@ -55,6 +55,8 @@ pub struct VolumeRecord {
     /// `(server id, server name)` while attached.
     pub server: Option<(String, String)>,
     pub parent_snapshot_id: Option<String>,
+    /// SBS IOPS class: 5000 (`sbs_5k`, the default) or 15000 (`sbs_15k`).
+    pub perf_iops: u32,
     #[serde(serialize_with = "super::server::ser_time")]
     pub created_at: SimTime,
     #[serde(serialize_with = "super::server::ser_time")]
@@ -100,9 +102,13 @@ impl InstanceWorld {
         id: &str,
         name: Option<String>,
         tags: Option<Vec<String>>,
+        perf_iops: Option<u32>,
     ) -> Result<&VolumeRecord, ApiError> {
         self.block_volume(zone, id)?;
         let volume = self.volumes.get_mut(id).expect("checked above");
+        if let Some(iops) = perf_iops {
+            volume.perf_iops = iops;
+        }
         if let Some(name) = name {
             volume.name = name;
         }

@@ -216,7 +216,11 @@ pub fn block_volume_wire(v: &VolumeRecord) -> BlockVolume {
     BlockVolume {
         id: v.id.clone(),
         name: v.name.clone(),
-        kind: "sbs_5k",
+        kind: if v.perf_iops >= 15000 {
+            "sbs_15k"
+        } else {
+            "sbs_5k"
+        },
         size: v.size,
         project_id: v.project.clone(),
         created_at: format_time(v.created_at),
@@ -231,7 +235,7 @@ pub fn block_volume_wire(v: &VolumeRecord) -> BlockVolume {
         tags: v.tags.clone(),
         zone: v.zone.clone(),
         specs: BlockSpecs {
-            perf_iops: 5000,
+            perf_iops: v.perf_iops,
             class: "sbs",
         },
         last_detached_at: v.last_detached_at.map(format_time),

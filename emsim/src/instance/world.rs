@@ -303,6 +303,7 @@ impl InstanceWorld {
                         tags: vec![],
                         server: None,
                         parent_snapshot_id: (index == "0").then(|| root_snapshot.clone()).flatten(),
+                        perf_iops: 5000,
                         created_at: now,
                         updated_at: now,
                         last_detached_at: None,

@@ -18,6 +18,7 @@ use super::{InstanceClassRecord, VOLUMES_ANNOTATION, VmPlacement, VmPorts, node_
 use crate::catalog::{ClassKind, InstanceType, KubeletReservations, Snapshot};
 use crate::nodeclass::instance::{self as ic, PublicIpMode, RootVolumeType};
 use crate::scaleway::ApiError;
+use crate::scaleway::block::VolumeUpdate;
 use crate::scaleway::instance::{
     CreateServerRequest, Server, ServerAction, ServerFilter, ServerState, USER_DATA_KEY,
     VolumeTemplate, VolumeType,
@@ -301,14 +302,20 @@ impl Provider {
                 // the sweeper recognises it once it is detached, even if
                 // every NodeClaim that knew it is gone. Best effort: Delete
                 // knows the volume from the NodeClaim and the server anyway.
+                // The IOPS class goes with the tags: the Instance API's
+                // volume template has no field for it.
+                let update = VolumeUpdate {
+                    tags: Some(req.tags.clone()),
+                    perf_iops: root.iops,
+                };
                 for volume in server.sbs_volume_ids() {
                     if let Err(error) = vms
                         .block
-                        .update_volume_tags(&offering.zone, &volume, &req.tags)
+                        .update_volume(&offering.zone, &volume, &update)
                         .await
                     {
                         warn!(nodeclaim = %view.name, volume_id = %volume, %error,
-                            "could not tag the VM's root volume; the sweeper will not recognise it if it is ever left behind");
+                            "could not tag the VM's root volume or set its IOPS class; the sweeper will not recognise it if it is ever left behind");
                     }
                 }
                 Ok((server, it.clone()))

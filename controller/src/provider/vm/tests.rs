@@ -45,7 +45,7 @@ fn spec() -> InstanceNodeClassSpec {
         root_volume: Some(RootVolume {
             volume_type: RootVolumeType::SbsVolume,
             size_bytes: 30_000_000_000,
-            iops: None,
+            iops: Some(15000),
         }),
         security_group_id: None,
         placement_group_id: None,
@@ -196,6 +196,7 @@ async fn create_makes_the_cheapest_vm_with_its_config_as_user_data_and_powers_it
         volume.tags, s.tags,
         "the root volume carries the VM's ownership tags"
     );
+    assert_eq!(volume.kind, "sbs_15k", "the NodeClass's IOPS class");
     assert_eq!(s.state, ServerState::Starting, "powered on");
     let actions: Vec<_> = v.api.calls().iter().filter_map(|c| c.action).collect();
     assert_eq!(actions, [ServerAction::Poweron]);

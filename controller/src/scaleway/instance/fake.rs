@@ -24,7 +24,7 @@ use super::{
     TypeAvailability, VolumeType,
 };
 use crate::scaleway::ApiError;
-use crate::scaleway::block::{Block, Reference, Volume, VolumeFilter, VolumeStatus};
+use crate::scaleway::block::{Block, Reference, Volume, VolumeFilter, VolumeStatus, VolumeUpdate};
 
 /// The root volume size when a create does not choose one.
 const DEFAULT_ROOT_BYTES: u64 = 10_000_000_000;
@@ -653,11 +653,11 @@ impl Block for FakeInstance {
             .collect())
     }
 
-    async fn update_volume_tags(
+    async fn update_volume(
         &self,
         zone: &str,
         id: &str,
-        tags: &[String],
+        update: &VolumeUpdate,
     ) -> Result<Volume, ApiError> {
         let mut st = self.begin(call(Op::UpdateVolume, zone, Some(id)))?;
         let v = st
@@ -665,7 +665,19 @@ impl Block for FakeInstance {
             .get_mut(id)
             .filter(|v| v.zone == zone)
             .ok_or_else(|| not_found("volume", id))?;
-        v.tags = tags.to_vec();
+        if let Some(tags) = &update.tags {
+            v.tags = tags.clone();
+        }
+        match update.perf_iops {
+            Some(5000) => v.kind = "sbs_5k".into(),
+            Some(15000) => v.kind = "sbs_15k".into(),
+            Some(other) => {
+                return Err(ApiError::Invalid(format!(
+                    "perf_iops {other}: must be 5000 or 15000"
+                )));
+            }
+            None => {}
+        }
         Ok(v.clone())
     }
 }
