@@ -190,6 +190,26 @@ async fn instance_vms_join_from_user_data_and_leave_nothing_billed() -> Result<(
             "unregistered taint left"
         );
 
+        // Create's duration as core measured it (a figure for docs/figures.md,
+        // not a limit: emsim answers on loopback).
+        let metrics = stack.bridge_metrics(0).await?;
+        let create = [("method", "Create")];
+        let sum = scenario::metric_sum(
+            &metrics,
+            "karpenter_cloudprovider_duration_seconds_sum",
+            &create,
+        );
+        let count = scenario::metric_sum(
+            &metrics,
+            "karpenter_cloudprovider_duration_seconds_count",
+            &create,
+        );
+        tracing::info!(
+            creates = count,
+            mean_s = sum / count.max(1.0),
+            "VM Create duration (core's karpenter_cloudprovider_duration_seconds)"
+        );
+
         // The join cleaned up: user data gone, the node's token revoked.
         wait_user_data_gone(stack, &pid).await?;
         wait::until(
