@@ -11,19 +11,20 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
-use karpenter_scaleway::bootstrap_token::{KubeBootstrapTokens, run_sweeper};
 use karpenter_scaleway::catalog::{CatalogStore, run_refresher};
 use karpenter_scaleway::cli::catalog::{self as catalog_cli, CatalogArgs};
 use karpenter_scaleway::cli::render_config::{self, RenderConfigArgs};
 use karpenter_scaleway::cli::servers::{self as servers_cli, ServersArgs};
 use karpenter_scaleway::config::{LogFormat, ServeArgs};
-use karpenter_scaleway::drift_stamp::{NodeClaimStamper, run_restamper};
 use karpenter_scaleway::gc::{self, KubeSweepEvents, SweepPolicy, Sweeper, run_orphan_sweeper};
 use karpenter_scaleway::grpc::{self, CloudProviderService, Leadership};
 use karpenter_scaleway::install::{EngineDeps, InstallEngine, InstallSettings};
-use karpenter_scaleway::k8s_nodes::{KubeNodes, NodeClaimList};
+use karpenter_scaleway::k8s::bootstrap_tokens::{KubeBootstrapTokens, run_sweeper};
+use karpenter_scaleway::k8s::drift_stamp::{NodeClaimStamper, run_restamper};
+use karpenter_scaleway::k8s::node_registration::KubeNodeRegistrar;
+use karpenter_scaleway::k8s::nodes::{KubeNodes, NodeClaimList};
+use karpenter_scaleway::k8s::resume::run_resumer;
 use karpenter_scaleway::metrics;
-use karpenter_scaleway::node_registration::KubeNodeRegistrar;
 use karpenter_scaleway::nodeclass::instance::{
     self as instance_class, InstanceNodeClassController,
 };
@@ -33,7 +34,6 @@ use karpenter_scaleway::provider::{
     BootstrapTokens, ClusterPorts, Provider, ProviderSettings, longest_install, repair_policies,
 };
 use karpenter_scaleway::rescue::RusshShell;
-use karpenter_scaleway::resume::run_resumer;
 use karpenter_scaleway::scaleway::block::Block;
 use karpenter_scaleway::scaleway::instance::Instance;
 use karpenter_scaleway::scaleway::{
@@ -195,7 +195,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.catalog_refresh,
     ));
     // Registered Nodes correct the catalog's allocatable (ends with the process).
-    tokio::spawn(karpenter_scaleway::k8s_catalog::observe_nodes(
+    tokio::spawn(karpenter_scaleway::k8s::catalog::observe_nodes(
         client.clone(),
         catalog.clone(),
         stopped(stop_rx.clone()),

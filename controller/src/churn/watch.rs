@@ -23,8 +23,8 @@ use tracing::{debug, warn};
 
 use super::{ClaimView, churn_metrics, detect, is_workload, order_cost, parse_pool, risk_of};
 use crate::catalog::{CatalogStore, ClassKind};
-use crate::k8s_events::{EventRecorder, NewEvent};
-use crate::k8s_nodes::NodeClaimList;
+use crate::k8s::events::{EventRecorder, NewEvent};
+use crate::k8s::nodes::NodeClaimList;
 use crate::nodeclass::Billing;
 use crate::provider::NodeClasses;
 

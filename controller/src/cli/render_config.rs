@@ -655,7 +655,7 @@ pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
         (Some(name), _) => {
             let api = kube::Api::<kube::api::DynamicObject>::all_with(
                 client.get().await?,
-                &crate::k8s_nodes::node_claim_resource(),
+                &crate::k8s::nodes::node_claim_resource(),
             );
             let object = api
                 .get(name)

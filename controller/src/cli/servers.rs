@@ -38,7 +38,7 @@ use crate::gc::{
     format_age, list_owned_servers,
 };
 use crate::install::{PROGRESS_ANNOTATION_PREFIX, Phase};
-use crate::k8s_nodes::NodeClaimList;
+use crate::k8s::nodes::NodeClaimList;
 use crate::provider::{
     NodeClaimSource, TAG_CLUSTER, TAG_NODECLAIM, TAG_NODECLASS, parse_provider_id, tag, tag_value,
 };

@@ -12,7 +12,7 @@ use kube::api::Api;
 use tracing::warn;
 
 use super::{Decision, InstanceDecision, Subject, SweepEvents};
-use crate::k8s_events::{EventRecorder, NewEvent};
+use crate::k8s::events::{EventRecorder, NewEvent};
 use crate::nodeclass;
 use crate::nodeclass::instance::ScalewayInstanceNodeClass;
 

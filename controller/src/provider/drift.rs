@@ -8,7 +8,7 @@
 //! says *what* changed. The version exists so that a provider upgrade that
 //! changes how a component is hashed does not mark every node drifted: a
 //! NodeClaim stamped with another version is never drifted, and the leader's
-//! re-stamp pass (`drift_stamp.rs`) brings it to the current version.
+//! re-stamp pass (`k8s/drift_stamp.rs`) brings it to the current version.
 //!
 //! What is hashed (and what is not) is the contract with users; it is
 //! documented in `docs/nodeclass.md` ("Drift").

@@ -9,7 +9,7 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tracing::{debug, info};
 
-use crate::k8s_nodes::classify_kube;
+use crate::k8s::nodes::classify_kube;
 use crate::provider::{KubeError, NodeRegistrar, NodeRegistration};
 
 /// Annotation recording who created the Node before its kubelet did.

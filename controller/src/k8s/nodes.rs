@@ -15,8 +15,8 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
-pub use crate::k8s_events::REPORTING_CONTROLLER;
-use crate::k8s_events::{EventRecorder, NewEvent};
+pub use crate::k8s::events::REPORTING_CONTROLLER;
+use crate::k8s::events::{EventRecorder, NewEvent};
 use crate::provider::{BootstrapTokens, KubeError, UNINITIALIZED_TAINT_KEY};
 
 /// The `karpenter.sh/v1` NodeClaim API resource.

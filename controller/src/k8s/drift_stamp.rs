@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::k8s_nodes::{NodeClaimList, node_claim_resource};
+use crate::k8s::nodes::{NodeClaimList, node_claim_resource};
 use crate::provider::{HASH_VERSION, Provider, Restamp};
 
 /// How often leadership is checked between two passes.

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::install::{Phase, Progress, Secret};
-use crate::k8s_nodes::{NodeClaimList, classify_kube};
+use crate::k8s::nodes::{NodeClaimList, classify_kube};
 use crate::provider::{BootstrapTokens, KubeError};
 
 /// Where Kubernetes' bootstrap token authenticator looks for tokens.
@@ -447,5 +447,5 @@ pub async fn run_sweeper(
 }
 
 #[cfg(test)]
-#[path = "bootstrap_token_tests.rs"]
+#[path = "bootstrap_tokens_tests.rs"]
 mod tests;

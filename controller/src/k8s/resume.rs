@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::k8s_nodes::NodeClaimList;
+use crate::k8s::nodes::NodeClaimList;
 use crate::provider::{Provider, ResumeOutcome};
 
 /// How often leadership is checked between two passes.
