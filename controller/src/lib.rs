@@ -29,3 +29,6 @@ pub mod provider;
 pub mod rescue;
 pub mod scaleway;
 pub mod talos;
+
+#[cfg(test)]
+mod layout_tests;

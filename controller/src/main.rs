@@ -376,14 +376,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         provider.clone(),
         node_claims,
         args.resume_interval,
-        is_leader,
+        is_leader.clone(),
         stopped(stop_rx.clone()),
     ));
     let metrics_server = args.metrics_listen.map(|addr| {
         tokio::spawn(metrics::serve(
             addr,
             catalog,
-            leadership.clone(),
+            is_leader,
             stopped(stop_rx.clone()),
         ))
     });

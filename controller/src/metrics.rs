@@ -17,12 +17,11 @@ use axum::routing::get;
 use tracing::info;
 
 use crate::catalog::CatalogStore;
-use crate::grpc::Leadership;
 
 #[derive(Clone)]
 struct AppState {
     catalog: Arc<CatalogStore>,
-    leadership: Leadership,
+    is_leader: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 async fn healthz() -> &'static str {
@@ -62,28 +61,28 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     gauge(
         "karpenter_scaleway_leader",
         "1 when the bridge reported this replica as leader.",
-        f64::from(u8::from(state.leadership.is_leader())),
+        f64::from(u8::from((state.is_leader)())),
     );
     install_metrics().render(&mut out);
     safety_metrics().render(&mut out);
     render_pacing(&crate::scaleway::pacer::stats(), &mut out);
-    render_churn(&crate::churn::churn_metrics().snapshot(), &mut out);
+    render_churn(&churn_metrics().snapshot(), &mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
+/// `is_leader` answers whether the bridge last reported this replica as the
+/// leader (`main` wires it to the gRPC service's `Leadership`, so that this
+/// module, which the domain modules use, does not depend on `grpc`).
 pub async fn serve(
     addr: SocketAddr,
     catalog: Arc<CatalogStore>,
-    leadership: Leadership,
+    is_leader: Arc<dyn Fn() -> bool + Send + Sync>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .with_state(AppState {
-            catalog,
-            leadership,
-        });
+        .with_state(AppState { catalog, is_leader });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     info!(%addr, "serving /healthz and /metrics");
     axum::serve(listener, app)
@@ -220,10 +219,51 @@ impl InstallMetrics {
     }
 }
 
-/// Consolidation churn on Elastic Metal (`crate::churn`): orders made while
+/// Consolidation churn counters (`karpenter_scaleway_churn_*`), counted by
+/// the churn watch (`churn/watch.rs`).
+#[derive(Debug, Default)]
+pub struct ChurnMetrics {
+    inner: Mutex<ChurnCounts>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct ChurnCounts {
+    /// (nodepool, offer) → orders that churned.
+    pub orders: BTreeMap<(String, String), u64>,
+    /// (nodepool, offer) → EUR those orders cost at the least.
+    pub euros: BTreeMap<(String, String), f64>,
+    /// nodepool → 1 when set up to churn (absent: not an EM NodePool).
+    pub at_risk: BTreeMap<String, bool>,
+}
+
+impl ChurnMetrics {
+    /// One order that churned, of `offer` in `nodepool`.
+    pub fn count(&self, nodepool: &str, offer: &str, euros: Option<f64>) {
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (nodepool.to_string(), offer.to_string());
+        *c.orders.entry(key.clone()).or_default() += 1;
+        *c.euros.entry(key).or_default() += euros.unwrap_or(0.0);
+    }
+
+    pub fn set_risks(&self, risks: BTreeMap<String, bool>) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).at_risk = risks;
+    }
+
+    pub fn snapshot(&self) -> ChurnCounts {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+static CHURN_METRICS: LazyLock<ChurnMetrics> = LazyLock::new(ChurnMetrics::default);
+
+pub fn churn_metrics() -> &'static ChurnMetrics {
+    &CHURN_METRICS
+}
+
+/// Consolidation churn on Elastic Metal (`churn/`): orders made while
 /// a sibling of the same NodePool and offer stood idle, what they cost at the
 /// least, and which NodePools are set up for it.
-pub fn render_churn(c: &crate::churn::ChurnCounts, out: &mut String) {
+pub fn render_churn(c: &ChurnCounts, out: &mut String) {
     let name = "karpenter_scaleway_churn_orders_total";
     let _ = writeln!(
         out,
@@ -462,20 +502,12 @@ mod install_metrics_tests {
 #[cfg(test)]
 mod churn_metrics_tests {
     use super::*;
-    use crate::churn::{Churn, ChurnMetrics};
 
     #[test]
     fn churn_orders_cost_and_risks_render_as_prometheus_text() {
         let m = ChurnMetrics::default();
-        let churn = Churn {
-            claim: "metal-c".into(),
-            nodepool: "metal".into(),
-            offer: "EM-A115X-SSD".into(),
-            idle: "metal-b".into(),
-            idle_age: chrono::TimeDelta::minutes(12),
-        };
-        m.count(&churn, Some(0.091));
-        m.count(&churn, Some(0.091));
+        m.count("metal", "EM-A115X-SSD", Some(0.091));
+        m.count("metal", "EM-A115X-SSD", Some(0.091));
         m.set_risks(BTreeMap::from([
             ("metal".to_string(), true),
             ("safe".to_string(), false),

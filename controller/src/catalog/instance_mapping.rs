@@ -15,6 +15,10 @@ use super::{
 };
 use crate::scaleway::instance::{Availability, ServerType};
 
+/// The root volume size of an Instance NodeClass whose `rootVolume` sets
+/// none (20 GB): the ephemeral storage the catalog announces for its VMs.
+pub const DEFAULT_ROOT_BYTES: u64 = 20_000_000_000;
+
 /// What the Instance API says about one zone.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ZoneProducts {

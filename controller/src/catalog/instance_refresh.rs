@@ -14,8 +14,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::join_all;
 use tracing::{info, warn};
 
-use super::{CatalogStore, ClassKind, ZoneProducts, vm_instance_types};
-use crate::nodeclass::instance::DEFAULT_ROOT_BYTES;
+use super::{CatalogStore, ClassKind, DEFAULT_ROOT_BYTES, ZoneProducts, vm_instance_types};
 use crate::scaleway::ApiError;
 use crate::scaleway::instance::Instance;
 

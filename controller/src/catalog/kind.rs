@@ -56,10 +56,4 @@ mod tests {
             ClassKind::ElasticMetal
         );
     }
-
-    #[test]
-    fn kind_names_are_the_crd_kinds() {
-        assert_eq!(ClassKind::ElasticMetal.name(), crate::nodeclass::KIND);
-        assert_eq!(ClassKind::Instance.name(), crate::nodeclass::instance::KIND);
-    }
 }

@@ -16,7 +16,7 @@ mod mapping;
 mod resources;
 mod store;
 
-pub use instance_mapping::{ZoneProducts, instance_family, vm_instance_types};
+pub use instance_mapping::{DEFAULT_ROOT_BYTES, ZoneProducts, instance_family, vm_instance_types};
 pub use instance_refresh::{read_instance_zone, run_instance_refresher};
 pub use kind::{ClassKey, ClassKind};
 pub use mapping::{Excluded, arch_of, instance_types, region_of};

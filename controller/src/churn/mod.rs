@@ -25,7 +25,6 @@
 
 pub mod watch;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -421,46 +420,6 @@ pub fn cheapest_hourly(types: &[crate::catalog::InstanceType]) -> Option<f64> {
         .flat_map(|t| t.offerings.iter().map(|o| o.hourly_price))
         .filter(|p| *p > 0.0)
         .min_by(f64::total_cmp)
-}
-
-/// Counters the metrics endpoint renders (`karpenter_scaleway_churn_*`).
-#[derive(Debug, Default)]
-pub struct ChurnMetrics {
-    inner: std::sync::Mutex<ChurnCounts>,
-}
-
-#[derive(Debug, Default, Clone)]
-pub struct ChurnCounts {
-    /// (nodepool, offer) → orders that churned.
-    pub orders: BTreeMap<(String, String), u64>,
-    /// (nodepool, offer) → EUR those orders cost at the least.
-    pub euros: BTreeMap<(String, String), f64>,
-    /// nodepool → 1 when set up to churn (absent: not an EM NodePool).
-    pub at_risk: BTreeMap<String, bool>,
-}
-
-impl ChurnMetrics {
-    pub fn count(&self, churn: &Churn, euros: Option<f64>) {
-        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (churn.nodepool.clone(), churn.offer.clone());
-        *c.orders.entry(key.clone()).or_default() += 1;
-        *c.euros.entry(key).or_default() += euros.unwrap_or(0.0);
-    }
-
-    pub fn set_risks(&self, risks: BTreeMap<String, bool>) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).at_risk = risks;
-    }
-
-    pub fn snapshot(&self) -> ChurnCounts {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-static CHURN_METRICS: std::sync::LazyLock<ChurnMetrics> =
-    std::sync::LazyLock::new(ChurnMetrics::default);
-
-pub fn churn_metrics() -> &'static ChurnMetrics {
-    &CHURN_METRICS
 }
 
 #[cfg(test)]

@@ -21,10 +21,11 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::{ClaimView, churn_metrics, detect, is_workload, order_cost, parse_pool, risk_of};
+use super::{ClaimView, detect, is_workload, order_cost, parse_pool, risk_of};
 use crate::catalog::{CatalogStore, ClassKind};
 use crate::k8s::events::{EventRecorder, NewEvent};
 use crate::k8s::nodes::NodeClaimList;
+use crate::metrics::churn_metrics;
 use crate::nodeclass::Billing;
 use crate::provider::NodeClasses;
 
@@ -225,7 +226,7 @@ impl ChurnWatch {
             let message = churn.message(cost);
             warn!(nodeclaim = %churn.claim, nodepool = %churn.nodepool, offer = %churn.offer,
                 idle = %churn.idle, cost_eur = cost.map(|c| c.0), "consolidation churn: {message}");
-            churn_metrics().count(&churn, cost.map(|c| c.0));
+            churn_metrics().count(&churn.nodepool, &churn.offer, cost.map(|c| c.0));
             let event = NewEvent {
                 regarding: ObjectReference {
                     api_version: Some("karpenter.sh/v1".into()),

@@ -16,6 +16,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use super::pb::cloud_provider_client::CloudProviderClient;
 use super::*;
 use crate::provider::tests::{Fixture, ZONE, claim, fixture};
+use crate::provider::vm::tests::vm_fixture;
 use crate::scaleway::ApiError;
 use crate::scaleway::fake::Op;
 
@@ -493,4 +494,26 @@ async fn instance_types_are_keyed_by_kind() {
     assert_eq!(wire, served);
     drop(stream);
     h.stop().await;
+}
+
+#[tokio::test]
+async fn info_lists_the_instance_kind_only_where_instances_are_served() {
+    let kinds = |provider: Arc<Provider>| async move {
+        let service = CloudProviderService::new(provider, Leadership::default(), Vec::new());
+        let info = service
+            .info(tonic::Request::new(pb::InfoRequest {}))
+            .await
+            .unwrap()
+            .into_inner();
+        let kinds: Vec<String> = info.node_classes.into_iter().map(|k| k.kind).collect();
+        (kinds, info.well_known_labels)
+    };
+    let (served, labels) = kinds(vm_fixture().provider).await;
+    assert_eq!(
+        served,
+        ["ScalewayElasticMetalNodeClass", "ScalewayInstanceNodeClass"]
+    );
+    assert!(labels.contains(&"karpenter.scaleway.com/instance-family".to_string()));
+    let (em_only, _) = kinds(fixture().provider).await;
+    assert_eq!(em_only, ["ScalewayElasticMetalNodeClass"]);
 }

@@ -132,6 +132,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn catalog_kind_names_are_the_crd_kinds() {
+        use crate::catalog::ClassKind;
+        assert_eq!(ClassKind::ElasticMetal.name(), crate::nodeclass::KIND);
+        assert_eq!(ClassKind::Instance.name(), crate::nodeclass::instance::KIND);
+    }
+
+    #[test]
     fn committed_crds_match_the_types() {
         for kind in NodeClassKind::ALL {
             let path = format!("{}/../{}", env!("CARGO_MANIFEST_DIR"), kind.path());

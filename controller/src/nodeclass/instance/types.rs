@@ -16,8 +16,9 @@ use crate::nodeclass::{Condition, SecretKeyRef};
 
 pub const KIND: &str = "ScalewayInstanceNodeClass";
 
-/// The root volume size when `rootVolume` does not set one (20 GB).
-pub const DEFAULT_ROOT_BYTES: u64 = 20_000_000_000;
+/// The root volume size when `rootVolume` does not set one (20 GB); declared
+/// by the catalog, which sizes the VM types' ephemeral storage with it.
+pub use crate::catalog::DEFAULT_ROOT_BYTES;
 
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(

@@ -128,4 +128,4 @@ pub fn node_settings(
 
 #[cfg(test)]
 #[path = "tests.rs"]
-mod tests;
+pub(crate) mod tests;

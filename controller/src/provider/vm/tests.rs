@@ -74,15 +74,15 @@ fn record(spec: InstanceNodeClassSpec) -> InstanceClassRecord {
     }
 }
 
-struct Vm {
+pub(crate) struct Vm {
     api: Arc<FakeInstance>,
     classes: Arc<FakeClasses>,
     tokens: Arc<FakeTokens>,
     catalog: Arc<CatalogStore>,
-    provider: Arc<Provider>,
+    pub(crate) provider: Arc<Provider>,
 }
 
-fn vm_fixture() -> Vm {
+pub(crate) fn vm_fixture() -> Vm {
     let f = fixture();
     f.classes.secrets.lock().unwrap().insert(
         ("karpenter".into(), "talos".into(), "worker.yaml".into()),
@@ -686,28 +686,4 @@ async fn drift_follows_the_hashed_components_and_the_resolved_image() {
     assert_eq!(v.provider.is_drifted(&claim).unwrap(), "NetworkDrift");
     set(&|c| c.spec.machine_config_patches = vec!["machine: {}".into()]);
     assert_eq!(v.provider.is_drifted(&claim).unwrap(), "MachineConfigDrift");
-}
-
-#[tokio::test]
-async fn info_lists_the_instance_kind_only_where_instances_are_served() {
-    use crate::grpc::pb::cloud_provider_server::CloudProvider as _;
-    use crate::grpc::{CloudProviderService, Leadership, pb};
-    let kinds = |provider: Arc<Provider>| async move {
-        let service = CloudProviderService::new(provider, Leadership::default(), Vec::new());
-        let info = service
-            .info(tonic::Request::new(pb::InfoRequest {}))
-            .await
-            .unwrap()
-            .into_inner();
-        let kinds: Vec<String> = info.node_classes.into_iter().map(|k| k.kind).collect();
-        (kinds, info.well_known_labels)
-    };
-    let (served, labels) = kinds(vm_fixture().provider).await;
-    assert_eq!(
-        served,
-        ["ScalewayElasticMetalNodeClass", "ScalewayInstanceNodeClass"]
-    );
-    assert!(labels.contains(&"karpenter.scaleway.com/instance-family".to_string()));
-    let (em_only, _) = kinds(fixture().provider).await;
-    assert_eq!(em_only, ["ScalewayElasticMetalNodeClass"]);
 }
