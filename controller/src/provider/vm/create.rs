@@ -8,12 +8,8 @@ use futures::future::join_all;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::super::create::order_error;
 use super::super::nodeclaim::{self, Hydration, NodeClaimView};
-use super::super::{
-    Provider, ProviderError, TAG_NODECLAIM, TAG_NODECLASS, TAG_NODEPOOL, candidates,
-    instance_provider_id, tag,
-};
+use super::super::{Provider, ProviderError, TAG_NODECLAIM, candidates, instance_provider_id, tag};
 use super::{InstanceClassRecord, VOLUMES_ANNOTATION, VmPlacement, VmPorts, node_settings};
 use crate::catalog::{ClassKind, InstanceType, KubeletReservations, Snapshot};
 use crate::nodeclass::instance::{self as ic, PublicIpMode, RootVolumeType};
@@ -24,10 +20,6 @@ use crate::scaleway::instance::{
     VolumeTemplate, VolumeType,
 };
 use crate::talos::render_machine_config;
-
-/// How long a Create waits for another order of the same type and zone to
-/// be answered before ordering anyway (as for Elastic Metal).
-const ORDER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
     ProviderError::CreateFailed {
@@ -256,25 +248,8 @@ impl Provider {
                 view.name
             )));
         };
-        let mut tags = vec![
-            self.cluster_tag(),
-            tag(TAG_NODECLAIM, &view.name),
-            tag(TAG_NODECLASS, &class.name),
-        ];
-        if let Some(pool) = view.labels.get(TAG_NODEPOOL) {
-            tags.push(tag(TAG_NODEPOOL, pool));
-        }
-        tags.extend(class.spec.tags.iter().cloned());
-        let _slot = self
-            .catalog
-            .order_slot(&it.name, &offering.zone, ORDER_TURN_WAIT)
-            .await;
-        if let Some(reason) = self.catalog.refusal(&it.name, &offering.zone) {
-            return Err(ProviderError::InsufficientCapacity(format!(
-                "{} in {}: a create was just refused ({reason})",
-                it.name, offering.zone
-            )));
-        }
+        let tags = self.ownership_tags(view, &class.name, &class.spec.tags);
+        let _turn = self.order_turn(&it.name, &offering.zone).await?;
         let root = class.spec.root_volume.clone().unwrap_or_default();
         let mut req = CreateServerRequest::new(&view.name, &it.name, &self.settings.project_id);
         req.image = Some(image.id.clone());
@@ -320,24 +295,8 @@ impl Provider {
                 }
                 Ok((server, it.clone()))
             }
-            Err(
-                e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_)),
-            ) => {
-                let reason = match e {
-                    ApiError::OutOfStock(_) => "out of stock",
-                    ApiError::QuotaExceeded(_) => "quota exceeded",
-                    _ => "type or image not found",
-                };
-                warn!(nodeclaim = %view.name, zone = %offering.zone, commercial_type = %it.name,
-                    error = %e, "VM create refused; the offering is unavailable until the TTL passes");
-                self.catalog
-                    .mark_unavailable_for(&it.name, &offering.zone, reason);
-                Err(ProviderError::InsufficientCapacity(format!(
-                    "{} in {}: {e}",
-                    it.name, offering.zone
-                )))
-            }
-            Err(e) => Err(order_error(e)),
+            // NotFound: the type or the image vanished since they were read.
+            Err(e) => Err(self.order_refused(e, &view.name, &it.name, &offering.zone)),
         }
     }
 }
