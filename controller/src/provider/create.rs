@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use futures::future::join_all;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -372,27 +371,19 @@ impl Provider {
             name: None,
             project_id: Some(self.settings.project_id.clone()),
         };
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| self.api.list_servers(z, &filter)),
-        )
-        .await;
-        let mut found = Vec::new();
-        for result in results {
-            let servers = result.map_err(|e| {
+        let filter = &filter;
+        let mut found: Vec<Server> = self
+            .every_zone(|z| async move { self.api.list_servers(&z, filter).await })
+            .await
+            .map_err(|e| {
                 create_failed(
                     "ScalewayAPIUnavailable",
                     format!("looking for a server already ordered for NodeClaim {claim}: {e}"),
                 )
-            })?;
-            found.extend(
-                servers
-                    .into_iter()
-                    .filter(|s| s.status != ServerStatus::Deleting),
-            );
-        }
+            })?
+            .into_iter()
+            .filter(|s| s.status != ServerStatus::Deleting)
+            .collect();
         found.sort_by(|a, b| a.created_at.cmp(&b.created_at));
         if found.len() > 1 {
             warn!(

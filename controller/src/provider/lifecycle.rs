@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use futures::StreamExt as _;
-use futures::future::join_all;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
@@ -307,24 +306,15 @@ impl Provider {
     /// Every served zone, all pages (the client checks them), re-filtered on
     /// our side; the first failure fails the whole listing.
     async fn list_zones_raw(&self, filter: &ServerFilter) -> Result<Vec<Server>, ApiError> {
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| self.api.list_servers(z, filter)),
-        )
-        .await;
-        let mut servers = Vec::new();
-        for result in results {
-            // The client filters already; this guard keeps foreign servers out
-            // whatever the implementation behind the trait does.
-            servers.extend(
-                result?
-                    .into_iter()
-                    .filter(|s| filter.matches(s) && self.owned(s)),
-            );
-        }
-        Ok(servers)
+        let servers = self
+            .every_zone(|z| async move { self.api.list_servers(&z, filter).await })
+            .await?;
+        // The client filters already; this guard keeps foreign servers out
+        // whatever the implementation behind the trait does.
+        Ok(servers
+            .into_iter()
+            .filter(|s| filter.matches(s) && self.owned(s))
+            .collect())
     }
 
     /// A server as the NodeClaim core compares against its own: providerID,

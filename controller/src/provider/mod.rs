@@ -302,6 +302,22 @@ impl Provider {
         self
     }
 
+    /// `list` in every served zone at once: every zone's answer, or the
+    /// first error (a listing with a zone missing is never an answer).
+    async fn every_zone<T, F, Fut>(&self, list: F) -> Result<Vec<T>, ApiError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
+    {
+        let results =
+            futures::future::join_all(self.settings.zones.iter().map(|z| list(z.clone()))).await;
+        let mut all = Vec::new();
+        for result in results {
+            all.extend(result?);
+        }
+        Ok(all)
+    }
+
     /// Whether `ScalewayInstanceNodeClass` NodeClaims are served.
     pub fn serves_instances(&self) -> bool {
         self.vms.is_some()

@@ -4,7 +4,6 @@
 //! well under a second: core's provisioning waits while any NodeClaim lacks
 //! a providerID). The join that follows is `join.rs`'s.
 
-use futures::future::join_all;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -193,27 +192,19 @@ impl Provider {
             name: None,
             project: Some(self.settings.project_id.clone()),
         };
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| vms.api.list_servers(z, &filter)),
-        )
-        .await;
-        let mut found = Vec::new();
-        for result in results {
-            let servers = result.map_err(|e| {
+        let filter = &filter;
+        let mut found: Vec<Server> = self
+            .every_zone(|z| async move { vms.api.list_servers(&z, filter).await })
+            .await
+            .map_err(|e| {
                 create_failed(
                     "ScalewayAPIUnavailable",
                     format!("looking for a VM already created for NodeClaim {claim}: {e}"),
                 )
-            })?;
-            found.extend(
-                servers
-                    .into_iter()
-                    .filter(|s| !s.state_detail.contains("terminating")),
-            );
-        }
+            })?
+            .into_iter()
+            .filter(|s| !s.state_detail.contains("terminating"))
+            .collect();
         found.sort_by(|a, b| a.creation_date.cmp(&b.creation_date));
         if found.len() > 1 {
             warn!(

@@ -7,7 +7,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use futures::StreamExt as _;
-use futures::future::join_all;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
@@ -230,22 +229,13 @@ impl Provider {
         vms: &VmPorts,
         filter: &ServerFilter,
     ) -> Result<Vec<Server>, ApiError> {
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| vms.api.list_servers(z, filter)),
-        )
-        .await;
-        let mut servers = Vec::new();
-        for result in results {
-            servers.extend(
-                result?
-                    .into_iter()
-                    .filter(|s| filter.matches(s) && self.owns_vm(s)),
-            );
-        }
-        Ok(servers)
+        let servers = self
+            .every_zone(|z| async move { vms.api.list_servers(&z, filter).await })
+            .await?;
+        Ok(servers
+            .into_iter()
+            .filter(|s| filter.matches(s) && self.owns_vm(s))
+            .collect())
     }
 
     /// List's VM half: the listing, plus each VM a NodeClaim points at that
