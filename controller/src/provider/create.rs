@@ -340,7 +340,7 @@ impl Provider {
     /// The NodeClass's zones that this provider serves (all served zones when
     /// the NodeClass names none).
     fn zones_for(&self, class: &NodeClassRecord) -> Vec<String> {
-        self.served_zones(&class.spec.zones)
+        Self::allowed_zones(&self.settings.zones, &class.spec.zones)
     }
 
     pub(super) async fn secret(

@@ -65,13 +65,13 @@ impl Provider {
     ) -> Result<Value, ProviderError> {
         let vms = self.vm_ports()?;
         let class = self.instance_class_of(vms, &view, class_name)?;
-        let zones = self.served_zones(&class.spec.zones);
+        let zones = Self::allowed_zones(&self.settings.instance_zones, &class.spec.zones);
         if zones.is_empty() {
             return Err(ProviderError::NodeClassNotReady(format!(
                 "none of the zones of {} {} is served by this provider ({})",
                 ic::KIND,
                 class.name,
-                self.settings.zones.join(",")
+                self.settings.instance_zones.join(",")
             )));
         }
         let base_config = self
@@ -194,7 +194,7 @@ impl Provider {
         };
         let filter = &filter;
         let mut found: Vec<Server> = self
-            .every_zone(|z| async move { vms.api.list_servers(&z, filter).await })
+            .every_vm_zone(|z| async move { vms.api.list_servers(&z, filter).await })
             .await
             .map_err(|e| {
                 create_failed(

@@ -230,7 +230,7 @@ impl Provider {
         filter: &ServerFilter,
     ) -> Result<Vec<Server>, ApiError> {
         let servers = self
-            .every_zone(|z| async move { vms.api.list_servers(&z, filter).await })
+            .every_vm_zone(|z| async move { vms.api.list_servers(&z, filter).await })
             .await?;
         Ok(servers
             .into_iter()
@@ -281,7 +281,7 @@ impl Provider {
                 Ok(server) if !(filter.matches(&server) && self.owns_vm(&server)) => {
                     debug!(server_id = %id, %zone, "VM of a NodeClaim is not this cluster's");
                 }
-                Ok(server) if !self.settings.zones.contains(&zone) => servers.push(server),
+                Ok(server) if !self.settings.instance_zones.contains(&zone) => servers.push(server),
                 Ok(_) => {
                     return Err((
                         ApiError::Inconsistent(format!(
