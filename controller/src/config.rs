@@ -130,6 +130,12 @@ pub struct ServeArgs {
     /// Fallback for `--zones`.
     #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
     pub default_zone: String,
+    /// Zones to serve Scaleway Instances (VMs) in, comma-separated, when the
+    /// Instance CRD is installed. Default: the same as `--zones` (Elastic
+    /// Metal is not sold in every zone that has VMs: fr-par-3, nl-ams-3,
+    /// pl-waw-1, ...).
+    #[arg(long, env = "SCW_INSTANCE_ZONES", value_delimiter = ',', value_parser = parse_zone)]
+    pub instance_zones: Vec<String>,
     /// Interval between two reads of the offer catalog.
     #[arg(long, env = "CATALOG_REFRESH", default_value = "5m", value_parser = parse_duration)]
     pub catalog_refresh: Duration,
@@ -283,6 +289,15 @@ impl ServeArgs {
     pub fn zones(&self) -> Vec<String> {
         crate::config::served_zones(&self.zones, &self.default_zone)
     }
+
+    /// `--instance-zones`, else the Elastic Metal zones.
+    pub fn instance_zones(&self) -> Vec<String> {
+        if self.instance_zones.is_empty() {
+            self.zones()
+        } else {
+            crate::config::served_zones(&self.instance_zones, &self.default_zone)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -359,6 +374,36 @@ mod tests {
             <Cli as clap::Parser>::try_parse_from(["test", "--instance-orphan-grace", "0s"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn instance_zones_default_to_the_elastic_metal_zones() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "test",
+                "--cluster-name",
+                "prod",
+                "--scw-secret-key",
+                "k",
+                "--scw-project-id",
+                "p",
+                "--zones",
+                "fr-par-2,nl-ams-1",
+            ];
+            argv.extend(extra);
+            <Cli as clap::Parser>::try_parse_from(argv)
+                .expect("parses")
+                .serve
+        };
+        assert_eq!(parse(&[]).instance_zones(), ["fr-par-2", "nl-ams-1"]);
+        let own = parse(&["--instance-zones", "fr-par-3,fr-par-2"]);
+        assert_eq!(own.instance_zones(), ["fr-par-3", "fr-par-2"]);
+        assert_eq!(own.zones(), ["fr-par-2", "nl-ams-1"]);
     }
 
     #[test]

@@ -153,9 +153,11 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let zones = args.zones();
+    let instance_zones = args.instance_zones();
     info!(
         cluster = %args.cluster_name,
         zones = %zones.join(","),
+        instance_zones = %instance_zones.join(","),
         api_url = %args.scaleway.api_url,
         access_key = args.scaleway.access_key.as_deref().unwrap_or(""),
         project_id = %args.scaleway.project_id,
@@ -226,7 +228,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         client.clone(),
         instance_api.clone(),
         args.scaleway.project_id.clone(),
-        zones.clone(),
+        instance_zones.clone(),
         is_leader.clone(),
         catalog.clone(),
     );
@@ -236,7 +238,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(karpenter_scaleway::catalog::run_instance_refresher(
             catalog.clone(),
             instance_api.clone(),
-            zones.clone(),
+            instance_zones.clone(),
             args.catalog_refresh,
         ))
     });
@@ -303,6 +305,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 cluster_name: args.cluster_name.clone(),
                 project_id: args.scaleway.project_id.clone(),
                 zones: zones.clone(),
+                instance_zones: instance_zones.clone(),
             },
         )
         // List proves absence against the NodeClaims (never a partial list).
@@ -349,6 +352,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             // The Instance side (VMs and the SBS volumes they leave) only
             // where Instances are served.
             instance: serve_instances.then(|| instance_api.clone()),
+            instance_zones,
             block: serve_instances.then(|| block_api.clone()),
             instance_grace: args.sweeper.instance_orphan_grace,
             teardowns: gc::Teardowns::default(),

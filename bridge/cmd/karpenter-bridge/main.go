@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/overlay"
 	"sigs.k8s.io/karpenter/pkg/controllers"
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
@@ -94,7 +95,10 @@ func main() {
 	cp := cloudprovider.New(client, opts, info, repairPolicies, leadership)
 	// GetInstanceTypes answers from the catalog this stream keeps current.
 	go cp.WatchCatalog(ctx)
-	decorated := overlay.Decorate(cp, op.GetClient(), op.InstanceTypeStore)
+	// Core's own metrics of every call (karpenter_cloudprovider_duration_seconds,
+	// karpenter_cloudprovider_errors_total), as the upstream providers wire them.
+	metered := metrics.Decorate(cp)
+	decorated := overlay.Decorate(metered, op.GetClient(), op.InstanceTypeStore)
 	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated)
 
 	go leadership.Run(ctx, elected(ctx, op))
@@ -106,7 +110,7 @@ func main() {
 		op.GetClient(),
 		op.EventRecorder,
 		decorated,
-		cp,
+		metered,
 		cluster,
 		op.InstanceTypeStore,
 	)

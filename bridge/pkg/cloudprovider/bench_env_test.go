@@ -89,6 +89,10 @@ type benchEnv struct {
 	bridged   *CloudProvider
 	client    pb.CloudProviderClient
 	inProcess *fake.CloudProvider
+	// control is a second in-process side with its own copy of the
+	// catalogs (another unary answer): in-process against it measures the
+	// noise of the method on this machine at this moment.
+	control *fake.CloudProvider
 	// emPool's nodeClassRef is an Elastic Metal NodeClass; vmPool's (nil
 	// without the Instance catalog) an Instance NodeClass.
 	emPool, vmPool *v1.NodePool
@@ -282,7 +286,7 @@ func startBench(spec benchSpec) (env *benchEnv, skip string, err error) {
 	}
 
 	env = &benchEnv{
-		bridged: bridged, client: client, inProcess: fake.NewCloudProvider(),
+		bridged: bridged, client: client, inProcess: fake.NewCloudProvider(), control: fake.NewCloudProvider(),
 		emPool: benchPool(kindElasticMetal, 0), sizes: map[string]catalogSize{}, pods: diversePods(benchPods),
 	}
 	pools := []*v1.NodePool{env.emPool}
@@ -312,11 +316,20 @@ func startBench(spec benchSpec) (env *benchEnv, skip string, err error) {
 			return nil, "", fmt.Errorf("%w: %v (logs in %s)", err, sameCatalog(got, its), dir)
 		}
 		env.inProcess.InstanceTypesForNodePool[pool.Name] = its
+		copied, err := unaryTypes(ctx, client, pool)
+		if err == nil {
+			err = sameCatalog(copied, its)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("the control's copy of the catalog: %w", err)
+		}
+		env.control.InstanceTypesForNodePool[pool.Name] = copied
 		env.sizes[pool.Spec.Template.Spec.NodeClassRef.Kind] = sizeOf(its)
 	}
 	if !spec.instanceCatalog {
 		// As before there were two kinds: the fake answers any NodePool.
 		env.inProcess.InstanceTypes = env.inProcess.InstanceTypesForNodePool[env.emPool.Name]
+		env.control.InstanceTypes = env.control.InstanceTypesForNodePool[env.emPool.Name]
 	}
 	return env, "", nil
 }

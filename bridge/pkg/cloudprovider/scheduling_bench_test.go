@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,33 +117,57 @@ func BenchmarkScheduling1000(b *testing.B) {
 // recorded in docs/figures.md).
 func BenchmarkSchedulingInterleaved(b *testing.B) {
 	env := benchSetup(b, emBench)
-	interleaved(b, env, []*v1.NodePool{env.emPool})
+	interleaved(b, env, []*v1.NodePool{env.emPool}, env.sides())
 }
 
 // BenchmarkCombinedSchedulingInterleaved does the same with both kinds served
 // (`catalog --serve --kind all`): instance-pool is one NodePool of the
 // Instance kind (the bridge picks the catalog by nodeClassRef kind);
 // em+instance-pools adds an Elastic Metal NodePool of higher weight, as in
-// examples/, so that one round schedules over both catalogs.
+// examples/, so that one round schedules over both catalogs;
+// instance-pool-control runs instance-pool's rounds with the in-process side
+// on both ends, for the noise floor.
 func BenchmarkCombinedSchedulingInterleaved(b *testing.B) {
 	env := benchSetup(b, combinedBench)
 	b.Logf("catalog on the stream: Elastic Metal %s; Instance %s",
 		env.sizes[kindElasticMetal], env.sizes[benchInstanceKind])
 	b.Run("instance-pool", func(b *testing.B) {
-		interleaved(b, env, []*v1.NodePool{env.vmPool})
+		interleaved(b, env, []*v1.NodePool{env.vmPool}, env.sides())
 	})
 	b.Run("em+instance-pools", func(b *testing.B) {
-		interleaved(b, env, []*v1.NodePool{env.emPool, env.vmPool})
+		interleaved(b, env, []*v1.NodePool{env.emPool, env.vmPool}, env.sides())
+	})
+	b.Run("instance-pool-control", func(b *testing.B) {
+		interleaved(b, env, []*v1.NodePool{env.vmPool}, env.controlSides())
 	})
 }
 
-// interleaved runs b.N rounds of each side, alternating. Karpenter's
-// scheduler is not quite deterministic (one round in a few launches a node
-// more, either side), so the sides' node counts are reported, not compared
-// round by round; bench_env_test.go checked that they hold the same catalog.
-func interleaved(b *testing.B, env *benchEnv, pools []*v1.NodePool) {
+// side is one CloudProvider of an interleaved benchmark and its metric name.
+type side struct {
+	name string
+	cp   cloudprovider.CloudProvider
+}
+
+func (e *benchEnv) sides() [2]side {
+	return [2]side{{"in-process", e.inProcess}, {"bridged", e.bridged}}
+}
+
+// controlSides pits the in-process side against a copy of itself: what the
+// method reads when nothing differs.
+func (e *benchEnv) controlSides() [2]side {
+	return [2]side{{"in-process", e.inProcess}, {"in-process-copy", e.control}}
+}
+
+// interleaved runs b.N rounds of each side, alternating, and reports the wall
+// time and the process's CPU time of each side (the second is the steadier on
+// a shared machine: a round's wall time grows with whatever else runs).
+// Karpenter's scheduler is not quite deterministic (one round in a few
+// launches a node more, either side), so the sides' node counts are reported,
+// not compared round by round; bench_env_test.go checked that they hold the
+// same catalog.
+func interleaved(b *testing.B, env *benchEnv, pools []*v1.NodePool, sides [2]side) {
 	ctx := benchCtx()
-	var took [2]time.Duration
+	var took, cpu [2]time.Duration
 	var nodes [2]int
 	ratios := make([]float64, 0, b.N)
 	for i := 0; i < b.N; i++ {
@@ -154,10 +179,10 @@ func interleaved(b *testing.B, env *benchEnv, pools []*v1.NodePool) {
 			order = []int{1, 0}
 		}
 		for _, j := range order {
-			cp := []cloudprovider.CloudProvider{env.inProcess, env.bridged}[j]
-			start := time.Now()
-			res, err := solve(ctx, cp, pools, env.pods)
+			start, startCPU := time.Now(), processCPU(b)
+			res, err := solve(ctx, sides[j].cp, pools, env.pods)
 			round[j] = time.Since(start)
+			cpu[j] += processCPU(b) - startCPU
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -175,12 +200,26 @@ func interleaved(b *testing.B, env *benchEnv, pools []*v1.NodePool) {
 	slices.Sort(ratios)
 	b.ReportMetric(float64(types), "types")
 	b.ReportMetric(float64(offerings), "offerings")
-	b.ReportMetric(float64(nodes[0])/float64(b.N), "nodes-in-process")
-	b.ReportMetric(float64(nodes[1])/float64(b.N), "nodes-bridged")
-	b.ReportMetric(float64(took[0].Milliseconds())/float64(b.N), "in-process-ms")
-	b.ReportMetric(float64(took[1].Milliseconds())/float64(b.N), "bridged-ms")
-	b.ReportMetric(float64(took[1])/float64(took[0]), "bridged/in-process")
+	first, second := sides[0].name, sides[1].name
+	b.ReportMetric(float64(nodes[0])/float64(b.N), "nodes-"+first)
+	b.ReportMetric(float64(nodes[1])/float64(b.N), "nodes-"+second)
+	b.ReportMetric(float64(took[0].Milliseconds())/float64(b.N), first+"-ms")
+	b.ReportMetric(float64(took[1].Milliseconds())/float64(b.N), second+"-ms")
+	b.ReportMetric(float64(took[1])/float64(took[0]), second+"/"+first)
 	b.ReportMetric(ratios[len(ratios)/2], "median-round-ratio")
+	b.ReportMetric(float64(cpu[0].Milliseconds())/float64(b.N), first+"-cpu-ms")
+	b.ReportMetric(float64(cpu[1].Milliseconds())/float64(b.N), second+"-cpu-ms")
+	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-"+second+"/"+first)
+}
+
+// processCPU is the CPU time this process has used (user and system): unlike
+// the wall time, it does not grow while other processes hold the cores.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkGetInstanceTypes: what core pays per call through the bridge (the

@@ -7,13 +7,12 @@
 //! seconds. The unavailable-offerings marks live in the shared store, whose
 //! Elastic Metal refresher expires them.
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::future::join_all;
-use tracing::{info, warn};
 
+use super::store::RefreshState;
 use super::{CatalogStore, ClassKind, DEFAULT_ROOT_BYTES, ZoneProducts, vm_instance_types};
 use crate::scaleway::ApiError;
 use crate::scaleway::instance::Instance;
@@ -31,14 +30,8 @@ pub async fn read_instance_zone(api: &dyn Instance, zone: &str) -> Result<ZonePr
     })
 }
 
-/// What the refresher remembers between two refreshes.
-#[derive(Default)]
-pub(crate) struct InstanceRefreshState {
-    /// Zone → its last good products and when they were read.
-    last_good: BTreeMap<String, (ZoneProducts, SystemTime)>,
-    /// Types already logged as left out (once per process).
-    logged_exclusions: HashSet<(String, String)>,
-}
+/// What the Instance refresher remembers: each zone's last good products.
+pub(crate) type InstanceRefreshState = RefreshState<ZoneProducts>;
 
 /// One refresh; true when every zone answered. The kind's default catalog
 /// assumes the default root volume; each NodeClass's view sets its own
@@ -50,48 +43,12 @@ pub(crate) async fn refresh_instances_once(
     state: &mut InstanceRefreshState,
 ) -> bool {
     let results = join_all(zones.iter().map(|z| read_instance_zone(api, z))).await;
-    let now = SystemTime::now();
-    let mut all_ok = true;
-    for (zone, result) in zones.iter().zip(results) {
-        match result {
-            Ok(products) => {
-                state.last_good.insert(zone.clone(), (products, now));
-            }
-            Err(error) => {
-                all_ok = false;
-                let kept = state
-                    .last_good
-                    .get(zone)
-                    .map(|(_, at)| now.duration_since(*at).unwrap_or_default().as_secs());
-                warn!(zone, %error, kept_last_good_age_s = ?kept,
-                    "listing Instance types failed; serving the last good types of this zone");
-            }
-        }
-    }
-    if state.last_good.is_empty() {
+    let all_ok = state.record(zones, results, "Instance types");
+    let Some((by_zone, oldest)) = state.current() else {
         return false;
-    }
-    let by_zone: BTreeMap<String, ZoneProducts> = state
-        .last_good
-        .iter()
-        .map(|(z, (p, _))| (z.clone(), p.clone()))
-        .collect();
-    let oldest = state
-        .last_good
-        .values()
-        .map(|(_, at)| *at)
-        .min()
-        .unwrap_or(now);
+    };
     let (types, excluded) = vm_instance_types(&by_zone, DEFAULT_ROOT_BYTES);
-    for e in excluded {
-        if state
-            .logged_exclusions
-            .insert((e.offer.clone(), e.reason.clone()))
-        {
-            info!(commercial_type = %e.offer, zone = %e.zone, reason = %e.reason,
-                "Instance type left out of the catalog");
-        }
-    }
+    state.log_exclusions(excluded);
     store.set_kind_types_read_at(ClassKind::Instance, types, oldest);
     all_ok
 }

@@ -510,13 +510,78 @@ pub async fn run_refresher(
     }
 }
 
-/// What the refresher remembers between two refreshes.
-#[derive(Default)]
-pub(crate) struct RefreshState {
-    /// Zone → its last good offers (both periods) and when they were read.
-    last_good: BTreeMap<String, (Vec<Offer>, SystemTime)>,
-    /// Offers already logged as left out (logged once per process).
-    logged_exclusions: HashSet<(String, String)>,
+/// What a refresher remembers between two refreshes, for either kind:
+/// each zone's last good answer `T` and when it was read, so that a zone
+/// whose listing fails keeps serving it (and the catalog's age grows).
+pub(crate) struct RefreshState<T = Vec<Offer>> {
+    /// Zone → its last good answer and when it was read.
+    last_good: BTreeMap<String, (T, SystemTime)>,
+    /// Types already logged as left out (logged once per process).
+    pub(crate) logged_exclusions: HashSet<(String, String)>,
+}
+
+impl<T> Default for RefreshState<T> {
+    fn default() -> Self {
+        RefreshState {
+            last_good: BTreeMap::new(),
+            logged_exclusions: HashSet::new(),
+        }
+    }
+}
+
+impl<T: Clone> RefreshState<T> {
+    /// Keeps this round's good answers (`results` in `zones` order) and
+    /// logs the zones that failed; true when every zone answered.
+    pub(crate) fn record(
+        &mut self,
+        zones: &[String],
+        results: Vec<Result<T, crate::scaleway::ApiError>>,
+        what: &str,
+    ) -> bool {
+        let now = SystemTime::now();
+        let mut all_ok = true;
+        for (zone, result) in zones.iter().zip(results) {
+            match result {
+                Ok(answer) => {
+                    self.last_good.insert(zone.clone(), (answer, now));
+                }
+                Err(error) => {
+                    all_ok = false;
+                    let kept = self
+                        .last_good
+                        .get(zone)
+                        .map(|(_, at)| now.duration_since(*at).unwrap_or_default().as_secs());
+                    warn!(zone, %error, kept_last_good_age_s = ?kept,
+                        "listing {what} failed; serving the last good {what} of this zone");
+                }
+            }
+        }
+        all_ok
+    }
+
+    /// Every zone's last good answer and when the oldest was read; `None`
+    /// before any zone has answered.
+    pub(crate) fn current(&self) -> Option<(BTreeMap<String, T>, SystemTime)> {
+        let oldest = self.last_good.values().map(|(_, at)| *at).min()?;
+        let by_zone = self
+            .last_good
+            .iter()
+            .map(|(z, (answer, _))| (z.clone(), answer.clone()))
+            .collect();
+        Some((by_zone, oldest))
+    }
+
+    /// Logs each type left out of the catalog, once per process.
+    pub(crate) fn log_exclusions(&mut self, excluded: Vec<super::Excluded>) {
+        for e in excluded {
+            if self
+                .logged_exclusions
+                .insert((e.offer.clone(), e.reason.clone()))
+            {
+                info!(offer = %e.offer, zone = %e.zone, reason = %e.reason, "left out of the catalog");
+            }
+        }
+    }
 }
 
 /// Reads the offers of both billing periods of one zone; an error in either
@@ -543,46 +608,12 @@ pub(crate) async fn refresh_once(
     state: &mut RefreshState,
 ) -> bool {
     let results = join_all(zones.iter().map(|z| read_zone(api, z))).await;
-    let mut all_ok = true;
-    let now = SystemTime::now();
-    for (zone, result) in zones.iter().zip(results) {
-        match result {
-            Ok(offers) => {
-                state.last_good.insert(zone.clone(), (offers, now));
-            }
-            Err(error) => {
-                all_ok = false;
-                let kept = state
-                    .last_good
-                    .get(zone)
-                    .map(|(_, at)| now.duration_since(*at).unwrap_or_default().as_secs());
-                warn!(zone, %error, kept_last_good_age_s = ?kept, "listing offers failed; serving the last good offers of this zone");
-            }
-        }
-    }
-    if state.last_good.is_empty() {
+    let all_ok = state.record(zones, results, "offers");
+    let Some((by_zone, oldest)) = state.current() else {
         return false;
-    }
-    let by_zone: BTreeMap<String, Vec<Offer>> = state
-        .last_good
-        .iter()
-        .map(|(z, (offers, _))| (z.clone(), offers.clone()))
-        .collect();
-    let oldest = state
-        .last_good
-        .values()
-        .map(|(_, at)| *at)
-        .min()
-        .unwrap_or(now);
+    };
     let (types, excluded) = instance_types(&by_zone);
-    for e in excluded {
-        if state
-            .logged_exclusions
-            .insert((e.offer.clone(), e.reason.clone()))
-        {
-            info!(offer = %e.offer, zone = %e.zone, reason = %e.reason, "offer left out of the catalog");
-        }
-    }
+    state.log_exclusions(excluded);
     store.set_base_read_at(types, oldest);
     all_ok
 }

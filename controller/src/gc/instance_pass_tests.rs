@@ -111,6 +111,7 @@ fn setup(dry_run: bool) -> Setup {
         },
         zones: vec![ZONE.into(), "nl-ams-1".into()],
         instance: Some(vms.clone()),
+        instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
         block: Some(vms.clone()),
         instance_grace: 5 * MIN,
         teardowns: Teardowns::default(),

@@ -98,8 +98,9 @@ pub struct Sweeper {
     pub events: Arc<dyn SweepEvents>,
     pub policy: SweepPolicy,
     pub zones: Vec<String>,
-    /// The Instance side runs when both ports are set.
+    /// The Instance side runs when both ports are set, in these zones.
     pub instance: Option<Arc<dyn Instance>>,
+    pub instance_zones: Vec<String>,
     pub block: Option<Arc<dyn Block>>,
     /// Age under which an unclaimed VM or a left-over volume is left alone
     /// (`--instance-orphan-grace`; a VM boots in about a minute).
@@ -250,7 +251,7 @@ impl Sweeper {
                 list_owned_instances(
                     ports.instance.as_ref(),
                     ports.block.as_ref(),
-                    &self.zones,
+                    &self.instance_zones,
                     &self.policy,
                 )
                 .await,

@@ -125,6 +125,7 @@ fn setup(dry_run: bool) -> Setup {
         },
         zones: vec![ZONE.into(), "nl-ams-1".into()],
         instance: None,
+        instance_zones: Vec::new(),
         block: None,
         instance_grace: Duration::from_secs(300),
         teardowns: Teardowns::default(),

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use futures::future::join_all;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -32,7 +31,7 @@ fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
 }
 
 /// An API error while ordering, as core should see it.
-pub(super) fn order_error(err: ApiError) -> ProviderError {
+fn order_error(err: ApiError) -> ProviderError {
     match err {
         ApiError::OutOfStock(m) | ApiError::QuotaExceeded(m) => {
             ProviderError::InsufficientCapacity(m)
@@ -341,7 +340,7 @@ impl Provider {
     /// The NodeClass's zones that this provider serves (all served zones when
     /// the NodeClass names none).
     fn zones_for(&self, class: &NodeClassRecord) -> Vec<String> {
-        self.served_zones(&class.spec.zones)
+        Self::allowed_zones(&self.settings.zones, &class.spec.zones)
     }
 
     pub(super) async fn secret(
@@ -372,27 +371,19 @@ impl Provider {
             name: None,
             project_id: Some(self.settings.project_id.clone()),
         };
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| self.api.list_servers(z, &filter)),
-        )
-        .await;
-        let mut found = Vec::new();
-        for result in results {
-            let servers = result.map_err(|e| {
+        let filter = &filter;
+        let mut found: Vec<Server> = self
+            .every_zone(|z| async move { self.api.list_servers(&z, filter).await })
+            .await
+            .map_err(|e| {
                 create_failed(
                     "ScalewayAPIUnavailable",
                     format!("looking for a server already ordered for NodeClaim {claim}: {e}"),
                 )
-            })?;
-            found.extend(
-                servers
-                    .into_iter()
-                    .filter(|s| s.status != ServerStatus::Deleting),
-            );
-        }
+            })?
+            .into_iter()
+            .filter(|s| s.status != ServerStatus::Deleting)
+            .collect();
         found.sort_by(|a, b| a.created_at.cmp(&b.created_at));
         if found.len() > 1 {
             warn!(
@@ -435,27 +426,8 @@ impl Provider {
                 view.name
             )));
         };
-        let mut tags = vec![
-            self.cluster_tag(),
-            tag(TAG_NODECLAIM, &view.name),
-            tag(TAG_NODECLASS, &class.name),
-        ];
-        if let Some(pool) = view.labels.get(TAG_NODEPOOL) {
-            tags.push(tag(TAG_NODEPOOL, pool));
-        }
-        tags.extend(class.spec.tags.iter().cloned());
-        // Orders for one offering take turns (bounded): a refusal seen while
-        // waiting ends this Create without a second doomed order.
-        let _slot = self
-            .catalog
-            .order_slot(&it.name, &offering.zone, ORDER_TURN_WAIT)
-            .await;
-        if let Some(reason) = self.catalog.refusal(&it.name, &offering.zone) {
-            return Err(ProviderError::InsufficientCapacity(format!(
-                "{} in {}: an order was just refused ({reason})",
-                it.name, offering.zone
-            )));
-        }
+        let tags = self.ownership_tags(view, &class.name, &class.spec.tags);
+        let _turn = self.order_turn(&it.name, &offering.zone).await?;
         let req = CreateServerRequest {
             offer_id,
             project_id: self.settings.project_id.clone(),
@@ -473,25 +445,68 @@ impl Provider {
                     offer = %it.name, billing = ?billing, price = offering.price, "ordered server");
                 Ok((server, it.clone()))
             }
-            Err(
-                e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_)),
-            ) => {
-                // NotFound: the offer vanished since the catalog was read.
-                let reason = match e {
-                    ApiError::OutOfStock(_) => "out of stock",
-                    ApiError::QuotaExceeded(_) => "quota exceeded",
-                    _ => "offer not found",
-                };
-                warn!(nodeclaim = %view.name, zone = %offering.zone, offer = %it.name, error = %e,
-                    "order refused; the offering is unavailable until the TTL passes");
-                self.catalog
-                    .mark_unavailable_for(&it.name, &offering.zone, reason);
-                Err(ProviderError::InsufficientCapacity(format!(
-                    "{} in {}: {e}",
-                    it.name, offering.zone
-                )))
-            }
-            Err(e) => Err(order_error(e)),
+            // NotFound: the offer vanished since the catalog was read.
+            Err(e) => Err(self.order_refused(e, &view.name, &it.name, &offering.zone)),
         }
+    }
+
+    /// The tags that prove a machine is this cluster's and whose it is
+    /// (cluster, NodeClaim, NodeClass, NodePool), then the NodeClass's own.
+    pub(super) fn ownership_tags(
+        &self,
+        view: &NodeClaimView,
+        class: &str,
+        extra: &[String],
+    ) -> Vec<String> {
+        let mut tags = vec![
+            self.cluster_tag(),
+            tag(TAG_NODECLAIM, &view.name),
+            tag(TAG_NODECLASS, class),
+        ];
+        if let Some(pool) = view.labels.get(TAG_NODEPOOL) {
+            tags.push(tag(TAG_NODEPOOL, pool));
+        }
+        tags.extend(extra.iter().cloned());
+        tags
+    }
+
+    /// Orders for one offering take turns (bounded wait): a refusal seen
+    /// while waiting ends this Create without a second doomed order. The
+    /// turn is held until the caller's order is answered.
+    pub(super) async fn order_turn(
+        &self,
+        offer: &str,
+        zone: &str,
+    ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, ProviderError> {
+        let turn = self.catalog.order_slot(offer, zone, ORDER_TURN_WAIT).await;
+        match self.catalog.refusal(offer, zone) {
+            Some(reason) => Err(ProviderError::InsufficientCapacity(format!(
+                "{offer} in {zone}: an order was just refused ({reason})"
+            ))),
+            None => Ok(turn),
+        }
+    }
+
+    /// An order (a server or a VM) the API did not take. A refusal for
+    /// stock, quota or a vanished offer/image marks the offering unavailable
+    /// for the TTL and is insufficient capacity: core deletes the NodeClaim
+    /// and schedules again without it. Anything else is [`order_error`]'s.
+    pub(super) fn order_refused(
+        &self,
+        err: ApiError,
+        claim: &str,
+        offer: &str,
+        zone: &str,
+    ) -> ProviderError {
+        let reason = match err {
+            ApiError::OutOfStock(_) => "out of stock",
+            ApiError::QuotaExceeded(_) => "quota exceeded",
+            ApiError::NotFound(_) => "not found",
+            other => return order_error(other),
+        };
+        warn!(nodeclaim = claim, zone, offer, error = %err,
+            "order refused; the offering is unavailable until the TTL passes");
+        self.catalog.mark_unavailable_for(offer, zone, reason);
+        ProviderError::InsufficientCapacity(format!("{offer} in {zone}: {err}"))
     }
 }

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use futures::StreamExt as _;
-use futures::future::join_all;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
@@ -307,24 +306,15 @@ impl Provider {
     /// Every served zone, all pages (the client checks them), re-filtered on
     /// our side; the first failure fails the whole listing.
     async fn list_zones_raw(&self, filter: &ServerFilter) -> Result<Vec<Server>, ApiError> {
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| self.api.list_servers(z, filter)),
-        )
-        .await;
-        let mut servers = Vec::new();
-        for result in results {
-            // The client filters already; this guard keeps foreign servers out
-            // whatever the implementation behind the trait does.
-            servers.extend(
-                result?
-                    .into_iter()
-                    .filter(|s| filter.matches(s) && self.owned(s)),
-            );
-        }
-        Ok(servers)
+        let servers = self
+            .every_zone(|z| async move { self.api.list_servers(&z, filter).await })
+            .await?;
+        // The client filters already; this guard keeps foreign servers out
+        // whatever the implementation behind the trait does.
+        Ok(servers
+            .into_iter()
+            .filter(|s| filter.matches(s) && self.owned(s))
+            .collect())
     }
 
     /// A server as the NodeClaim core compares against its own: providerID,
@@ -336,37 +326,74 @@ impl Provider {
             .default
             .iter()
             .find(|t| t.name == server.offer_name);
-        let mut labels: BTreeMap<String, String> =
-            it.map(|t| t.node_labels(&server.zone)).unwrap_or_default();
-        labels.insert(LABEL_ZONE.into(), server.zone.clone());
-        labels.insert(LABEL_REGION.into(), region_of(&server.zone).to_string());
-        labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_ON_DEMAND.into());
-        if let Some(pool) = tag_value(server, TAG_NODEPOOL) {
-            labels.insert(TAG_NODEPOOL.into(), pool.to_string());
-        }
-        let mut metadata = json!({
-            "name": tag_value(server, TAG_NODECLAIM).unwrap_or(&server.name),
-            "labels": labels,
-            "annotations": {},
-        });
-        if let Some(created) = kube_time(&server.created_at) {
-            metadata["creationTimestamp"] = json!(created);
-        }
-        if server.status == ServerStatus::Deleting {
-            metadata["deletionTimestamp"] = json!(kube_time_now());
-        }
-        let mut status = json!({ "providerID": provider_id(&server.zone, &server.id) });
-        if let Some(it) = it {
-            status["capacity"] = json!(it.capacity.to_quantities(true));
-            status["allocatable"] = json!(it.allocatable().to_quantities(true));
-        }
-        json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": metadata,
-            "status": status,
+        machine_claim(&MachineClaim {
+            name: tag_value(server, TAG_NODECLAIM).unwrap_or(&server.name),
+            zone: &server.zone,
+            provider_id: provider_id(&server.zone, &server.id),
+            instance_type: it,
+            nodepool: tag_value(server, TAG_NODEPOOL),
+            created_at: Some(&server.created_at),
+            deleting: server.status == ServerStatus::Deleting,
+            image_id: None,
         })
     }
+}
+
+/// What core compares of a machine of either kind ([`machine_claim`]).
+pub(super) struct MachineClaim<'a> {
+    /// The NodeClaim's name (the tag), else the server's.
+    pub name: &'a str,
+    pub zone: &'a str,
+    pub provider_id: String,
+    /// The machine's type in the catalog, when known.
+    pub instance_type: Option<&'a crate::catalog::InstanceType>,
+    pub nodepool: Option<&'a str>,
+    /// RFC 3339.
+    pub created_at: Option<&'a str>,
+    /// Being deleted: the claim gets a deletion timestamp.
+    pub deleting: bool,
+    pub image_id: Option<&'a str>,
+}
+
+/// A machine as a NodeClaim: providerID, the labels of its type in its zone
+/// (zone, region, capacity type, NodePool), capacity and allocatable,
+/// creation time, and a deletion timestamp while it is being deleted.
+pub(super) fn machine_claim(m: &MachineClaim) -> Value {
+    let mut labels: BTreeMap<String, String> = m
+        .instance_type
+        .map(|t| t.node_labels(m.zone))
+        .unwrap_or_default();
+    labels.insert(LABEL_ZONE.into(), m.zone.to_string());
+    labels.insert(LABEL_REGION.into(), region_of(m.zone).to_string());
+    labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_ON_DEMAND.into());
+    if let Some(pool) = m.nodepool {
+        labels.insert(TAG_NODEPOOL.into(), pool.to_string());
+    }
+    let mut metadata = json!({
+        "name": m.name,
+        "labels": labels,
+        "annotations": {},
+    });
+    if let Some(created) = m.created_at.and_then(kube_time) {
+        metadata["creationTimestamp"] = json!(created);
+    }
+    if m.deleting {
+        metadata["deletionTimestamp"] = json!(kube_time_now());
+    }
+    let mut status = json!({ "providerID": m.provider_id });
+    if let Some(image) = m.image_id {
+        status["imageID"] = json!(image);
+    }
+    if let Some(it) = m.instance_type {
+        status["capacity"] = json!(it.capacity.to_quantities(true));
+        status["allocatable"] = json!(it.allocatable().to_quantities(true));
+    }
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": metadata,
+        "status": status,
+    })
 }
 
 /// Kubernetes timestamps have second precision (`metav1.Time`).

@@ -111,6 +111,7 @@ async fn checked() -> Checked {
             cluster_name: "test".into(),
             project_id: PROJECT.into(),
             zones: vec![ZONE.into(), "nl-ams-1".into()],
+            instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
         },
     )
     .with_node_claims(claims.clone());

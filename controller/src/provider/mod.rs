@@ -250,8 +250,12 @@ pub struct ProviderSettings {
     /// Value of the `karpenter.scaleway.com/cluster` ownership tag.
     pub cluster_name: String,
     pub project_id: String,
-    /// Zones this provider serves (NodeClass zones are intersected with these).
+    /// Zones this provider serves Elastic Metal in (NodeClass zones are
+    /// intersected with these).
     pub zones: Vec<String>,
+    /// Zones it serves Instances in (`--instance-zones`, by default the
+    /// same): Elastic Metal is not sold in every zone that has VMs.
+    pub instance_zones: Vec<String>,
 }
 
 pub struct Provider {
@@ -266,6 +270,20 @@ pub struct Provider {
     node_claims: Option<Arc<dyn NodeClaimSource>>,
     /// Scaleway Instances (VMs), when served ([`Provider::with_instances`]).
     vms: Option<vm::VmPorts>,
+}
+
+/// `list` in each of `zones` at once; the first error fails the whole.
+async fn across<T, F, Fut>(zones: &[String], list: F) -> Result<Vec<T>, ApiError>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
+{
+    let results = futures::future::join_all(zones.iter().map(|z| list(z.clone()))).await;
+    let mut all = Vec::new();
+    for result in results {
+        all.extend(result?);
+    }
+    Ok(all)
 }
 
 /// The Kubernetes objects Create and Delete manage besides the server.
@@ -302,16 +320,36 @@ impl Provider {
         self
     }
 
+    /// `list` in every zone served for Elastic Metal at once: every zone's
+    /// answer, or the first error (a listing with a zone missing is never an
+    /// answer).
+    async fn every_zone<T, F, Fut>(&self, list: F) -> Result<Vec<T>, ApiError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
+    {
+        across(&self.settings.zones, list).await
+    }
+
+    /// The same over the zones served for Instances.
+    async fn every_vm_zone<T, F, Fut>(&self, list: F) -> Result<Vec<T>, ApiError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
+    {
+        across(&self.settings.instance_zones, list).await
+    }
+
     /// Whether `ScalewayInstanceNodeClass` NodeClaims are served.
     pub fn serves_instances(&self) -> bool {
         self.vms.is_some()
     }
 
-    /// The served zones a NodeClass allows (all served zones when it names none).
-    fn served_zones(&self, class_zones: &[String]) -> Vec<String> {
-        let served = &self.settings.zones;
+    /// The served zones a NodeClass allows (all served zones when it names
+    /// none), of `served`.
+    fn allowed_zones(served: &[String], class_zones: &[String]) -> Vec<String> {
         if class_zones.is_empty() {
-            served.clone()
+            served.to_vec()
         } else {
             served
                 .iter()

@@ -25,6 +25,7 @@ fn restarted(f: &Fixture) -> (Provider, Arc<RecordingInstaller>) {
             cluster_name: "test".into(),
             project_id: crate::provider::tests::PROJECT.into(),
             zones: vec![ZONE.into(), "nl-ams-1".into()],
+            instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
         },
     );
     (provider, installer)

@@ -208,6 +208,7 @@ pub(crate) fn fixture() -> Fixture {
             cluster_name: "test".into(),
             project_id: PROJECT.into(),
             zones: vec![ZONE.into(), "nl-ams-1".into()],
+            instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
         },
     ));
     Fixture {

@@ -4,16 +4,11 @@
 //! well under a second: core's provisioning waits while any NodeClaim lacks
 //! a providerID). The join that follows is `join.rs`'s.
 
-use futures::future::join_all;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::super::create::order_error;
 use super::super::nodeclaim::{self, Hydration, NodeClaimView};
-use super::super::{
-    Provider, ProviderError, TAG_NODECLAIM, TAG_NODECLASS, TAG_NODEPOOL, candidates,
-    instance_provider_id, tag,
-};
+use super::super::{Provider, ProviderError, TAG_NODECLAIM, candidates, instance_provider_id, tag};
 use super::{InstanceClassRecord, VOLUMES_ANNOTATION, VmPlacement, VmPorts, node_settings};
 use crate::catalog::{ClassKind, InstanceType, KubeletReservations, Snapshot};
 use crate::nodeclass::instance::{self as ic, PublicIpMode, RootVolumeType};
@@ -24,10 +19,6 @@ use crate::scaleway::instance::{
     VolumeTemplate, VolumeType,
 };
 use crate::talos::render_machine_config;
-
-/// How long a Create waits for another order of the same type and zone to
-/// be answered before ordering anyway (as for Elastic Metal).
-const ORDER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
     ProviderError::CreateFailed {
@@ -74,13 +65,13 @@ impl Provider {
     ) -> Result<Value, ProviderError> {
         let vms = self.vm_ports()?;
         let class = self.instance_class_of(vms, &view, class_name)?;
-        let zones = self.served_zones(&class.spec.zones);
+        let zones = Self::allowed_zones(&self.settings.instance_zones, &class.spec.zones);
         if zones.is_empty() {
             return Err(ProviderError::NodeClassNotReady(format!(
                 "none of the zones of {} {} is served by this provider ({})",
                 ic::KIND,
                 class.name,
-                self.settings.zones.join(",")
+                self.settings.instance_zones.join(",")
             )));
         }
         let base_config = self
@@ -201,27 +192,19 @@ impl Provider {
             name: None,
             project: Some(self.settings.project_id.clone()),
         };
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| vms.api.list_servers(z, &filter)),
-        )
-        .await;
-        let mut found = Vec::new();
-        for result in results {
-            let servers = result.map_err(|e| {
+        let filter = &filter;
+        let mut found: Vec<Server> = self
+            .every_vm_zone(|z| async move { vms.api.list_servers(&z, filter).await })
+            .await
+            .map_err(|e| {
                 create_failed(
                     "ScalewayAPIUnavailable",
                     format!("looking for a VM already created for NodeClaim {claim}: {e}"),
                 )
-            })?;
-            found.extend(
-                servers
-                    .into_iter()
-                    .filter(|s| !s.state_detail.contains("terminating")),
-            );
-        }
+            })?
+            .into_iter()
+            .filter(|s| !s.state_detail.contains("terminating"))
+            .collect();
         found.sort_by(|a, b| a.creation_date.cmp(&b.creation_date));
         if found.len() > 1 {
             warn!(
@@ -256,25 +239,8 @@ impl Provider {
                 view.name
             )));
         };
-        let mut tags = vec![
-            self.cluster_tag(),
-            tag(TAG_NODECLAIM, &view.name),
-            tag(TAG_NODECLASS, &class.name),
-        ];
-        if let Some(pool) = view.labels.get(TAG_NODEPOOL) {
-            tags.push(tag(TAG_NODEPOOL, pool));
-        }
-        tags.extend(class.spec.tags.iter().cloned());
-        let _slot = self
-            .catalog
-            .order_slot(&it.name, &offering.zone, ORDER_TURN_WAIT)
-            .await;
-        if let Some(reason) = self.catalog.refusal(&it.name, &offering.zone) {
-            return Err(ProviderError::InsufficientCapacity(format!(
-                "{} in {}: a create was just refused ({reason})",
-                it.name, offering.zone
-            )));
-        }
+        let tags = self.ownership_tags(view, &class.name, &class.spec.tags);
+        let _turn = self.order_turn(&it.name, &offering.zone).await?;
         let root = class.spec.root_volume.clone().unwrap_or_default();
         let mut req = CreateServerRequest::new(&view.name, &it.name, &self.settings.project_id);
         req.image = Some(image.id.clone());
@@ -320,24 +286,8 @@ impl Provider {
                 }
                 Ok((server, it.clone()))
             }
-            Err(
-                e @ (ApiError::OutOfStock(_) | ApiError::QuotaExceeded(_) | ApiError::NotFound(_)),
-            ) => {
-                let reason = match e {
-                    ApiError::OutOfStock(_) => "out of stock",
-                    ApiError::QuotaExceeded(_) => "quota exceeded",
-                    _ => "type or image not found",
-                };
-                warn!(nodeclaim = %view.name, zone = %offering.zone, commercial_type = %it.name,
-                    error = %e, "VM create refused; the offering is unavailable until the TTL passes");
-                self.catalog
-                    .mark_unavailable_for(&it.name, &offering.zone, reason);
-                Err(ProviderError::InsufficientCapacity(format!(
-                    "{} in {}: {e}",
-                    it.name, offering.zone
-                )))
-            }
-            Err(e) => Err(order_error(e)),
+            // NotFound: the type or the image vanished since they were read.
+            Err(e) => Err(self.order_refused(e, &view.name, &it.name, &offering.zone)),
         }
     }
 }

@@ -7,19 +7,17 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use futures::StreamExt as _;
-use futures::future::join_all;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{debug, info, warn};
 
+use super::super::lifecycle::{MachineClaim, machine_claim};
 use super::super::nodeclaim::NodeClaimView;
 use super::super::{
     MachineId, Provider, ProviderError, TAG_NODECLAIM, TAG_NODEPOOL, instance_provider_id,
     parse_machine_id, tag,
 };
 use super::{VOLUMES_ANNOTATION, VmPorts, has_tag, vm_tag_value};
-use crate::catalog::{
-    CAPACITY_TYPE_ON_DEMAND, ClassKind, LABEL_CAPACITY_TYPE, LABEL_REGION, LABEL_ZONE, region_of,
-};
+use crate::catalog::ClassKind;
 use crate::provider::TAG_CLUSTER;
 use crate::scaleway::ApiError;
 use crate::scaleway::block::VolumeStatus;
@@ -231,22 +229,13 @@ impl Provider {
         vms: &VmPorts,
         filter: &ServerFilter,
     ) -> Result<Vec<Server>, ApiError> {
-        let results = join_all(
-            self.settings
-                .zones
-                .iter()
-                .map(|z| vms.api.list_servers(z, filter)),
-        )
-        .await;
-        let mut servers = Vec::new();
-        for result in results {
-            servers.extend(
-                result?
-                    .into_iter()
-                    .filter(|s| filter.matches(s) && self.owns_vm(s)),
-            );
-        }
-        Ok(servers)
+        let servers = self
+            .every_vm_zone(|z| async move { vms.api.list_servers(&z, filter).await })
+            .await?;
+        Ok(servers
+            .into_iter()
+            .filter(|s| filter.matches(s) && self.owns_vm(s))
+            .collect())
     }
 
     /// List's VM half: the listing, plus each VM a NodeClaim points at that
@@ -292,7 +281,7 @@ impl Provider {
                 Ok(server) if !(filter.matches(&server) && self.owns_vm(&server)) => {
                     debug!(server_id = %id, %zone, "VM of a NodeClaim is not this cluster's");
                 }
-                Ok(server) if !self.settings.zones.contains(&zone) => servers.push(server),
+                Ok(server) if !self.settings.instance_zones.contains(&zone) => servers.push(server),
                 Ok(_) => {
                     return Err((
                         ApiError::Inconsistent(format!(
@@ -310,48 +299,15 @@ impl Provider {
     pub(crate) fn vm_to_claim(&self, server: &Server) -> Value {
         let snapshot = self.catalog.snapshot();
         let types = snapshot.default_for(ClassKind::Instance);
-        let it = types.iter().find(|t| t.name == server.commercial_type);
-        let mut labels: BTreeMap<String, String> =
-            it.map(|t| t.node_labels(&server.zone)).unwrap_or_default();
-        labels.insert(LABEL_ZONE.into(), server.zone.clone());
-        labels.insert(LABEL_REGION.into(), region_of(&server.zone).to_string());
-        labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_ON_DEMAND.into());
-        if let Some(pool) = vm_tag_value(server, TAG_NODEPOOL) {
-            labels.insert(TAG_NODEPOOL.into(), pool.to_string());
-        }
-        let mut metadata = json!({
-            "name": vm_tag_value(server, TAG_NODECLAIM).unwrap_or(&server.name),
-            "labels": labels,
-            "annotations": {},
-        });
-        if let Some(created) = server.creation_date.as_deref().and_then(kube_time) {
-            metadata["creationTimestamp"] = json!(created);
-        }
-        if terminating(server) {
-            metadata["deletionTimestamp"] =
-                json!(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string());
-        }
-        let mut status = json!({ "providerID": instance_provider_id(&server.zone, &server.id) });
-        if let Some(image) = &server.image {
-            status["imageID"] = json!(image.id);
-        }
-        if let Some(it) = it {
-            status["capacity"] = json!(it.capacity.to_quantities(true));
-            status["allocatable"] = json!(it.allocatable().to_quantities(true));
-        }
-        json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": metadata,
-            "status": status,
+        machine_claim(&MachineClaim {
+            name: vm_tag_value(server, TAG_NODECLAIM).unwrap_or(&server.name),
+            zone: &server.zone,
+            provider_id: instance_provider_id(&server.zone, &server.id),
+            instance_type: types.iter().find(|t| t.name == server.commercial_type),
+            nodepool: vm_tag_value(server, TAG_NODEPOOL),
+            created_at: server.creation_date.as_deref(),
+            deleting: terminating(server),
+            image_id: server.image.as_ref().map(|i| i.id.as_str()),
         })
     }
-}
-
-fn kube_time(rfc3339: &str) -> Option<String> {
-    chrono::DateTime::parse_from_rfc3339(rfc3339).ok().map(|t| {
-        t.with_timezone(&chrono::Utc)
-            .format("%Y-%m-%dT%H:%M:%SZ")
-            .to_string()
-    })
 }

@@ -133,6 +133,7 @@ pub(crate) fn vm_fixture() -> Vm {
                 cluster_name: "test".into(),
                 project_id: "proj-1".into(),
                 zones: vec![ZONE.into(), "nl-ams-1".into()],
+                instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
             },
         )
         .with_instances(VmPorts {
@@ -464,6 +465,7 @@ fn with_claims(v: &Vm, claims: Vec<Value>) -> Provider {
             cluster_name: "test".into(),
             project_id: "proj-1".into(),
             zones: vec![ZONE.into()],
+            instance_zones: vec![ZONE.into()],
         },
     )
     .with_node_claims(Arc::new(Claims(claims)))
