@@ -65,6 +65,7 @@ fn class() -> NodeClassSpec {
         machine_config_secret_ref: secret("talos", "worker.yaml"),
         machine_config_patches: vec![],
         tags: vec![],
+        standby: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn spec() -> NodeClassSpec {
         machine_config_secret_ref: secret("talos", "worker.yaml"),
         machine_config_patches: vec![],
         tags: vec![],
+        standby: None,
     }
 }
 

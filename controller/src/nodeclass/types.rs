@@ -64,6 +64,49 @@ pub struct NodeClassSpec {
         validation = Rule::new(TAGS_NOT_RESERVED).message(TAGS_NOT_RESERVED_MESSAGE)
     )]
     pub tags: Vec<String>,
+    /// Installed servers kept idle in Talos maintenance mode, served to
+    /// Karpenter as `reserved` capacity (docs/standby.md). Absent = none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<Standby>,
+}
+
+/// Standby servers of a NodeClass: one pool per offer and zone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Standby {
+    /// One entry per (offer, zone); at most one entry for each pair.
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub pools: Vec<StandbyPool>,
+}
+
+/// How many standby servers of one offer to keep in one zone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StandbyPool {
+    /// The Elastic Metal offer, e.g. `EM-A115X-SSD`.
+    #[schemars(length(min = 1, max = 64))]
+    pub offer: String,
+    /// The zone, e.g. `fr-par-2`; it must be one of the NodeClass's zones
+    /// (or any served zone when the NodeClass names none).
+    #[schemars(length(min = 1, max = 32))]
+    pub zone: String,
+    /// Installed idle servers to keep ready; the pool orders more whenever
+    /// fewer are idle or being installed.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub min: i32,
+    /// Most standby servers (idle, being installed or being wiped) this pool
+    /// keeps. Recycled servers above it are released when their paid period
+    /// ends; nothing is ordered above it.
+    #[schemars(range(min = 0, max = 100))]
+    pub max: i32,
+    /// How long an idle hourly-billed server above `min` is kept before it is
+    /// released at the end of its paid hour (a Go duration such as `30m`,
+    /// `2h`). Default `0s`: released at the end of the hour it went idle in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub idle_hourly_keep: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -45,6 +45,7 @@ fn spec() -> NodeClassSpec {
             "machine:\n  sysctls:\n    vm.max_map_count: \"262144\"\n".into(),
         ],
         tags: vec!["team=infra".into()],
+        standby: None,
     }
 }
 

@@ -146,6 +146,7 @@ pub(crate) fn node_class_spec() -> NodeClassSpec {
         machine_config_secret_ref: secret("talos", "worker.yaml"),
         machine_config_patches: vec!["machine: {}".into()],
         tags: vec!["team=infra".into()],
+        standby: None,
     }
 }
 
