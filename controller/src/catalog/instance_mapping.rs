@@ -170,6 +170,7 @@ pub fn vm_instance_types(
                 stock: stock.as_str().to_string(),
                 monthly: None,
                 billing: Billing::Hourly,
+                reservation: None,
             };
             offering.bill(Billing::Hourly);
             it.offerings.push(offering);

@@ -214,6 +214,7 @@ pub fn instance_types(
                     })
                 }),
                 billing: Billing::Hourly,
+                reservation: None,
             };
             offering.bill(Billing::Hourly);
             it.offerings.push(offering);

@@ -21,7 +21,7 @@ pub use instance_refresh::{read_instance_zone, run_instance_refresher};
 pub use kind::{ClassKey, ClassKind};
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
 pub use resources::{KubeletReservations, Overhead, Resources};
-pub use store::{CatalogStore, ClassView, Snapshot, read_zone, run_refresher};
+pub use store::{CatalogStore, ClassView, ReservedPool, Snapshot, read_zone, run_refresher};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +55,16 @@ pub const LABEL_INSTANCE_BANDWIDTH: &str = "karpenter.scaleway.com/instance-band
 pub const LABEL_INSTANCE_FAMILY: &str = "karpenter.scaleway.com/instance-family";
 /// Memory of one GPU in MiB; Instance types only.
 pub const LABEL_INSTANCE_GPU_MEMORY: &str = "karpenter.scaleway.com/instance-gpu-memory";
+/// The reservation a node adopted from a standby server belongs to: one
+/// reservation per (NodeClass, offer, zone) standby pool. Registered as core's
+/// `cloudprovider.ReservationIDLabel` by the bridge (Info).
+pub const LABEL_RESERVATION_ID: &str = "karpenter.scaleway.com/reservation-id";
+/// Capacity served from standby servers (core's reserved capacity type).
+pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
+/// A reserved offering's price is the on-demand price divided by this: nearly
+/// free, so that core prefers it, while keeping the relative order of types
+/// for consolidation (the AWS provider uses the same divisor).
+pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
 
 /// Labels this provider defines on instance types, registered as well-known by
 /// the bridge (Info). Every one of them appears in every type's requirements,
@@ -70,6 +80,7 @@ pub const PROVIDER_LABELS: &[&str] = &[
     LABEL_INSTANCE_BANDWIDTH,
     LABEL_INSTANCE_FAMILY,
     LABEL_INSTANCE_GPU_MEMORY,
+    LABEL_RESERVATION_ID,
 ];
 
 /// Karpenter's well-known labels that an instance type must define, even as
@@ -170,14 +181,60 @@ pub struct Offering {
     pub monthly: Option<MonthlyTwin>,
     /// The billing this offering was priced for.
     pub billing: Billing,
+    /// Set on a `reserved` offering: capacity served by a standby pool.
+    pub reservation: Option<OfferingReservation>,
+}
+
+/// A standby pool as a reserved offering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferingReservation {
+    /// The value of [`LABEL_RESERVATION_ID`].
+    pub id: String,
+    /// Idle installed standby servers: how many more nodes core may launch
+    /// into this reservation.
+    pub capacity: u32,
+}
+
+/// The reservation id of the standby pool of `offer` in `zone` of the
+/// NodeClass `class`: `<class>.<offer>.<zone>` in lowercase, a valid label
+/// value; `standby-` and 16 hex digits of its sha256 when that is longer
+/// than the 63 characters a label value may have.
+pub fn reservation_id(class: &str, offer: &str, zone: &str) -> String {
+    let plain = format!("{class}.{offer}.{zone}").to_ascii_lowercase();
+    if plain.len() <= 63 {
+        return plain;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(plain.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("standby-{hex}")
 }
 
 impl Offering {
     pub fn requirements(&self) -> Vec<Requirement> {
-        vec![
-            Requirement::is_in(LABEL_CAPACITY_TYPE, [CAPACITY_TYPE_ON_DEMAND.to_string()]),
-            Requirement::is_in(LABEL_ZONE, [self.zone.clone()]),
-        ]
+        match &self.reservation {
+            None => vec![
+                Requirement::is_in(LABEL_CAPACITY_TYPE, [CAPACITY_TYPE_ON_DEMAND.to_string()]),
+                Requirement::is_in(LABEL_ZONE, [self.zone.clone()]),
+                // Core's rule for reserved capacity: every offering that is
+                // not reserved says it carries no reservation id.
+                Requirement::does_not_exist(LABEL_RESERVATION_ID),
+            ],
+            Some(r) => vec![
+                Requirement::is_in(LABEL_CAPACITY_TYPE, [CAPACITY_TYPE_RESERVED.to_string()]),
+                Requirement::is_in(LABEL_ZONE, [self.zone.clone()]),
+                Requirement::is_in(LABEL_RESERVATION_ID, [r.id.clone()]),
+            ],
+        }
+    }
+
+    /// The capacity type of a node launched into this offering.
+    pub fn capacity_type(&self) -> &'static str {
+        if self.reservation.is_some() {
+            CAPACITY_TYPE_RESERVED
+        } else {
+            CAPACITY_TYPE_ON_DEMAND
+        }
     }
 
     /// The offer id to order under `billing`: the hourly offer, or its
@@ -222,6 +279,26 @@ impl InstanceType {
             .collect();
         reqs.push(Requirement::is_in(LABEL_ZONE, zones));
         reqs.push(Requirement::is_in(LABEL_REGION, regions));
+        // Reserved offerings widen the capacity type and name their
+        // reservations (as core's own reserved instance types do).
+        let reservations: BTreeSet<String> = self
+            .offerings
+            .iter()
+            .filter_map(|o| o.reservation.as_ref().map(|r| r.id.clone()))
+            .collect();
+        if !reservations.is_empty() {
+            let mut types: BTreeSet<String> = self
+                .offerings
+                .iter()
+                .map(|o| o.capacity_type().to_string())
+                .collect();
+            if let Some(label) = self.labels.get(LABEL_CAPACITY_TYPE) {
+                types.insert(label.clone());
+            }
+            reqs.retain(|r| r.key != LABEL_CAPACITY_TYPE);
+            reqs.push(Requirement::is_in(LABEL_CAPACITY_TYPE, types));
+            reqs.push(Requirement::is_in(LABEL_RESERVATION_ID, reservations));
+        }
         for key in CORE_WELL_KNOWN.iter().chain(PROVIDER_LABELS) {
             if !reqs.iter().any(|r| r.key == *key) {
                 reqs.push(Requirement::does_not_exist(key));
@@ -239,6 +316,15 @@ impl InstanceType {
         let mut labels = self.labels.clone();
         labels.insert(LABEL_ZONE.into(), zone.to_string());
         labels.insert(LABEL_REGION.into(), region_of(zone).to_string());
+        labels
+    }
+
+    /// The labels of a node launched into `reservation` in `zone`: reserved
+    /// capacity with its reservation id, for the node's whole life.
+    pub fn reserved_node_labels(&self, zone: &str, reservation: &str) -> BTreeMap<String, String> {
+        let mut labels = self.node_labels(zone);
+        labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_RESERVED.into());
+        labels.insert(LABEL_RESERVATION_ID.into(), reservation.to_string());
         labels
     }
 }

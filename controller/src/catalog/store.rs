@@ -147,6 +147,21 @@ struct Inputs {
     classes: BTreeMap<ClassKey, ClassView>,
     /// Offer name → the lowest allocatable a registered Node of it reported.
     observed: HashMap<String, Resources>,
+    /// Elastic Metal NodeClass name → its standby pools, served as reserved
+    /// offerings of that NodeClass's view.
+    reservations: BTreeMap<String, Vec<ReservedPool>>,
+}
+
+/// A standby pool as the catalog serves it: a `reserved` offering of `offer`
+/// in `zone` with `idle` as its capacity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedPool {
+    pub offer: String,
+    pub zone: String,
+    /// The reservation id ([`super::LABEL_RESERVATION_ID`]).
+    pub id: String,
+    /// Idle installed standby servers.
+    pub idle: u32,
 }
 
 pub struct CatalogStore {
@@ -297,6 +312,24 @@ impl CatalogStore {
         }
     }
 
+    /// The standby pools of the Elastic Metal NodeClass `class` (all of
+    /// them: an empty list removes its reserved offerings). Published at once
+    /// when anything changed, so that an adoption that took the last idle
+    /// server is seen by the next scheduling round.
+    pub fn set_reservations(&self, class: &str, pools: Vec<ReservedPool>) {
+        let mut inputs = self.lock();
+        let current = inputs.reservations.get(class).map(Vec::as_slice);
+        if current.unwrap_or_default() == pools.as_slice() {
+            return;
+        }
+        if pools.is_empty() {
+            inputs.reservations.remove(class);
+        } else {
+            inputs.reservations.insert(class.to_string(), pools);
+        }
+        self.publish(&inputs, Instant::now());
+    }
+
     /// An order of `offer` in `zone` failed for lack of capacity: the offering
     /// is unavailable until the TTL passes, so that Karpenter stops choosing it.
     pub fn mark_unavailable(&self, offer: &str, zone: &str) {
@@ -384,21 +417,31 @@ impl CatalogStore {
     /// revision and wakes the watchers, one with the same content only updates
     /// the refresh time, silently. Returns the current revision.
     fn publish(&self, inputs: &Inputs, now: Instant) -> u64 {
-        let view = |kind, class: &ClassView| {
+        let view = |kind, class: &ClassView, pools: &[ReservedPool]| {
             let base = inputs.base.get(&kind).map_or(&[][..], Vec::as_slice);
-            Arc::new(view(inputs, base, now, class))
+            let mut types = view(inputs, base, now, class);
+            add_reservations(&mut types, pools);
+            Arc::new(types)
         };
         let any = ClassView::default();
-        let default = view(ClassKind::ElasticMetal, &any);
+        let default = view(ClassKind::ElasticMetal, &any, &[]);
         let kind_defaults = ClassKind::ALL
             .into_iter()
             .filter(|k| *k != ClassKind::ElasticMetal)
-            .map(|k| (k, view(k, &any)))
+            .map(|k| (k, view(k, &any, &[])))
             .collect();
         let per_class = inputs
             .classes
             .iter()
-            .map(|((kind, name), c)| ((*kind, name.clone()), view(*kind, c)))
+            .map(|((kind, name), c)| {
+                let pools = match kind {
+                    ClassKind::ElasticMetal => {
+                        inputs.reservations.get(name).map_or(&[][..], Vec::as_slice)
+                    }
+                    _ => &[][..],
+                };
+                ((*kind, name.clone()), view(*kind, c, pools))
+            })
             .collect();
         let mut next = Snapshot {
             revision: 0,
@@ -472,6 +515,40 @@ fn view(
             (!it.offerings.is_empty()).then_some(it)
         })
         .collect()
+}
+
+/// Adds one `reserved` offering per standby pool to its type, priced at the
+/// type's on-demand offering in that zone (as the view bills it) divided by
+/// [`super::RESERVED_PRICE_DIVISOR`]. A pool whose offer or zone is not in
+/// the view (unknown offer, zone outside the NodeClass) adds nothing: there
+/// is no price to derive and nothing a NodePool of this NodeClass could use.
+/// A pool with no idle server stays listed, unavailable with capacity 0
+/// (core drifts nodes whose offering disappears).
+fn add_reservations(types: &mut [InstanceType], pools: &[ReservedPool]) {
+    for pool in pools {
+        let Some(it) = types.iter_mut().find(|t| t.name == pool.offer) else {
+            continue;
+        };
+        let Some(on_demand) = it
+            .offerings
+            .iter()
+            .find(|o| o.zone == pool.zone && o.reservation.is_none())
+            .cloned()
+        else {
+            continue;
+        };
+        let available = pool.idle > 0;
+        it.offerings.push(super::Offering {
+            price: on_demand.price / super::RESERVED_PRICE_DIVISOR,
+            available,
+            unavailable_reason: (!available).then(|| "no idle standby server".to_string()),
+            reservation: Some(super::OfferingReservation {
+                id: pool.id.clone(),
+                capacity: pool.idle,
+            }),
+            ..on_demand
+        });
+    }
 }
 
 /// Background refresh: reads the hourly and monthly offers of every zone

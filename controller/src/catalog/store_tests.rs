@@ -506,3 +506,197 @@ fn an_instance_class_sees_only_pairs_with_an_image_and_its_root_volume() {
     // The overhead follows the larger disk (eviction thresholds are a share of it).
     assert_eq!(pop2.overhead, Overhead::estimate(&pop2.capacity));
 }
+
+fn reserved(s: &Snapshot, class: &str, name: &str) -> Vec<super::super::Offering> {
+    s.for_class(ClassKind::ElasticMetal, Some(class))
+        .iter()
+        .find(|t| t.name == name)
+        .map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.reservation.is_some())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn standby_pools_are_reserved_offerings_of_their_class_only() {
+    let store = CatalogStore::new(Duration::from_secs(60));
+    store.set_base(base());
+    store.set_node_classes(
+        ClassKind::ElasticMetal,
+        BTreeMap::from([
+            ("warm".to_string(), ClassView::default()),
+            ("cold".to_string(), ClassView::default()),
+        ]),
+    );
+    let before = store.snapshot().revision;
+    let id = super::super::reservation_id("warm", "EM-A115X-SSD", "fr-par-2");
+    assert_eq!(id, "warm.em-a115x-ssd.fr-par-2");
+    store.set_reservations(
+        "warm",
+        vec![ReservedPool {
+            offer: "EM-A115X-SSD".into(),
+            zone: "fr-par-2".into(),
+            id: id.clone(),
+            idle: 2,
+        }],
+    );
+    let s = store.snapshot();
+    assert_eq!(s.revision, before + 1, "a new pool is a new catalog");
+    let on_demand = offering(&s, Some("warm"), "EM-A115X-SSD", "fr-par-2").unwrap();
+    let r = reserved(&s, "warm", "EM-A115X-SSD");
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].zone, "fr-par-2");
+    assert!(r[0].available);
+    assert_eq!(
+        r[0].reservation,
+        Some(super::super::OfferingReservation {
+            id: id.clone(),
+            capacity: 2
+        })
+    );
+    assert!((r[0].price - on_demand.price / 10_000_000.0).abs() < 1e-15);
+    assert!(r[0].price > 0.0, "a price of 0 would stop consolidation");
+    let reqs = r[0].requirements();
+    assert!(reqs.contains(&super::super::Requirement::is_in(
+        "karpenter.sh/capacity-type",
+        ["reserved".to_string()]
+    )));
+    assert!(reqs.contains(&super::super::Requirement::is_in(
+        "karpenter.scaleway.com/reservation-id",
+        [id.clone()]
+    )));
+    // The type now admits both capacity types and names its reservation.
+    let it = s
+        .for_class(ClassKind::ElasticMetal, Some("warm"))
+        .iter()
+        .find(|t| t.name == "EM-A115X-SSD")
+        .cloned()
+        .unwrap();
+    let type_reqs = it.requirements();
+    let ct = type_reqs
+        .iter()
+        .find(|r| r.key == "karpenter.sh/capacity-type")
+        .unwrap();
+    assert_eq!(
+        ct.values,
+        vec!["on-demand".to_string(), "reserved".to_string()]
+    );
+    let rid = type_reqs
+        .iter()
+        .find(|r| r.key == "karpenter.scaleway.com/reservation-id")
+        .unwrap();
+    assert_eq!(rid.operator, super::super::Operator::In);
+    assert_eq!(rid.values, vec![id.clone()]);
+    // The on-demand offering says it has no reservation.
+    assert!(
+        on_demand
+            .requirements()
+            .iter()
+            .any(|r| r.key == "karpenter.scaleway.com/reservation-id"
+                && r.operator == super::super::Operator::DoesNotExist)
+    );
+    // Other classes and the default catalog are untouched.
+    assert!(reserved(&s, "cold", "EM-A115X-SSD").is_empty());
+    assert!(
+        s.default
+            .iter()
+            .all(|t| t.offerings.iter().all(|o| o.reservation.is_none()))
+    );
+
+    // The last idle server taken: still listed, unavailable, capacity 0.
+    store.set_reservations(
+        "warm",
+        vec![ReservedPool {
+            offer: "EM-A115X-SSD".into(),
+            zone: "fr-par-2".into(),
+            id: id.clone(),
+            idle: 0,
+        }],
+    );
+    let s = store.snapshot();
+    assert_eq!(s.revision, before + 2);
+    let r = reserved(&s, "warm", "EM-A115X-SSD");
+    assert_eq!(r.len(), 1);
+    assert!(!r[0].available);
+    assert_eq!(r[0].reservation.as_ref().unwrap().capacity, 0);
+    // The same pools again: no new revision.
+    store.set_reservations(
+        "warm",
+        vec![ReservedPool {
+            offer: "EM-A115X-SSD".into(),
+            zone: "fr-par-2".into(),
+            id,
+            idle: 0,
+        }],
+    );
+    assert_eq!(store.snapshot().revision, before + 2);
+    // A refused order of the offer leaves the reservation available: its
+    // servers exist already.
+    store.set_reservations(
+        "warm",
+        vec![ReservedPool {
+            offer: "EM-A115X-SSD".into(),
+            zone: "fr-par-2".into(),
+            id: "warm.em-a115x-ssd.fr-par-2".into(),
+            idle: 1,
+        }],
+    );
+    store.mark_unavailable("EM-A115X-SSD", "fr-par-2");
+    let s = store.snapshot();
+    assert_eq!(
+        offering_available(&s, Some("warm"), "EM-A115X-SSD", "fr-par-2"),
+        Some(false)
+    );
+    assert!(reserved(&s, "warm", "EM-A115X-SSD")[0].available);
+    store.set_reservations("warm", vec![]);
+    assert!(reserved(&store.snapshot(), "warm", "EM-A115X-SSD").is_empty());
+}
+
+#[test]
+fn pools_outside_the_view_add_nothing() {
+    let store = CatalogStore::new(Duration::from_secs(60));
+    store.set_base(base());
+    store.set_node_classes(
+        ClassKind::ElasticMetal,
+        BTreeMap::from([("warm".to_string(), vec!["nl-ams-1".to_string()])]),
+    );
+    store.set_reservations(
+        "warm",
+        vec![
+            ReservedPool {
+                offer: "EM-A115X-SSD".into(),
+                zone: "fr-par-2".into(),
+                id: "a".into(),
+                idle: 1,
+            },
+            ReservedPool {
+                offer: "EM-NOPE".into(),
+                zone: "nl-ams-1".into(),
+                id: "b".into(),
+                idle: 1,
+            },
+        ],
+    );
+    let s = store.snapshot();
+    assert!(
+        s.for_class(ClassKind::ElasticMetal, Some("warm"))
+            .iter()
+            .all(|t| t.offerings.iter().all(|o| o.reservation.is_none()))
+    );
+}
+
+#[test]
+fn long_reservation_ids_are_hashed_to_a_label_value() {
+    let class = "a".repeat(60);
+    let id = super::super::reservation_id(&class, "EM-A115X-SSD", "fr-par-2");
+    assert!(id.starts_with("standby-"), "{id}");
+    assert_eq!(id.len(), "standby-".len() + 16);
+    assert_ne!(
+        id,
+        super::super::reservation_id(&class, "EM-A115X-SSD", "fr-par-1")
+    );
+}

@@ -111,7 +111,10 @@ pub fn instance_type(it: &InstanceType) -> pb::InstanceType {
                 requirements: o.requirements().iter().map(requirement).collect(),
                 price: o.price,
                 available: o.available,
-                reservation_capacity: 0,
+                reservation_capacity: o
+                    .reservation
+                    .as_ref()
+                    .map_or(0, |r| i32::try_from(r.capacity).unwrap_or(i32::MAX)),
             })
             .collect(),
         capacity: it.capacity.to_quantities(true).into_iter().collect(),
