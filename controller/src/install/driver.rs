@@ -138,6 +138,18 @@ impl Driver<'_> {
                     self.event(machine::phase_event(message)).await;
                 }
             }
+            Some(p) if p.phase == Some(Phase::Standby) => {
+                info!(phase = %state.phase, "adopting a standby server");
+                self.event(InstallEvent {
+                    warning: false,
+                    reason: "StandbyAdopted".to_string(),
+                    message: format!(
+                        "maintenance: adopted standby server {} ({}, {}), installed and waiting in Talos maintenance mode; applying this node's machine config",
+                        self.spec.server_id, self.spec.offer_name, self.spec.zone
+                    ),
+                })
+                .await;
+            }
             Some(p) => {
                 let from = p.phase.map_or("none", Phase::as_str);
                 info!(persisted_phase = %from, phase = %state.phase, image_attempts = state.image_attempts,
@@ -224,8 +236,12 @@ impl Driver<'_> {
             }
             match &action {
                 Action::Fail { reason, class } => return self.fail(&state, reason, *class).await,
+                Action::Finish if state.phase == Phase::Standby => {
+                    self.save_final(&state).await;
+                    return self.finish_standby().await;
+                }
                 Action::Finish => {
-                    self.save_joined(&state).await;
+                    self.save_final(&state).await;
                     crashpoint::reached(CrashPoint::JoinedSaved, &self.spec.node_claim_name);
                     return self.finish().await;
                 }
@@ -308,13 +324,15 @@ impl Driver<'_> {
         }
     }
 
-    /// `joined` is the last save: no later transition would retry it, so it
-    /// is retried here. Left unsaved, the NodeClaim stays at `configured`,
-    /// which a restart resumes harmlessly (every join step is idempotent).
-    async fn save_joined(&mut self, state: &State) {
+    /// `joined` (or `standby`) is the last save: no later transition would
+    /// retry it, so it is retried here. Left unsaved, the NodeClaim stays at
+    /// `configured`, which a restart resumes harmlessly (every join step is
+    /// idempotent); a standby server stays at `booting`, which a restart
+    /// resumes by probing Talos again.
+    async fn save_final(&mut self, state: &State) {
         let mut pause = self.engine.deps.settings.probe_interval;
         for _ in 1..CLEANUP_ATTEMPTS {
-            if self.saved.as_ref().and_then(|p| p.phase) == Some(Phase::Joined) {
+            if self.saved.as_ref().and_then(|p| p.phase) == Some(state.phase) {
                 return;
             }
             sleep(pause).await;
@@ -576,6 +594,29 @@ impl Driver<'_> {
             message: format!(
                 "joined: Node {} is Ready, {} after the install began",
                 self.spec.node_name,
+                human(took)
+            ),
+        })
+        .await;
+    }
+
+    /// A standby install is done: the server waits in maintenance mode.
+    async fn finish_standby(self) {
+        install_metrics().count_outcome("standby");
+        let took = Utc::now().trunc_subsecs(0) - self.started;
+        let took = took.to_std().unwrap_or_default();
+        info!(
+            took_s = took.as_secs(),
+            "standby install finished: the server waits in Talos maintenance mode"
+        );
+        self.event(InstallEvent {
+            warning: false,
+            reason: "StandbyReady".to_string(),
+            message: format!(
+                "standby: server {} ({}, {}) is installed and waits in Talos maintenance mode, {} after its install began",
+                self.spec.server_id,
+                self.spec.offer_name,
+                self.spec.zone,
                 human(took)
             ),
         })

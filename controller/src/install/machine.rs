@@ -55,6 +55,9 @@ pub enum Step {
     ResumeBooting,
     /// Resumed in maintenance: learning the server's address.
     ResumeMaintenance,
+    /// Adopting a standby server: learning its address (the maintenance API
+    /// answered before, and no config was ever applied).
+    Adopt,
     /// Waiting for the Talos maintenance API to answer.
     ProbeTalos,
     /// The config may have been applied with the answer lost, and the
@@ -398,6 +401,7 @@ fn transition(
             | Step::ResumeRescue
             | Step::ResumeBooting
             | Step::ResumeMaintenance
+            | Step::Adopt
             | Step::RetryRebootRescue
             | Step::RetryRebootNormal,
             Observation::ApiFailed(_),
@@ -620,6 +624,26 @@ fn transition(
             }
         }
 
+        (Step::Adopt, Observation::Server(server)) => {
+            match (server.status == ServerStatus::Ready, server.ipv4()) {
+                (true, Some(host)) => {
+                    let next = State {
+                        host: Some(host.to_string()),
+                        ..stay(state, Step::ProbeTalos)
+                    };
+                    let action = probe(&next);
+                    (next, action)
+                }
+                _ => (state.clone(), Action::PollServer),
+            }
+        }
+        // A standby install ends where a node's would apply its config.
+        (Step::ProbeTalos, Observation::TalosUp)
+            if plan.target == crate::install::Target::Standby
+                && state.phase == Phase::Booting =>
+        {
+            (go(state, Phase::Standby, Step::Done, now), Action::Finish)
+        }
         (Step::ProbeTalos, Observation::TalosUp) => {
             let next = State {
                 apply_uncertain_since: None,

@@ -103,7 +103,7 @@ pub(super) fn due(
         // A resumed install found its server up: probe now. After the normal
         // reboot call, the server first has to go down and boot.
         Action::ProbeTalos { .. } => match before.step {
-            Step::ResumeBooting | Step::ResumeMaintenance => at_once,
+            Step::ResumeBooting | Step::ResumeMaintenance | Step::Adopt => at_once,
             // The normal reboot is under way: the boot's cadence.
             Step::RebootNormal | Step::ProbeTalos if next.phase == Phase::Booting => {
                 return boot_probe(plan, next.since, now);

@@ -68,6 +68,12 @@ pub fn phase_message(plan: &Plan, state: &State) -> Option<String> {
             or_unknown(&state.mac),
             plan.node_name
         ),
+        Phase::Standby => format!(
+            "standby: Talos maintenance API up on {} (install disk /dev/{}, primary NIC {}); the server waits without config to be adopted",
+            or_unknown(&state.host),
+            or_unknown(&state.disk),
+            or_unknown(&state.mac)
+        ),
         Phase::Joined | Phase::Failed => return None,
     })
 }

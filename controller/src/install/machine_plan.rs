@@ -46,6 +46,8 @@ pub struct Plan {
     pub offer_name: String,
     pub node_name: String,
     pub rescue_ssh_key_id: String,
+    /// Where the install ends (a node, or a standby server).
+    pub target: crate::install::Target,
 }
 
 impl Plan {
@@ -83,6 +85,7 @@ impl Plan {
             offer_name: spec.offer_name.clone(),
             node_name: spec.node_name.clone(),
             rescue_ssh_key_id: spec.rescue_ssh_key_id.clone(),
+            target: spec.target,
         })
     }
 
@@ -95,7 +98,7 @@ impl Plan {
             Phase::Booting => Some(d.booting),
             Phase::Maintenance => Some(d.maintenance),
             Phase::Configured => Some(d.join),
-            Phase::Joined | Phase::Failed => None,
+            Phase::Joined | Phase::Failed | Phase::Standby => None,
         }
     }
 

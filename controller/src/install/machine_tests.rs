@@ -43,6 +43,7 @@ fn plan() -> Plan {
         zone: "fr-par-2".into(),
         offer_name: "EM-A115X-SSD".into(),
         node_name: "default-abc12".into(),
+        target: crate::install::Target::Node,
         rescue_ssh_key_id: "key-1".into(),
     }
 }

@@ -123,6 +123,21 @@ pub struct InstallSpec {
     /// catalog's overhead was computed from; `None` when the hardware is not
     /// known (then the base config's or Talos' defaults apply).
     pub kubelet_reservations: Option<crate::catalog::KubeletReservations>,
+    /// Where the install ends: a node, or a standby server.
+    pub target: Target,
+}
+
+/// Where an install ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Target {
+    /// The machine config is applied and the Node joins (`joined`).
+    #[default]
+    Node,
+    /// The server is left in Talos maintenance mode without config
+    /// (`standby`), to be adopted by a node later (see `provider/standby`).
+    /// Such an install has no NodeClaim: its `node_claim_name` is the key its
+    /// [`NodePort`] knows the server by, and its node fields are unused.
+    Standby,
 }
 
 /// The prefix of the NodeClaim annotations that persist an install's progress.
@@ -238,7 +253,7 @@ impl CapacityPort for crate::catalog::CatalogStore {
     }
 }
 
-/// Where an install stands. `Failed` and `Joined` are terminal.
+/// Where an install stands. `Failed`, `Joined` and `Standby` are terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
     Ordered,
@@ -251,6 +266,9 @@ pub enum Phase {
     Configured,
     Joined,
     Failed,
+    /// A standby install is done: the server waits in Talos maintenance mode,
+    /// without config. Resuming from it (in the node engine) is an adoption.
+    Standby,
 }
 
 impl Phase {
@@ -266,6 +284,7 @@ impl Phase {
             Phase::Configured => "configured",
             Phase::Joined => "joined",
             Phase::Failed => "failed",
+            Phase::Standby => "standby",
         }
     }
 
@@ -281,13 +300,14 @@ impl Phase {
             Phase::Configured,
             Phase::Joined,
             Phase::Failed,
+            Phase::Standby,
         ]
         .into_iter()
         .find(|p| p.as_str() == s)
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Joined | Phase::Failed)
+        matches!(self, Phase::Joined | Phase::Failed | Phase::Standby)
     }
 }
 
@@ -474,7 +494,9 @@ pub struct EngineDeps {
 #[derive(Clone)]
 pub struct InstallEngine {
     deps: EngineDeps,
-    phases: Arc<Mutex<HashMap<String, Phase>>>,
+    /// Server id → the key of the install that owns it (the NodeClaim) and
+    /// where that install stands.
+    phases: Arc<Mutex<HashMap<String, (String, Phase)>>>,
     /// How long deliveries and boots took, per offer and zone (`history.rs`).
     history: Arc<history::History>,
     /// Servers whose install is inside its delivery window now.
@@ -499,6 +521,25 @@ impl InstallEngine {
         self.launch(spec, None)
     }
 
+    /// Adopts a standby server (installed, in Talos maintenance mode without
+    /// config, its disk and primary NIC found by its standby install): the
+    /// install continues at `maintenance`, applies the node's config and
+    /// waits for the Node. The progress saved from then on is the NodeClaim's,
+    /// so a restart resumes it like any install.
+    pub fn adopt(&self, spec: InstallSpec, disk: String, mac: String, host_key: Option<String>) {
+        let now = chrono::Utc::now();
+        let progress = Progress {
+            phase: Some(Phase::Standby),
+            phase_since: Some(now),
+            disk: Some(disk),
+            mac: Some(mac),
+            host_key,
+            started: Some(now),
+            ..Progress::default()
+        };
+        self.launch(spec, Some(progress))
+    }
+
     /// Resumes an install a previous controller (or leader) started, from the
     /// progress persisted on its NodeClaim (see `resume.rs` for where each
     /// phase picks up). Like [`Self::start`], a server whose install already
@@ -512,15 +553,25 @@ impl InstallEngine {
         {
             let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
             match phases.get(&spec.server_id) {
-                // A failed install may be retried if the server is handed again.
-                Some(phase) if *phase != Phase::Failed => return,
+                // A failed install may be retried if the server is handed
+                // again; a server that reached standby, or that another
+                // NodeClaim owned, starts a new install.
+                Some((owner, phase))
+                    if *owner == spec.node_claim_name
+                        && !matches!(phase, Phase::Failed | Phase::Standby) =>
+                {
+                    return;
+                }
                 _ => {}
             }
             let phase = progress
                 .as_ref()
                 .and_then(|p| p.phase)
                 .unwrap_or(Phase::Ordered);
-            phases.insert(spec.server_id.clone(), phase);
+            phases.insert(
+                spec.server_id.clone(),
+                (spec.node_claim_name.clone(), phase),
+            );
         }
         let engine = self.clone();
         tokio::spawn(async move { driver::run(engine, spec, progress).await });
@@ -532,7 +583,7 @@ impl InstallEngine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(server_id)
-            .copied()
+            .map(|(_, phase)| *phase)
     }
 
     /// Drops what this engine knows of a server, so that the next
@@ -569,7 +620,7 @@ impl InstallEngine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .filter(|p| {
+            .filter(|(_, p)| {
                 matches!(
                     p,
                     Phase::Ordered | Phase::Delivering | Phase::Ready | Phase::Rescue
@@ -579,10 +630,14 @@ impl InstallEngine {
     }
 
     fn set_phase(&self, server_id: &str, phase: Phase) {
-        self.phases
+        if let Some(entry) = self
+            .phases
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(server_id.to_string(), phase);
+            .get_mut(server_id)
+        {
+            entry.1 = phase;
+        }
     }
 }
 

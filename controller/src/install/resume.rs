@@ -22,6 +22,7 @@ use super::machine::{Action, FailureClass, State, Step};
 /// | rescue, imaging | waiting for the server in rescue mode, reconnecting (same host key) and writing the image from scratch; not in rescue any more → a new rescue boot |
 /// | booting | looking at the server: still booted into rescue → the normal reboot, else probing Talos |
 /// | maintenance | probing Talos and applying the config; a Ready Node, or a maintenance API that stays down for the apply grace, means the config was applied just before the restart |
+/// | standby | an adoption ([`super::InstallEngine::adopt`]): probing Talos and applying the config, no doubt about an earlier apply |
 /// | configured | waiting for the Node |
 /// | joined | nothing ([`Action::Finish`]) |
 /// | failed | the cleanup again ([`Action::Fail`]) |
@@ -64,9 +65,17 @@ pub fn resume(progress: &Progress, since: Instant, now: Instant) -> (State, Acti
             at(Phase::Maintenance, Step::ResumeMaintenance),
             Action::PollServer,
         ),
+        // An adoption: the server waits in maintenance mode without config.
+        Some(Phase::Standby) if installed => (
+            State {
+                since: now,
+                ..at(Phase::Maintenance, Step::Adopt)
+            },
+            Action::PollServer,
+        ),
         // Without the disk and the MAC the config cannot be rendered: install
         // again from a new rescue boot.
-        Some(Phase::Booting | Phase::Maintenance) => (
+        Some(Phase::Booting | Phase::Maintenance | Phase::Standby) => (
             State {
                 since: now,
                 image_attempts: 0,

@@ -51,5 +51,6 @@ pub fn spec(image_url: &str) -> InstallSpec {
             pods: 110,
             nvidia_gpus: 0,
         })),
+        target: super::Target::Node,
     }
 }

@@ -126,6 +126,7 @@ pub fn install_spec(
             .and_then(|m| m.get(arch).cloned()),
         bootstrap_token,
         kubelet_reservations: placement.kubelet_reservations,
+        target: crate::install::Target::Node,
     })
 }
 
