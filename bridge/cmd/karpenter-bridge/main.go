@@ -88,8 +88,8 @@ func main() {
 		fail(err, "reading provider repair policies")
 	}
 	logger.Info("provider ready", "provider", info.GetName(), "providerVersion", info.GetProviderVersion(),
-		"nodeClasses", nodeClasses, "wellKnownLabels", info.GetWellKnownLabels(), "repairPolicies", len(repairPolicies),
-		"socket", opts.Socket)
+		"nodeClasses", nodeClasses, "wellKnownLabels", info.GetWellKnownLabels(), "reservationIDLabel", info.GetReservationIdLabel(),
+		"repairPolicies", len(repairPolicies), "socket", opts.Socket)
 
 	leadership := cloudprovider.NewLeadership(client, opts.Identity, opts.CallTimeout)
 	cp := cloudprovider.New(client, opts, info, repairPolicies, leadership)

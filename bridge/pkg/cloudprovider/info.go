@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
 	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
 	"github.com/karpenter-provider-scaleway/bridge/pkg/nodeclass"
@@ -74,7 +76,9 @@ func WaitForInfo(ctx context.Context, client pb.CloudProviderClient, callTimeout
 // Karpenter core reads: the NodeClass kinds go into scheme (core resolves
 // NodeClasses through object.GVK and the manager's client, both backed by
 // client-go's scheme.Scheme in production), the provider's labels become
-// well-known, and their domains restricted. Call it before the controllers are
+// well-known, and their domains restricted, and the reservation id label (if
+// the provider serves reserved capacity) becomes core's ReservationIDLabel and
+// one of its ReservedCapacityLabels. Call it before the controllers are
 // built. It returns the NodeClass kinds in Info order, kind i bound to the
 // Go type nodeclass.New(i) returns.
 func Register(scheme *runtime.Scheme, info *pb.InfoResponse) ([]schema.GroupVersionKind, error) {
@@ -96,6 +100,9 @@ func Register(scheme *runtime.Scheme, info *pb.InfoResponse) ([]schema.GroupVers
 			return nil, fmt.Errorf("provider Info well-known label %q: %s", label, strings.Join(errs, "; "))
 		}
 	}
+	if err := checkReservationIDLabel(info); err != nil {
+		return nil, err
+	}
 	if err := nodeclass.Register(scheme, gvks); err != nil {
 		return nil, fmt.Errorf("provider Info NodeClass kinds: %w", err)
 	}
@@ -112,7 +119,36 @@ func Register(scheme *runtime.Scheme, info *pb.InfoResponse) ([]schema.GroupVers
 			v1.RestrictedLabelDomains.Insert(domain)
 		}
 	}
+	if label := info.GetReservationIdLabel(); label != "" {
+		cloudprovider.ReservationIDLabel = label
+		cloudprovider.ReservedCapacityLabels.Insert(label)
+	}
 	return gvks, nil
+}
+
+// checkReservationIDLabel validates the label that identifies the reservation
+// of reserved offerings, before Register changes any global. Core reads the
+// id of a reserved offering through cloudprovider.ReservationIDLabel and
+// counts its remaining capacity per id; left unset, every reservation would
+// read as the same empty id. The label must be well-known: core completes the
+// NodeClaims it plans into a reservation with a requirement on it, and a
+// NodePool may select a reservation with it. Core has one such label per
+// process, so a second answer may not name another.
+func checkReservationIDLabel(info *pb.InfoResponse) error {
+	label := info.GetReservationIdLabel()
+	if label == "" {
+		return nil
+	}
+	if errs := validation.IsQualifiedName(label); len(errs) > 0 {
+		return fmt.Errorf("provider Info reservation id label %q: %s", label, strings.Join(errs, "; "))
+	}
+	if !slices.Contains(info.GetWellKnownLabels(), label) {
+		return fmt.Errorf("provider Info reservation id label %q is not among its well-known labels %v", label, info.GetWellKnownLabels())
+	}
+	if current := cloudprovider.ReservationIDLabel; current != "" && current != label {
+		return fmt.Errorf("provider Info reservation id label %q: the reservation id label is already registered as %q", label, current)
+	}
+	return nil
 }
 
 func isKubernetesDomain(domain string) bool {

@@ -3,6 +3,7 @@ package cloudprovider
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,6 @@ func convertInstanceType(in *pb.InstanceType) (*cloudprovider.InstanceType, erro
 	if err != nil {
 		return nil, fmt.Errorf("requirements: %w", err)
 	}
-	completeWellKnownLabels(reqs)
 
 	offerings := make(cloudprovider.Offerings, 0, len(in.GetOfferings()))
 	for i, o := range in.GetOfferings() {
@@ -53,6 +53,7 @@ func convertInstanceType(in *pb.InstanceType) (*cloudprovider.InstanceType, erro
 		}
 		offerings = append(offerings, offering)
 	}
+	completeWellKnownLabels(reqs, offerings)
 
 	capacity, err := convertResources(in.GetCapacity())
 	if err != nil {
@@ -172,10 +173,22 @@ func convertRequirement(in *pb.Requirement) (*scheduling.Requirement, error) {
 // a pod selecting e.g. a region would be scheduled onto a type that will never
 // carry that label. The NodePool label is the exception: it comes from the
 // NodePool's template, not from the instance type, and a DoesNotExist there
-// would make every type incompatible with every NodePool.
-func completeWellKnownLabels(reqs scheduling.Requirements) {
+// would make every type incompatible with every NodePool. So are core's
+// reserved-capacity labels (the reservation id) on a type sold from a
+// reservation: its nodes carry the label or not depending on the offering,
+// which no requirement of the type can say (DoesNotExist would turn away a
+// pod that selects the reservation, In [id] a pod that avoids reservations).
+// Left undefined, core matches them against the offerings alone, whose
+// requirements say it exactly.
+func completeWellKnownLabels(reqs scheduling.Requirements, offerings cloudprovider.Offerings) {
+	reserved := slices.ContainsFunc(offerings, func(o *cloudprovider.Offering) bool {
+		return o.CapacityType() == v1.CapacityTypeReserved
+	})
 	for key := range v1.WellKnownLabels {
 		if key == v1.NodePoolLabelKey || reqs.Has(key) {
+			continue
+		}
+		if reserved && cloudprovider.ReservedCapacityLabels.Has(key) {
 			continue
 		}
 		reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpDoesNotExist))

@@ -50,8 +50,10 @@ import (
 	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
 )
 
-// solve is one provisioning round: what the provisioner does per batch.
-func solve(ctx context.Context, cp cloudprovider.CloudProvider, pools []*v1.NodePool, pods []*corev1.Pod) (scheduling.Results, error) {
+// solve is one provisioning round: what the provisioner does per batch. opts
+// add to the scheduler's options (the provisioner itself passes
+// scheduling.DisableReservedCapacityFallback).
+func solve(ctx context.Context, cp cloudprovider.CloudProvider, pools []*v1.NodePool, pods []*corev1.Pod, opts ...scheduling.Options) (scheduling.Results, error) {
 	byPool := map[string][]*cloudprovider.InstanceType{}
 	for _, pool := range pools {
 		its, err := cp.GetInstanceTypes(ctx, pool)
@@ -68,7 +70,7 @@ func solve(ctx context.Context, cp cloudprovider.CloudProvider, pools []*v1.Node
 		return scheduling.Results{}, err
 	}
 	s := scheduling.NewScheduler(ctx, kube, pools, cluster, nil, topology, byPool, nil,
-		events.NewRecorder(&record.FakeRecorder{}), clk, nil, nil, scheduling.NumConcurrentReconciles(5))
+		events.NewRecorder(&record.FakeRecorder{}), clk, nil, nil, append([]scheduling.Options{scheduling.NumConcurrentReconciles(5)}, opts...)...)
 	return s.Solve(ctx, pods)
 }
 

@@ -1019,9 +1019,16 @@ type Offering struct {
 	// Must include karpenter.sh/capacity-type and topology.kubernetes.io/zone.
 	Requirements []*Requirement `protobuf:"bytes,1,rep,name=requirements,proto3" json:"requirements,omitempty"`
 	// Hourly price in the catalog currency.
-	Price               float64 `protobuf:"fixed64,2,opt,name=price,proto3" json:"price,omitempty"`
-	Available           bool    `protobuf:"varint,3,opt,name=available,proto3" json:"available,omitempty"`
-	ReservationCapacity int32   `protobuf:"varint,4,opt,name=reservation_capacity,json=reservationCapacity,proto3" json:"reservation_capacity,omitempty"`
+	Price     float64 `protobuf:"fixed64,2,opt,name=price,proto3" json:"price,omitempty"`
+	Available bool    `protobuf:"varint,3,opt,name=available,proto3" json:"available,omitempty"`
+	// How many more nodes core may launch into this offering's reservation;
+	// read only on reserved offerings (karpenter.sh/capacity-type In
+	// [reserved]), 0 on every other offering. Core never plans more nodes into
+	// a reservation than this. A reserved offering whose capacity is used up
+	// stays listed, with 0 and available = false: core's provisioner defers,
+	// rather than sends elsewhere, a pod that fits an available reserved
+	// offering it cannot reserve.
+	ReservationCapacity int32 `protobuf:"varint,4,opt,name=reservation_capacity,json=reservationCapacity,proto3" json:"reservation_capacity,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -1426,8 +1433,15 @@ type InfoResponse struct {
 	// well-known (and their domains as restricted) by the host.
 	WellKnownLabels []string `protobuf:"bytes,3,rep,name=well_known_labels,json=wellKnownLabels,proto3" json:"well_known_labels,omitempty"`
 	ProviderVersion string   `protobuf:"bytes,4,opt,name=provider_version,json=providerVersion,proto3" json:"provider_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The label key carrying the reservation id of reserved offerings: each
+	// reserved offering requires it In [id], every other offering requires it
+	// DoesNotExist; an instance type with reserved offerings leaves it out of
+	// its own requirements (the host matches it on the offerings). Empty: the
+	// provider serves no reserved capacity. It must also be listed in
+	// well_known_labels.
+	ReservationIdLabel string `protobuf:"bytes,5,opt,name=reservation_id_label,json=reservationIdLabel,proto3" json:"reservation_id_label,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -1484,6 +1498,13 @@ func (x *InfoResponse) GetWellKnownLabels() []string {
 func (x *InfoResponse) GetProviderVersion() string {
 	if x != nil {
 		return x.ProviderVersion
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetReservationIdLabel() string {
+	if x != nil {
+		return x.ReservationIdLabel
 	}
 	return ""
 }
@@ -1734,12 +1755,13 @@ const file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc = "" +
 	"\x0econdition_type\x18\x01 \x01(\tR\rconditionType\x12)\n" +
 	"\x10condition_status\x18\x02 \x01(\tR\x0fconditionStatus\x12-\n" +
 	"\x12toleration_seconds\x18\x03 \x01(\x03R\x11tolerationSeconds\"\r\n" +
-	"\vInfoRequest\"\xc7\x01\n" +
+	"\vInfoRequest\"\xf9\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12L\n" +
 	"\fnode_classes\x18\x02 \x03(\v2).karpenter.cloudprovider.v1.NodeClassKindR\vnodeClasses\x12*\n" +
 	"\x11well_known_labels\x18\x03 \x03(\tR\x0fwellKnownLabels\x12)\n" +
-	"\x10provider_version\x18\x04 \x01(\tR\x0fproviderVersion\"S\n" +
+	"\x10provider_version\x18\x04 \x01(\tR\x0fproviderVersion\x120\n" +
+	"\x14reservation_id_label\x18\x05 \x01(\tR\x12reservationIdLabel\"S\n" +
 	"\rNodeClassKind\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
