@@ -279,14 +279,13 @@ impl InstanceType {
             .collect();
         reqs.push(Requirement::is_in(LABEL_ZONE, zones));
         reqs.push(Requirement::is_in(LABEL_REGION, regions));
-        // Reserved offerings widen the capacity type and name their
-        // reservations (as core's own reserved instance types do).
-        let reservations: BTreeSet<String> = self
-            .offerings
-            .iter()
-            .filter_map(|o| o.reservation.as_ref().map(|r| r.id.clone()))
-            .collect();
-        if !reservations.is_empty() {
+        // Reserved offerings widen the capacity type. The reservation id is
+        // left to the offerings: no type-level requirement on it is right
+        // for both a pod that selects a reservation and one that avoids
+        // them, and an undefined well-known label matches anything at the
+        // type level (the bridge does not fill it in for such types).
+        let reserved = self.offerings.iter().any(|o| o.reservation.is_some());
+        if reserved {
             let mut types: BTreeSet<String> = self
                 .offerings
                 .iter()
@@ -297,9 +296,11 @@ impl InstanceType {
             }
             reqs.retain(|r| r.key != LABEL_CAPACITY_TYPE);
             reqs.push(Requirement::is_in(LABEL_CAPACITY_TYPE, types));
-            reqs.push(Requirement::is_in(LABEL_RESERVATION_ID, reservations));
         }
         for key in CORE_WELL_KNOWN.iter().chain(PROVIDER_LABELS) {
+            if reserved && *key == LABEL_RESERVATION_ID {
+                continue;
+            }
             if !reqs.iter().any(|r| r.key == *key) {
                 reqs.push(Requirement::does_not_exist(key));
             }

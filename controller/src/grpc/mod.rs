@@ -289,6 +289,7 @@ impl CloudProvider for CloudProviderService {
                 })
                 .collect(),
             well_known_labels: PROVIDER_LABELS.iter().map(|l| l.to_string()).collect(),
+            reservation_id_label: crate::catalog::LABEL_RESERVATION_ID.to_string(),
             provider_version: env!("CARGO_PKG_VERSION").into(),
         }))
     }

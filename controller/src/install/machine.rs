@@ -639,8 +639,7 @@ fn transition(
         }
         // A standby install ends where a node's would apply its config.
         (Step::ProbeTalos, Observation::TalosUp)
-            if plan.target == crate::install::Target::Standby
-                && state.phase == Phase::Booting =>
+            if plan.target == crate::install::Target::Standby && state.phase == Phase::Booting =>
         {
             (go(state, Phase::Standby, Step::Done, now), Action::Finish)
         }
