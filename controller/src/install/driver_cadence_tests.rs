@@ -114,6 +114,18 @@ impl ElasticMetal for SlowReboots {
         self.inner.delete_server(zone, id).await
     }
 
+    async fn update_server_tags(
+        &self,
+
+        zone: &str,
+
+        id: &str,
+
+        tags: &[String],
+    ) -> Result<Server, ApiError> {
+        self.inner.update_server_tags(zone, id, tags).await
+    }
+
     async fn reboot_server(
         &self,
         zone: &str,

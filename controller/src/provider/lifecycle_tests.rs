@@ -45,6 +45,14 @@ impl ElasticMetal for EmptyListing {
     async fn delete_server(&self, z: &str, id: &str) -> Result<Server, ApiError> {
         self.inner.delete_server(z, id).await
     }
+    async fn update_server_tags(
+        &self,
+        zone: &str,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Server, ApiError> {
+        self.inner.update_server_tags(zone, id, tags).await
+    }
     async fn reboot_server(
         &self,
         z: &str,

@@ -110,6 +110,25 @@ impl ElasticMetal for ScalewayClient {
         self.call(&req).await
     }
 
+    async fn update_server_tags(
+        &self,
+        zone: &str,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Server, ApiError> {
+        let path = zone_path(zone, &format!("/servers/{}", segment(id)?))?;
+        let body = json!({ "tags": tags });
+        // Setting the same tags twice leaves the same server: safe to repeat.
+        let req = em(
+            "PATCH /servers/{server_id}",
+            Patience::Short,
+            &Method::PATCH,
+            &path,
+        )
+        .body(Body::Json(&body));
+        self.call(&req).await
+    }
+
     async fn reboot_server(
         &self,
         zone: &str,

@@ -24,6 +24,7 @@ pub enum Op {
     GetServer,
     ListServers,
     DeleteServer,
+    UpdateServerTags,
     RebootServer,
     ListSshKeys,
 }
@@ -258,6 +259,18 @@ impl ElasticMetal for FakeElasticMetal {
         let mut st = self.begin(call(Op::DeleteServer, zone, Some(id)))?;
         let server = server_in(&mut st, zone, id)?;
         server.status = ServerStatus::Deleting;
+        Ok(server.clone())
+    }
+
+    async fn update_server_tags(
+        &self,
+        zone: &str,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Server, ApiError> {
+        let mut st = self.begin(call(Op::UpdateServerTags, zone, Some(id)))?;
+        let server = server_in(&mut st, zone, id)?;
+        server.tags = tags.to_vec();
         Ok(server.clone())
     }
 

@@ -115,6 +115,13 @@ pub trait ElasticMetal: Send + Sync + 'static {
         filter: &ServerFilter,
     ) -> Result<Vec<Server>, ApiError>;
     async fn delete_server(&self, zone: &str, id: &str) -> Result<Server, ApiError>;
+    /// Replaces the server's tags (`PATCH /servers/{id}` with `tags`).
+    async fn update_server_tags(
+        &self,
+        zone: &str,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Server, ApiError>;
     async fn reboot_server(
         &self,
         zone: &str,
