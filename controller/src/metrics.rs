@@ -67,6 +67,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     safety_metrics().render(&mut out);
     render_pacing(&crate::scaleway::pacer::stats(), &mut out);
     render_churn(&churn_metrics().snapshot(), &mut out);
+    standby_metrics().render(&mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -395,6 +396,170 @@ impl SafetyMetrics {
             "# HELP {name} Deletions decided by the orphan sweeper that the API refused (retried next pass).\n# TYPE {name} counter\n{name} {}",
             inner.sweeper_delete_failures
         );
+    }
+}
+
+/// Adoption (Create of a reserved NodeClaim) to Node Ready, in seconds.
+const ADOPTION_BUCKETS: [f64; 10] = [
+    10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
+];
+
+/// Standby servers (warm metal, `provider/standby`): how many in each state,
+/// what the idle ones cost, what recycling saved, how fast adoption is.
+#[derive(Default)]
+pub struct StandbyMetrics {
+    inner: Mutex<StandbyCounters>,
+}
+
+#[derive(Default)]
+struct StandbyCounters {
+    /// (nodeclass, offer, zone, state) → servers, as of the last pass.
+    servers: BTreeMap<(String, String, String, String), usize>,
+    /// nodeclass → EUR per hour of its idle standby servers.
+    idle_cost: BTreeMap<String, f64>,
+    /// nodeclass → EUR saved by adopting recycled servers.
+    savings: BTreeMap<String, f64>,
+    /// nodeclass → standby servers ordered.
+    orders: BTreeMap<String, u64>,
+    /// nodeclass → standby servers released.
+    releases: BTreeMap<String, u64>,
+    /// (nodeclass, decision) → deleted nodes' servers recycled or deleted.
+    recycling: BTreeMap<(String, String), u64>,
+    adoption_buckets: [u64; ADOPTION_BUCKETS.len()],
+    adoption_count: u64,
+    adoption_sum: f64,
+}
+
+static STANDBY_METRICS: LazyLock<StandbyMetrics> = LazyLock::new(StandbyMetrics::default);
+
+/// The process-wide standby metrics.
+pub fn standby_metrics() -> &'static StandbyMetrics {
+    &STANDBY_METRICS
+}
+
+impl StandbyMetrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, StandbyCounters> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Servers per (nodeclass, offer, zone, state) as of a pass (replaces
+    /// the previous pass's figures).
+    pub fn set_servers(&self, servers: BTreeMap<(String, String, String, String), usize>) {
+        self.lock().servers = servers;
+    }
+
+    /// EUR per hour of the idle standby servers, per NodeClass.
+    pub fn set_idle_cost(&self, cost: BTreeMap<String, f64>) {
+        self.lock().idle_cost = cost;
+    }
+
+    pub fn count_order(&self, class: &str) {
+        *self.lock().orders.entry(class.to_string()).or_default() += 1;
+    }
+
+    pub fn count_release(&self, class: &str) {
+        *self.lock().releases.entry(class.to_string()).or_default() += 1;
+    }
+
+    /// A deleted node's server: `recycled` or `deleted`.
+    pub fn count_recycling(&self, class: &str, decision: &str) {
+        *self
+            .lock()
+            .recycling
+            .entry((class.to_string(), decision.to_string()))
+            .or_default() += 1;
+    }
+
+    pub fn add_savings(&self, class: &str, euros: f64) {
+        if euros > 0.0 {
+            *self.lock().savings.entry(class.to_string()).or_default() += euros;
+        }
+    }
+
+    /// An adoption ended with the Node Ready after `seconds`.
+    pub fn observe_adoption(&self, seconds: f64) {
+        let mut inner = self.lock();
+        for (bound, count) in ADOPTION_BUCKETS
+            .iter()
+            .zip(inner.adoption_buckets.iter_mut())
+        {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        inner.adoption_count += 1;
+        inner.adoption_sum += seconds;
+    }
+
+    /// Appends the Prometheus text form.
+    pub fn render(&self, out: &mut String) {
+        let inner = self.lock();
+        let name = "karpenter_scaleway_standby_servers";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Standby servers by NodeClass, offer, zone and state (installing, idle, wiping).\n# TYPE {name} gauge"
+        );
+        for ((class, offer, zone, state), n) in &inner.servers {
+            let _ = writeln!(
+                out,
+                "{name}{{nodeclass=\"{class}\",offer=\"{offer}\",zone=\"{zone}\",state=\"{state}\"}} {n}"
+            );
+        }
+        let name = "karpenter_scaleway_standby_idle_euros_per_hour";
+        let _ = writeln!(
+            out,
+            "# HELP {name} What the idle standby servers of a NodeClass cost per hour (monthly billing: the monthly price over 730 h).\n# TYPE {name} gauge"
+        );
+        for (class, euros) in &inner.idle_cost {
+            let _ = writeln!(out, "{name}{{nodeclass=\"{class}\"}} {euros}");
+        }
+        let name = "karpenter_scaleway_standby_savings_euros_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} EUR saved by adopting recycled servers instead of ordering: a monthly order's setup fee, or the paid rest of an hourly server's hour.\n# TYPE {name} counter"
+        );
+        for (class, euros) in &inner.savings {
+            let _ = writeln!(out, "{name}{{nodeclass=\"{class}\"}} {euros}");
+        }
+        for (name, help, map) in [
+            (
+                "karpenter_scaleway_standby_orders_total",
+                "Standby servers ordered.",
+                &inner.orders,
+            ),
+            (
+                "karpenter_scaleway_standby_releases_total",
+                "Standby servers released (deleted) at the end of their paid period or when no pool wanted them.",
+                &inner.releases,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (class, n) in map {
+                let _ = writeln!(out, "{name}{{nodeclass=\"{class}\"}} {n}");
+            }
+        }
+        let name = "karpenter_scaleway_standby_recycling_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Servers of deleted nodes, by decision: recycled (wiped back to standby) or deleted.\n# TYPE {name} counter"
+        );
+        for ((class, decision), n) in &inner.recycling {
+            let _ = writeln!(
+                out,
+                "{name}{{nodeclass=\"{class}\",decision=\"{decision}\"}} {n}"
+            );
+        }
+        let name = "karpenter_scaleway_standby_adoption_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} From the adoption of a standby server to its Node Ready.\n# TYPE {name} histogram"
+        );
+        for (bound, count) in ADOPTION_BUCKETS.iter().zip(inner.adoption_buckets.iter()) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", inner.adoption_count);
+        let _ = writeln!(out, "{name}_sum {}", inner.adoption_sum);
+        let _ = writeln!(out, "{name}_count {}", inner.adoption_count);
     }
 }
 

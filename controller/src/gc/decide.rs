@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::provider::standby::TAG_STANDBY;
 use crate::provider::{TAG_CLUSTER, TAG_NODECLAIM, TAG_NODECLASS, provider_id, tag_value};
 use crate::scaleway::{Server, ServerStatus};
 
@@ -73,6 +74,9 @@ pub enum Reason {
     /// An Instance starting, stopping or locked: no action is possible
     /// until it settles.
     Transitioning,
+    /// A standby server of this cluster: the standby pools own it (they
+    /// order, recycle and release it; `provider/standby`).
+    Standby,
 }
 
 impl Reason {
@@ -86,6 +90,7 @@ impl Reason {
             Reason::Orphaned => "orphaned",
             Reason::Attached => "attached",
             Reason::Transitioning => "transitioning",
+            Reason::Standby => "standby",
         }
     }
 }
@@ -222,6 +227,16 @@ fn ownership_gap(server: &Server, policy: &SweepPolicy) -> Option<String> {
     None
 }
 
+/// The NodeClass whose standby server this is, when it is one of this
+/// cluster's (its tag, this project, no NodeClaim tag).
+fn standby_of<'a>(server: &'a Server, policy: &SweepPolicy) -> Option<&'a str> {
+    let class = tag_value(server, TAG_STANDBY)?;
+    (tag_value(server, TAG_CLUSTER) == Some(policy.cluster_name.as_str())
+        && server.project_id == policy.project_id
+        && tag_value(server, TAG_NODECLAIM).is_none())
+    .then_some(class)
+}
+
 /// One decision per server, in the order of `servers`. `claims` must have
 /// been listed after `servers` (a server ordered in between is then seen
 /// with its NodeClaim); `in_flight` holds the ids of servers an install of
@@ -252,7 +267,13 @@ fn decide_one(
         .map(|t| (now - t.with_timezone(&Utc)).to_std().unwrap_or_default());
     let claim = claims.claiming(server);
     let tagged = tag_value(server, TAG_NODECLAIM).unwrap_or("");
-    let (verdict, reason, detail) = if let Some(gap) = ownership_gap(server, policy) {
+    let (verdict, reason, detail) = if let Some(class) = standby_of(server, policy) {
+        (
+            Verdict::Spared,
+            Reason::Standby,
+            format!("a standby server of NodeClass {class}: its standby pool owns it"),
+        )
+    } else if let Some(gap) = ownership_gap(server, policy) {
         (Verdict::Refused, Reason::OwnershipUnproven, gap)
     } else if in_flight.contains(&server.id) {
         (

@@ -53,6 +53,15 @@ impl NodeClasses for KubeNodeClasses {
         })
     }
 
+    fn list(&self) -> Vec<NodeClassRecord> {
+        self.store
+            .state()
+            .iter()
+            .filter_map(|nc| nc.metadata.name.as_deref())
+            .filter_map(|name| self.get(name))
+            .collect()
+    }
+
     async fn secret(&self, r: &SecretKeyRef) -> Result<Option<Secret>, String> {
         let bytes = read_secret_key(&self.client, r)
             .await

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use super::nodeclaim::{self, Hydration, NodeClaimView};
 use super::{
     KubeError, NodeClassRecord, NodeRegistration, Provider, ProviderError, TAG_NODECLAIM,
-    TAG_NODECLASS, TAG_NODEPOOL, candidates, provider_id, tag,
+    TAG_NODECLASS, TAG_NODEPOOL, candidates, provider_id, tag, tag_value,
 };
 use crate::catalog::{Billing, ClassKind, InstanceType, KubeletReservations, Snapshot};
 use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
@@ -238,8 +238,14 @@ impl Provider {
                     "adopting the server already ordered for this NodeClaim");
                 (server, it)
             }
+            None if super::standby::wants_reservation(&view) => {
+                self.adopt_standby(&view, &class, &snapshot, &zones).await?
+            }
             None => self.order(&view, &class, &snapshot, &zones).await?,
         };
+        // A server adopted from standby is reserved capacity of its
+        // reservation for its whole life.
+        let reservation = tag_value(&server, super::standby::TAG_RESERVATION).map(str::to_string);
 
         // Registration deadline: Karpenter deletes a NodeClaim whose Node has
         // not appeared 15 minutes after the NodeClaim was created (a constant
@@ -252,7 +258,10 @@ impl Provider {
         // retry adopts the server by its tag, so it never orders a second one.
         let zone = server.zone.clone();
         let pid = provider_id(&zone, &server.id);
-        let node_labels = it.node_labels(&zone);
+        let node_labels = match &reservation {
+            Some(id) => it.reserved_node_labels(&zone, id),
+            None => it.node_labels(&zone),
+        };
         let registration = node_registration(&view, &pid, &node_labels);
         self.cluster
             .nodes
@@ -271,11 +280,26 @@ impl Provider {
                 format!("bootstrap token of NodeClaim {}: {e}", view.name),
             )
         })?;
-        let placement = Placement::of(&it, &zone, &server.id);
+        let mut placement = Placement::of(&it, &zone, &server.id);
+        placement.type_labels = node_labels.clone();
         let spec = install_spec(&view, &class.spec, &placement, secrets, token)
             .map_err(ProviderError::NodeClassNotReady)?;
         let image_url = spec.image_url.clone();
-        self.installer.start(spec);
+        // An adopted standby server waits in maintenance mode: its install
+        // goes on from there (its disk and NIC were found by its standby
+        // install). Anything else is installed from the start.
+        let standby = super::standby::progress_of(&server);
+        match (
+            reservation.as_ref(),
+            standby.phase,
+            standby.disk,
+            standby.mac,
+        ) {
+            (Some(_), Some(crate::install::Phase::Standby), Some(disk), Some(mac)) => {
+                self.installer.adopt(spec, disk, mac, standby.host_key)
+            }
+            _ => self.installer.start(spec),
+        }
         nodeclaim::hydrate(
             &mut claim,
             &Hydration {
@@ -419,6 +443,8 @@ impl Provider {
         let types = snapshot.for_class(ClassKind::ElasticMetal, Some(&class.name));
         let Some((it, offering, offer_id)) = candidates(&types, &view.requirements, zones)
             .into_iter()
+            // Reserved offerings are standby servers, adopted, never ordered.
+            .filter(|(_, o)| o.reservation.is_none())
             .find_map(|(it, o)| Some((it, o, o.order_offer_id(billing)?.to_string())))
         else {
             return Err(ProviderError::InsufficientCapacity(format!(
@@ -427,7 +453,11 @@ impl Provider {
                 view.name
             )));
         };
-        let tags = self.ownership_tags(view, &class.name, &class.spec.tags);
+        let mut tags = self.ownership_tags(view, &class.name, &class.spec.tags);
+        tags.push(tag(
+            super::standby::TAG_BILLING,
+            super::standby::billing_str(billing),
+        ));
         let _turn = self.order_turn(&it.name, &offering.zone).await?;
         let req = CreateServerRequest {
             offer_id,

@@ -7,12 +7,14 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::nodeclaim;
+use super::standby::{StandbyServer, TAG_RESERVATION, TAG_STANDBY};
 use super::{
     MachineId, Provider, ProviderError, TAG_NODECLAIM, TAG_NODEPOOL, parse_machine_id,
     parse_provider_id, provider_id, tag, tag_value,
 };
 use crate::catalog::{
-    CAPACITY_TYPE_ON_DEMAND, LABEL_CAPACITY_TYPE, LABEL_REGION, LABEL_ZONE, region_of,
+    CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, LABEL_CAPACITY_TYPE, LABEL_REGION,
+    LABEL_RESERVATION_ID, LABEL_ZONE, region_of,
 };
 use crate::metrics::safety_metrics;
 use crate::scaleway::{ApiError, Server, ServerFilter, ServerStatus};
@@ -128,6 +130,26 @@ impl Provider {
             warn!(nodeclaim = %view.name, server_id = %id, zone,
                 "server lacks this cluster's ownership tag; reporting it gone instead of deleting it");
             return Err(ProviderError::NotFound(pid.to_string()));
+        }
+        // A server another NodeClaim adopted since, or one back in standby,
+        // is no longer this NodeClaim's machine.
+        match tag_value(&server, TAG_NODECLAIM) {
+            Some(owner) if owner != view.name => {
+                info!(nodeclaim = %view.name, server_id = %id, owner,
+                    "the server belongs to another NodeClaim now; reporting this one's gone");
+                return Err(ProviderError::NotFound(pid.to_string()));
+            }
+            None if tag_value(&server, TAG_STANDBY).is_some() => {
+                info!(nodeclaim = %view.name, server_id = %id,
+                    "the server is a standby server now; reporting this NodeClaim's gone");
+                return Err(ProviderError::NotFound(pid.to_string()));
+            }
+            _ => {}
+        }
+        if server.status != ServerStatus::Deleting
+            && let Some(result) = self.recycle_on_delete(claim, &server).await
+        {
+            return result;
         }
         self.delete_server(&server, &view.name).await
     }
@@ -279,7 +301,13 @@ impl Provider {
                 }
             }
         }
-        let mut out: Vec<Value> = servers.iter().map(|s| self.server_to_claim(s)).collect();
+        // Standby servers are owned, but no NodeClaim's: core must neither
+        // see them as nodes nor collect them (the standby pools own them).
+        let mut out: Vec<Value> = servers
+            .iter()
+            .filter(|s| StandbyServer::of(s).is_none())
+            .map(|s| self.server_to_claim(s))
+            .collect();
         out.extend(
             self.list_vms_proven(&claims)
                 .await
@@ -289,7 +317,7 @@ impl Provider {
     }
 
     /// The servers this cluster owns: its ownership tag, its project.
-    fn owned_filter(&self) -> ServerFilter {
+    pub(super) fn owned_filter(&self) -> ServerFilter {
         ServerFilter {
             tags: vec![self.cluster_tag()],
             name: None,
@@ -305,7 +333,10 @@ impl Provider {
 
     /// Every served zone, all pages (the client checks them), re-filtered on
     /// our side; the first failure fails the whole listing.
-    async fn list_zones_raw(&self, filter: &ServerFilter) -> Result<Vec<Server>, ApiError> {
+    pub(super) async fn list_zones_raw(
+        &self,
+        filter: &ServerFilter,
+    ) -> Result<Vec<Server>, ApiError> {
         let servers = self
             .every_zone(|z| async move { self.api.list_servers(&z, filter).await })
             .await?;
@@ -335,6 +366,7 @@ impl Provider {
             created_at: Some(&server.created_at),
             deleting: server.status == ServerStatus::Deleting,
             image_id: None,
+            reservation: tag_value(server, TAG_RESERVATION),
         })
     }
 }
@@ -353,6 +385,8 @@ pub(super) struct MachineClaim<'a> {
     /// Being deleted: the claim gets a deletion timestamp.
     pub deleting: bool,
     pub image_id: Option<&'a str>,
+    /// The reservation of a node adopted from standby (reserved capacity).
+    pub reservation: Option<&'a str>,
 }
 
 /// A machine as a NodeClaim: providerID, the labels of its type in its zone
@@ -365,7 +399,15 @@ pub(super) fn machine_claim(m: &MachineClaim) -> Value {
         .unwrap_or_default();
     labels.insert(LABEL_ZONE.into(), m.zone.to_string());
     labels.insert(LABEL_REGION.into(), region_of(m.zone).to_string());
-    labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_ON_DEMAND.into());
+    match m.reservation {
+        Some(id) => {
+            labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_RESERVED.into());
+            labels.insert(LABEL_RESERVATION_ID.into(), id.to_string());
+        }
+        None => {
+            labels.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_ON_DEMAND.into());
+        }
+    }
     if let Some(pool) = m.nodepool {
         labels.insert(TAG_NODEPOOL.into(), pool.to_string());
     }

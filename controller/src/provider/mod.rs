@@ -10,6 +10,7 @@ pub mod nodeclaim;
 mod repair;
 mod resume;
 mod select;
+pub mod standby;
 pub mod vm;
 
 use std::collections::BTreeMap;
@@ -157,6 +158,8 @@ pub struct NodeClassRecord {
 #[async_trait]
 pub trait NodeClasses: Send + Sync + 'static {
     fn get(&self, name: &str) -> Option<NodeClassRecord>;
+    /// Every Elastic Metal NodeClass known now.
+    fn list(&self) -> Vec<NodeClassRecord>;
     /// The value under `r.key` of the Secret; `Ok(None)` when the Secret or the
     /// key is absent, `Err` when it could not be read.
     async fn secret(&self, r: &SecretKeyRef) -> Result<Option<Secret>, String>;
@@ -168,6 +171,11 @@ pub trait Installer: Send + Sync + 'static {
     fn start(&self, spec: InstallSpec);
     /// Resumes an install from the progress persisted on its NodeClaim.
     fn resume(&self, spec: InstallSpec, progress: Progress);
+    /// Adopts a standby server: applies the node's config over the Talos
+    /// maintenance API (see [`InstallEngine::adopt`]).
+    fn adopt(&self, spec: InstallSpec, disk: String, mac: String, host_key: Option<String>);
+    /// Where this process's install of the server stands, if it has one.
+    fn phase(&self, server_id: &str) -> Option<crate::install::Phase>;
     /// Whether this process has already been handed the server (running,
     /// finished or failed here): the resume loop leaves such servers alone
     /// instead of rebuilding their spec every pass.
@@ -181,6 +189,14 @@ impl Installer for InstallEngine {
 
     fn resume(&self, spec: InstallSpec, progress: Progress) {
         InstallEngine::resume(self, spec, progress)
+    }
+
+    fn adopt(&self, spec: InstallSpec, disk: String, mac: String, host_key: Option<String>) {
+        InstallEngine::adopt(self, spec, disk, mac, host_key)
+    }
+
+    fn phase(&self, server_id: &str) -> Option<crate::install::Phase> {
+        InstallEngine::phase(self, server_id)
     }
 
     fn knows(&self, server_id: &str) -> bool {
@@ -270,6 +286,8 @@ pub struct Provider {
     node_claims: Option<Arc<dyn NodeClaimSource>>,
     /// Scaleway Instances (VMs), when served ([`Provider::with_instances`]).
     vms: Option<vm::VmPorts>,
+    /// Standby servers (warm metal), when served ([`Provider::with_standby`]).
+    standby: Option<standby::StandbyPorts>,
 }
 
 /// `list` in each of `zones` at once; the first error fails the whole.
@@ -311,7 +329,14 @@ impl Provider {
             settings,
             node_claims: None,
             vms: None,
+            standby: None,
         }
+    }
+
+    /// Serves standby pools: reserved offerings, adoption, recycling.
+    pub fn with_standby(mut self, ports: standby::StandbyPorts) -> Self {
+        self.standby = Some(ports);
+        self
     }
 
     /// Serves `ScalewayInstanceNodeClass` NodeClaims too (VMs, see `vm`).

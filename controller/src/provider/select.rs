@@ -48,7 +48,11 @@ pub fn candidates<'a>(
         .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
         .filter(|(_, o)| o.available && zones.contains(&o.zone))
         .filter(|(it, o)| {
-            let labels = it.node_labels(&o.zone);
+            // A reserved offering's node carries its reservation's labels.
+            let labels = match &o.reservation {
+                Some(r) => it.reserved_node_labels(&o.zone, &r.id),
+                None => it.node_labels(&o.zone),
+            };
             requirements.iter().all(|r| satisfies(r, &labels))
         })
         .collect();

@@ -29,6 +29,10 @@ impl NodeClasses for FakeNodeClasses {
         self.classes.lock().unwrap().get(name).cloned()
     }
 
+    fn list(&self) -> Vec<NodeClassRecord> {
+        self.classes.lock().unwrap().values().cloned().collect()
+    }
+
     async fn secret(&self, r: &SecretKeyRef) -> Result<Option<Secret>, String> {
         let key = (r.namespace.clone(), r.name.clone(), r.key.clone());
         Ok(self
@@ -45,6 +49,10 @@ impl NodeClasses for FakeNodeClasses {
 pub(crate) struct RecordingInstaller {
     pub started: Mutex<Vec<InstallSpec>>,
     pub resumed: Mutex<Vec<(InstallSpec, Progress)>>,
+    /// (spec, disk, mac) of each adoption.
+    pub adopted: Mutex<Vec<(InstallSpec, String, String)>>,
+    /// Phases a test says installs of this process are in.
+    pub phases: Mutex<HashMap<String, crate::install::Phase>>,
 }
 
 impl Installer for RecordingInstaller {
@@ -56,10 +64,19 @@ impl Installer for RecordingInstaller {
         self.resumed.lock().unwrap().push((spec, progress));
     }
 
+    fn adopt(&self, spec: InstallSpec, disk: String, mac: String, _host_key: Option<String>) {
+        self.adopted.lock().unwrap().push((spec, disk, mac));
+    }
+
+    fn phase(&self, server_id: &str) -> Option<crate::install::Phase> {
+        self.phases.lock().unwrap().get(server_id).copied()
+    }
+
     fn knows(&self, server_id: &str) -> bool {
         let seen = |s: &InstallSpec| s.server_id == server_id;
         self.started.lock().unwrap().iter().any(seen)
             || self.resumed.lock().unwrap().iter().any(|(s, _)| seen(s))
+            || self.adopted.lock().unwrap().iter().any(|(s, _, _)| seen(s))
     }
 }
 

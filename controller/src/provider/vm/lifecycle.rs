@@ -308,6 +308,7 @@ impl Provider {
             created_at: server.creation_date.as_deref(),
             deleting: terminating(server),
             image_id: server.image.as_ref().map(|i| i.id.as_str()),
+            reservation: None,
         })
     }
 }
