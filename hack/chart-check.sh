@@ -194,16 +194,18 @@ for example in examples/*.yaml; do
 done
 log "server-side dry-run: both values files and $(ls examples/*.yaml | wc -l) examples accepted"
 
-# The Instance NodeClass's CEL rules, on the API server that enforces them: each
-# broken variant of examples/instance-nodeclass.yaml is refused with its message.
-cel_dir="$out/instance-cel"
+# The NodeClasses' CEL rules, on the API server that enforces them: each broken
+# variant of a NodeClass of examples/ (the Instance NodeClass of
+# instance-nodeclass.yaml, the standby pools of metal-standby.yaml) is refused with
+# its message, and each variant expected to pass (an empty message) is accepted.
+cel_dir="$out/nodeclass-cel"
 mkdir -p "$cel_dir"
-python3 - examples/instance-nodeclass.yaml "$cel_dir" <<-'PY'
-	import json, pathlib, sys, yaml
-	base_text, out = open(sys.argv[1]).read(), pathlib.Path(sys.argv[2])
+python3 - "$cel_dir" <<-'PY'
+	import pathlib, sys, yaml
+	out = pathlib.Path(sys.argv[1])
 	uuid = "11111111-2222-4333-8444-555555555555"
 	ids = lambda *pairs: [{"zone": z, "arch": a, "id": uuid} for z, a in pairs]
-	cases = [
+	instance_cases = [
 	    ({"image": {"ids": ids(("fr-par-2", "amd64"))}}, "exactly one of the two forms"),
 	    ({"image": {"name": None, "tags": None}}, "exactly one of the two forms"),
 	    ({"image": {"name": None, "tags": None, "ids": ids(("fr-par-2", "amd64"), ("fr-par-2", "amd64"))}},
@@ -217,6 +219,35 @@ python3 - examples/instance-nodeclass.yaml "$cel_dir" <<-'PY'
 	    ({"zones": ["par2"]}, "must be a Scaleway zone name"),
 	    ({"tags": ["karpenter.sh/nodepool=x"]}, "reserves them for its ownership tags"),
 	]
+	pool = lambda **kw: {"offer": "EM-A115X-SSD", "zone": "fr-par-2", "min": 1, "max": 2, **kw}
+	pools = lambda *p: {"standby": {"pools": list(p)}}
+	standby_cases = [
+	    (pools(pool(offer="em-a115x-ssd")), "offer must be an Elastic Metal offer name"),
+	    (pools(pool(offer="A115X-SSD")), "offer must be an Elastic Metal offer name"),
+	    (pools(pool(zone="par2")), "zone must be a Scaleway zone name"),
+	    (pools(pool(min=3, max=2)), "max must be at least min"),
+	    (pools(pool(max=101)), "should be less than or equal to 100"),
+	    (pools(pool(min=-1)), "should be greater than or equal to 0"),
+	    (pools({"offer": "EM-A115X-SSD", "zone": "fr-par-2", "min": 1}), "max: Required value"),
+	    (pools(pool(idleHourlyKeep="90")), "idleHourlyKeep must be a Go duration"),
+	    (pools(pool(idleHourlyKeep="1d")), "idleHourlyKeep must be a Go duration"),
+	    (pools(pool(idleHourlyKeep="-1h")), "idleHourlyKeep must be a Go duration"),
+	    (pools(pool(idleHourlyKeep="25h")), "idleHourlyKeep must be at most 24h"),
+	    (pools(pool(idleHourlyKeep="24h0m1s")), "idleHourlyKeep must be at most 24h"),
+	    (pools(pool(), pool(min=0)), "must not list an (offer, zone) pair twice"),
+	    (pools(pool(), pool(zone="fr-par-1")), "every standby pool's zone must be one of spec.zones"),
+	    # Accepted: the limits, Go's spellings, and any zone when zones is empty.
+	    (pools(pool(idleHourlyKeep="24h")), ""),
+	    (pools(pool(idleHourlyKeep="1h30m")), ""),
+	    (pools(pool(idleHourlyKeep="0")), ""),
+	    (pools(pool(idleHourlyKeep="1.5h")), ""),
+	    (pools(pool(min=0, max=0), pool(offer="EM-RV1-C4M16S128-A", min=100, max=100)), ""),
+	    ({"zones": [], **pools(pool(zone="nl-ams-1"), pool(zone="fr-par-1"))}, ""),
+	    ({"zones": ["fr-par-2", "fr-par-1"], **pools(pool(), pool(zone="fr-par-1"), pool(offer="EM-I215E-NVME"))}, ""),
+	    ({"standby": {"pools": []}}, ""),
+	    ({"standby": {}}, ""),
+	    ({"standby": {"pools": [pool(idleHourlyKeep=None)]}}, ""),
+	]
 	def merge(a, b):
 	    for k, v in b.items():
 	        if v is None:
@@ -225,20 +256,33 @@ python3 - examples/instance-nodeclass.yaml "$cel_dir" <<-'PY'
 	            merge(a[k], v)
 	        else:
 	            a[k] = v
-	for n, (patch, message) in enumerate(cases):
-	    doc = yaml.safe_load(base_text)
-	    merge(doc["spec"], patch)
-	    (out / f"{n:02}.yaml").write_text(yaml.safe_dump(doc))
-	    (out / f"{n:02}.expect").write_text(message)
+	for name, example, kind, cases in [
+	    ("instance", "examples/instance-nodeclass.yaml", "ScalewayInstanceNodeClass", instance_cases),
+	    ("standby", "examples/metal-standby.yaml", "ScalewayElasticMetalNodeClass", standby_cases),
+	]:
+	    text = open(example).read()
+	    for n, (patch, message) in enumerate(cases):
+	        doc = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == kind)
+	        merge(doc["spec"], patch)
+	        (out / f"{name}-{n:02}.yaml").write_text(yaml.safe_dump(doc))
+	        (out / f"{name}-{n:02}.expect").write_text(message)
 PY
+refused_count=0
+accepted_count=0
 for case in "$cel_dir"/*.yaml; do
 	expected="$(cat "${case%.yaml}.expect")"
-	if refused="$(k apply --dry-run=server -f "$case" 2>&1)"; then
-		die "the Instance NodeClass $case was accepted; expected: $expected"
+	if [[ -z "$expected" ]]; then
+		answer="$(k apply --dry-run=server -f "$case" 2>&1)" || die "the NodeClass $case was refused; it should be accepted: $answer"
+		accepted_count=$((accepted_count + 1))
+		continue
 	fi
-	grep -qF -- "$expected" <<<"$refused" || die "the Instance NodeClass $case was refused without \"$expected\": $refused"
+	if refused="$(k apply --dry-run=server -f "$case" 2>&1)"; then
+		die "the NodeClass $case was accepted; expected: $expected"
+	fi
+	grep -qF -- "$expected" <<<"$refused" || die "the NodeClass $case was refused without \"$expected\": $refused"
+	refused_count=$((refused_count + 1))
 done
-log "Instance NodeClass CEL: $(ls "$cel_dir"/*.yaml | wc -l) broken variants refused with their messages"
+log "NodeClass CEL: $refused_count broken variants refused with their messages, $accepted_count valid ones accepted"
 
 # 6. RBAC, on the throwaway API server only (it installs the chart's RBAC for real):
 # what the provider calls (docs/configuration.md, "Kubernetes permissions of the

@@ -24,6 +24,7 @@ pub const KIND: &str = "ScalewayElasticMetalNodeClass";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(POOL_ZONES_IN_ZONES).message(POOL_ZONES_IN_ZONES_MESSAGE))]
 pub struct NodeClassSpec {
     /// Zones to order servers in (e.g. `fr-par-2`). Empty = every zone the provider
     /// is configured for.
@@ -77,19 +78,23 @@ pub struct Standby {
     /// One entry per (offer, zone); at most one entry for each pair.
     #[serde(default)]
     #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new(POOLS_UNIQUE).message(POOLS_UNIQUE_MESSAGE))]
     pub pools: Vec<StandbyPool>,
 }
 
 /// How many standby servers of one offer to keep in one zone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(POOL_MAX_AT_LEAST_MIN).message(POOL_MAX_AT_LEAST_MIN_MESSAGE))]
 pub struct StandbyPool {
     /// The Elastic Metal offer, e.g. `EM-A115X-SSD`.
     #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new(OFFER_FORMAT).message(OFFER_FORMAT_MESSAGE))]
     pub offer: String,
     /// The zone, e.g. `fr-par-2`; it must be one of the NodeClass's zones
     /// (or any served zone when the NodeClass names none).
     #[schemars(length(min = 1, max = 32))]
+    #[x_kube(validation = Rule::new(ZONE_FORMAT).message(POOL_ZONE_FORMAT_MESSAGE))]
     pub zone: String,
     /// Installed idle servers to keep ready; the pool orders more whenever
     /// fewer are idle or being installed.
@@ -97,8 +102,9 @@ pub struct StandbyPool {
     #[schemars(range(min = 0, max = 100))]
     pub min: i32,
     /// Most standby servers (idle, being installed or being wiped) this pool
-    /// keeps. Recycled servers above it are released when their paid period
-    /// ends; nothing is ordered above it.
+    /// keeps; nothing is ordered above it. The server of a deleted node goes
+    /// back to the pool only below it when billed hourly (else it is deleted),
+    /// always when billed monthly (released when its paid month ends).
     #[schemars(range(min = 0, max = 100))]
     pub max: i32,
     /// How long an idle hourly-billed server above `min` is kept before it is
@@ -106,7 +112,35 @@ pub struct StandbyPool {
     /// `2h`). Default `0s`: released at the end of the hour it went idle in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
+    #[x_kube(
+        validation = Rule::new(IDLE_KEEP_FORMAT).message(IDLE_KEEP_FORMAT_MESSAGE),
+        validation = Rule::new(IDLE_KEEP_AT_MOST_A_DAY).message(IDLE_KEEP_AT_MOST_A_DAY_MESSAGE)
+    )]
     pub idle_hourly_keep: Option<String>,
+}
+
+impl StandbyPool {
+    /// `idleHourlyKeep` as a duration; absent = zero. An error only for a
+    /// value the API server would have refused (not a Go duration, or more
+    /// than 24 h).
+    pub fn idle_hourly_keep(&self) -> Result<std::time::Duration, String> {
+        let Some(text) = self.idle_hourly_keep.as_deref() else {
+            return Ok(std::time::Duration::ZERO);
+        };
+        let keep = super::go_duration::parse(text).map_err(|e| {
+            format!(
+                "standby pool {}/{}: idleHourlyKeep: {e}",
+                self.offer, self.zone
+            )
+        })?;
+        if keep > std::time::Duration::from_secs(IDLE_KEEP_MAX_SECONDS) {
+            return Err(format!(
+                "standby pool {}/{}: idleHourlyKeep {text:?} is longer than 24h",
+                self.offer, self.zone
+            ));
+        }
+        Ok(keep)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
