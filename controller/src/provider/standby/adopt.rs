@@ -10,8 +10,9 @@ use tracing::{info, warn};
 
 use super::plan::{self, Recycle};
 use super::{
-    PoolKey, RELEASE_ANNOTATION, StandbyServer, State, TAG_BILLING, TAG_RECYCLED, TAG_RESERVATION,
-    TAG_STANDBY, billing_str, class_billing, created_at, pools_of, server_billing, with_progress,
+    PoolKey, RELEASE_ANNOTATION, StandbyServer, State, TAG_BILLING, TAG_IMAGE, TAG_RECYCLED,
+    TAG_RESERVATION, TAG_STANDBY, billing_str, class_billing, created_at, image_tag, pools_of,
+    server_billing, with_progress,
 };
 use crate::catalog::{ClassKind, InstanceType, LABEL_RESERVATION_ID, Operator, Snapshot};
 use crate::install::{Phase, Progress};
@@ -88,9 +89,14 @@ impl Provider {
                         ));
                     }
                 };
+                // Idle, of this NodeClass, up, and installed with the image
+                // the NodeClass asks for now.
                 let idle = StandbyServer::of(&fresh)
                     .is_some_and(|s| s.state == State::Idle && s.class == class.name)
-                    && fresh.status == ServerStatus::Ready;
+                    && fresh.status == ServerStatus::Ready
+                    && tag_value(&fresh, TAG_IMAGE).is_some()
+                    && tag_value(&fresh, TAG_IMAGE).map(str::to_string)
+                        == self.expected_image(class, &fresh);
                 if !idle {
                     sb.book.mark_taken(&key, &candidate.id);
                     continue;
@@ -243,45 +249,9 @@ impl Provider {
             .standby
             .as_ref()
             .expect("recycle is only reached with standby served");
-        let now = Utc::now().trunc_subsecs(0);
-        let progress = Progress {
-            phase: Some(Phase::Ready),
-            phase_since: Some(now),
-            started: Some(now),
-            ..Progress::default()
-        };
-        let mut tags: Vec<String> = server
-            .tags
-            .iter()
-            .filter(|t| {
-                let k = tag_key(t);
-                k != TAG_NODECLAIM
-                    && k != TAG_NODEPOOL
-                    && k != TAG_RESERVATION
-                    && k != TAG_STANDBY
-                    && k != TAG_RECYCLED
-            })
-            .cloned()
-            .collect();
-        tags.push(tag(TAG_STANDBY, &class.name));
-        tags.push(tag(TAG_RECYCLED, "true"));
-        if tag_value(server, TAG_BILLING).is_none() {
-            tags.push(tag(
-                TAG_BILLING,
-                billing_str(server_billing(server, class_billing(&class.spec))),
-            ));
-        }
-        let tags = with_progress(&tags, &progress);
-        let wiped = self
-            .api
-            .update_server_tags(&server.zone, &server.id, &tags)
-            .await
-            .map_err(|e| {
-                ProviderError::Unavailable(format!(
-                    "returning server {} to standby: {e}",
-                    server.id
-                ))
-            })?;
+        self.wipe(server, class, true).await.map_err(|e| {
+            ProviderError::Unavailable(format!("returning server {} to standby: {e}", server.id))
+        })?;
         sb.book.add_member(&(
             class.name.clone(),
             server.offer_name.clone(),
@@ -300,6 +270,65 @@ impl Provider {
                 ),
             )
             .await;
+        Err(ProviderError::NotFound(provider_id(
+            &server.zone,
+            &server.id,
+        )))
+    }
+
+    /// Makes `server` a standby server of `class` written again from a new
+    /// rescue boot: its tags first (so that a restart resumes the wipe from
+    /// them), then the wipe itself in the standby engine. `recycled`: it was
+    /// a node (else it keeps whether it was one before).
+    pub(super) async fn wipe(
+        &self,
+        server: &Server,
+        class: &NodeClassRecord,
+        recycled: bool,
+    ) -> Result<Server, ApiError> {
+        let sb = self
+            .standby
+            .as_ref()
+            .expect("wipe is only reached with standby served");
+        let now = Utc::now().trunc_subsecs(0);
+        let progress = Progress {
+            phase: Some(Phase::Ready),
+            phase_since: Some(now),
+            started: Some(now),
+            ..Progress::default()
+        };
+        let mut tags: Vec<String> = server
+            .tags
+            .iter()
+            .filter(|t| {
+                let k = tag_key(t);
+                k != TAG_NODECLAIM
+                    && k != TAG_NODEPOOL
+                    && k != TAG_RESERVATION
+                    && k != TAG_STANDBY
+                    && k != TAG_RECYCLED
+                    && k != TAG_IMAGE
+            })
+            .cloned()
+            .collect();
+        tags.push(tag(TAG_STANDBY, &class.name));
+        if recycled || tag_value(server, TAG_RECYCLED) == Some("true") {
+            tags.push(tag(TAG_RECYCLED, "true"));
+        }
+        if tag_value(server, TAG_BILLING).is_none() {
+            tags.push(tag(
+                TAG_BILLING,
+                billing_str(server_billing(server, class_billing(&class.spec))),
+            ));
+        }
+        if let Some(image) = self.expected_image(class, server) {
+            tags.push(tag(TAG_IMAGE, &image));
+        }
+        let tags = with_progress(&tags, &progress);
+        let wiped = self
+            .api
+            .update_server_tags(&server.zone, &server.id, &tags)
+            .await?;
         match self.standby_spec(class, &wiped).await {
             Ok(spec) => {
                 sb.port.register(&spec.node_claim_name, &class.name);
@@ -308,10 +337,24 @@ impl Provider {
             // The standby pass resumes it from its tags.
             Err(error) => warn!(server_id = %server.id, %error, "cannot start the wipe yet"),
         }
-        Err(ProviderError::NotFound(provider_id(
-            &server.zone,
-            &server.id,
-        )))
+        Ok(wiped)
+    }
+
+    /// The [`TAG_IMAGE`] a standby server of `class` on `server`'s offer
+    /// must carry to be adopted now.
+    pub(super) fn expected_image(
+        &self,
+        class: &NodeClassRecord,
+        server: &Server,
+    ) -> Option<String> {
+        let snapshot = self.catalog.snapshot();
+        let arch = snapshot
+            .default
+            .iter()
+            .find(|t| t.name == server.offer_name)?
+            .arch
+            .clone();
+        image_tag(&class.spec, &arch)
     }
 }
 

@@ -15,8 +15,8 @@ use tracing::{info, warn};
 use super::plan::{self, Step};
 use super::port::install_key;
 use super::{
-    Book, PoolKey, PoolSpec, StandbyServer, State, TAG_BILLING, TAG_STANDBY, billing_str,
-    class_billing, pools_of,
+    Book, PoolKey, PoolSpec, StandbyServer, State, TAG_BILLING, TAG_IMAGE, TAG_STANDBY,
+    billing_str, class_billing, image_tag, pools_of,
 };
 use crate::catalog::{Billing, ClassKind, ReservedPool, reservation_id};
 use crate::install::{InstallSpec, Phase, Secret, Target};
@@ -177,6 +177,43 @@ impl Provider {
             }
         }
 
+        // Idle servers installed with an image their NodeClass no longer
+        // asks for are written again before anyone adopts them.
+        let mut rewiped: HashSet<String> = HashSet::new();
+        for s in &standbys {
+            let Some(class) = classes.get(&s.class).filter(|c| c.ready) else {
+                continue;
+            };
+            let expected = self.expected_image(class, &s.server);
+            if s.state != State::Idle
+                || expected.is_none()
+                || tag_value(&s.server, TAG_IMAGE).map(str::to_string) == expected
+            {
+                continue;
+            }
+            info!(server_id = %s.server.id, nodeclass = %class.name,
+                "idle standby server has another image than its NodeClass now; writing it again");
+            match self.wipe(&s.server, class, false).await {
+                Ok(_) => {
+                    rewiped.insert(s.server.id.clone());
+                    sb.events
+                        .record(
+                            &class.name,
+                            false,
+                            "StandbyReimaged",
+                            format!(
+                                "standby server {} ({}, {}) has an older image than NodeClass {} asks for; writing the new one (rescue + dd)",
+                                s.server.id, s.server.offer_name, s.server.zone, class.name
+                            ),
+                        )
+                        .await;
+                }
+                Err(error) => {
+                    warn!(server_id = %s.server.id, %error, "cannot re-image standby server")
+                }
+            }
+        }
+
         // Each pool between its bounds.
         let snapshot = self.catalog.snapshot();
         let mut members: HashMap<PoolKey, Vec<&StandbyServer>> = HashMap::new();
@@ -281,7 +318,11 @@ impl Provider {
             counts.insert(key.clone(), kept.len());
             let mut ready: Vec<&&StandbyServer> = kept
                 .into_iter()
-                .filter(|s| s.state == State::Idle && s.server.status == ServerStatus::Ready)
+                .filter(|s| {
+                    s.state == State::Idle
+                        && s.server.status == ServerStatus::Ready
+                        && !rewiped.contains(&s.server.id)
+                })
                 .collect();
             ready.sort_by_key(|s| s.idle_since());
             idle.insert(
@@ -381,6 +422,14 @@ impl Provider {
             tag(TAG_STANDBY, &class.name),
             tag(TAG_BILLING, billing_str(billing)),
         ];
+        if let Some(image) = snapshot
+            .default
+            .iter()
+            .find(|t| t.name == pool.offer)
+            .and_then(|t| image_tag(&class.spec, &t.arch))
+        {
+            tags.push(tag(TAG_IMAGE, &image));
+        }
         tags.extend(class.spec.tags.iter().cloned());
         let name = format!(
             "standby-{}-{}",

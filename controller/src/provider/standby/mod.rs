@@ -51,6 +51,11 @@ pub const TAG_RESERVATION: &str = crate::catalog::LABEL_RESERVATION_ID;
 /// `karpenter.scaleway.com/recycled=true`: the server was a node before and
 /// was wiped back to standby.
 pub const TAG_RECYCLED: &str = "karpenter.scaleway.com/recycled";
+/// `karpenter.scaleway.com/standby-image=<16 hex digits>`: which image (URL
+/// and checksum, [`image_tag`]) the standby server was installed with; an
+/// idle server whose NodeClass now resolves another image is wiped again
+/// before anyone adopts it.
+pub const TAG_IMAGE: &str = "karpenter.scaleway.com/standby-image";
 /// NodeClaim annotation: `"true"` deletes the node's server instead of
 /// recycling it.
 pub const RELEASE_ANNOTATION: &str = "karpenter.scaleway.com/release-server";
@@ -79,6 +84,22 @@ pub fn server_billing(server: &Server, fallback: Billing) -> Billing {
         Some("hourly") => Billing::Hourly,
         _ => fallback,
     }
+}
+
+/// The [`TAG_IMAGE`] value of what `spec` installs on `arch`: a digest of the
+/// resolved image URL and its expected checksum. `None` when the URL cannot
+/// be resolved (the NodeClass is then not Ready anyway).
+pub fn image_tag(spec: &NodeClassSpec, arch: &str) -> Option<String> {
+    use sha2::Digest;
+    let url = crate::nodeclass::resolve_image_url(&spec.image, arch).ok()?;
+    let sum = spec
+        .image
+        .sha256
+        .as_ref()
+        .and_then(|m| m.get(arch).cloned())
+        .unwrap_or_default();
+    let digest = sha2::Sha256::digest(format!("{url}\n{sum}").as_bytes());
+    Some(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 /// The install progress a server's tags hold (`install.karpenter.scaleway.com/<key>=<value>`).
@@ -339,14 +360,3 @@ pub struct StandbyPorts {
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;
-
-// TEMPORARY until nodeclass's StandbyPool::idle_hourly_keep lands (the
-// inherent method then wins and this goes).
-trait KeepShim {
-    fn idle_hourly_keep(&self) -> Result<Duration, String>;
-}
-impl KeepShim for crate::nodeclass::StandbyPool {
-    fn idle_hourly_keep(&self) -> Result<Duration, String> {
-        Ok(Duration::ZERO)
-    }
-}
