@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use super::history::Wait;
 use super::machine::{self, Action, FailureClass, Observation, Plan, State, Step, Transition};
 use super::waits::WaitWatch;
-use super::{InstallEngine, InstallEvent, InstallSpec, Phase, Progress, node_settings};
+use super::{InstallEngine, InstallEvent, InstallSpec, Phase, Progress, Target, node_settings};
 use crate::metrics::install_metrics;
 use crate::rescue::{RescueError, RescueSession, SshTarget};
 use crate::scaleway::{ApiError, BootType};
@@ -138,7 +138,7 @@ impl Driver<'_> {
                     self.event(machine::phase_event(message)).await;
                 }
             }
-            Some(p) if p.phase == Some(Phase::Standby) => {
+            Some(p) if p.phase == Some(Phase::Standby) && self.spec.target == Target::Node => {
                 info!(phase = %state.phase, "adopting a standby server");
                 self.event(InstallEvent {
                     warning: false,

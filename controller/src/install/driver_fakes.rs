@@ -165,6 +165,9 @@ impl RescueSession for FakeSession {
 pub struct FakeTalos {
     pub down_for: usize,
     pub never_up_boots: usize,
+    /// The server already runs Talos (a standby server): its boot counts as
+    /// one normal boot that no reboot call of the test made.
+    pub booted: bool,
     pub em: Mutex<Option<Arc<FakeElasticMetal>>>,
     pub probes: Mutex<usize>,
     pub applied: Mutex<Vec<(String, String)>>,
@@ -187,7 +190,8 @@ impl TalosMaintenance for FakeTalos {
     async fn version(&self, _addr: &str) -> Result<TalosVersion, TalosError> {
         let mut probes = self.probes.lock().unwrap();
         *probes += 1;
-        if *probes <= self.down_for || self.normal_boots() <= self.never_up_boots {
+        let boots = self.normal_boots() + usize::from(self.booted);
+        if *probes <= self.down_for || boots <= self.never_up_boots {
             return Err(TalosError::Unavailable("connection refused".into()));
         }
         Ok(TalosVersion::default())
@@ -215,6 +219,10 @@ pub struct FakeNodes {
     pub failing_saves: Mutex<u32>,
     pub deleted: Mutex<Vec<(String, String)>>,
     pub progress: Mutex<Vec<Progress>>,
+    /// (claim, phase) of every save, in order.
+    pub saved_by: Mutex<Vec<(String, Phase)>>,
+    /// Reads of a Node's readiness.
+    pub readiness_reads: Mutex<usize>,
     pub events: Mutex<Vec<InstallEvent>>,
     /// Claims whose bootstrap token was released.
     pub joined: Mutex<Vec<String>>,
@@ -265,6 +273,7 @@ impl FakeNodes {
 #[async_trait]
 impl NodePort for FakeNodes {
     async fn node_ready(&self, _node_name: &str) -> Result<Option<bool>, NodePortError> {
+        *self.readiness_reads.lock().unwrap() += 1;
         Ok(Some(
             self.always_ready || !self.talos.applied.lock().unwrap().is_empty(),
         ))
@@ -278,7 +287,7 @@ impl NodePort for FakeNodes {
         Ok(())
     }
 
-    async fn save_progress(&self, _claim: &str, progress: &Progress) -> Result<(), NodePortError> {
+    async fn save_progress(&self, claim: &str, progress: &Progress) -> Result<(), NodePortError> {
         let mut failing = self.failing_saves.lock().unwrap();
         if *failing > 0 {
             *failing -= 1;
@@ -287,6 +296,10 @@ impl NodePort for FakeNodes {
         self.progress.lock().unwrap().push(progress.clone());
         if let Some(phase) = progress.phase {
             self.log.lock().unwrap().push(format!("save:{phase}"));
+            self.saved_by
+                .lock()
+                .unwrap()
+                .push((claim.to_string(), phase));
         }
         Ok(())
     }

@@ -295,3 +295,6 @@ mod cadence;
 
 #[path = "driver_delivery_tests.rs"]
 mod delivery;
+
+#[path = "driver_standby_tests.rs"]
+mod standby;

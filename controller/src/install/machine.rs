@@ -637,9 +637,11 @@ fn transition(
                 _ => (state.clone(), Action::PollServer),
             }
         }
-        // A standby install ends where a node's would apply its config.
+        // A standby install ends where a node's would apply its config; it
+        // never applies one, even when handed a standby server again (its
+        // own resume from `standby` passes through maintenance).
         (Step::ProbeTalos, Observation::TalosUp)
-            if plan.target == crate::install::Target::Standby && state.phase == Phase::Booting =>
+            if plan.target == crate::install::Target::Standby =>
         {
             (go(state, Phase::Standby, Step::Done, now), Action::Finish)
         }

@@ -569,6 +569,9 @@ mod recovery;
 #[path = "machine_cadence_tests.rs"]
 mod cadence;
 
+#[path = "machine_standby_tests.rs"]
+mod standby;
+
 #[test]
 fn the_ready_message_tells_a_first_rescue_boot_from_a_return() {
     let p = plan();

@@ -564,10 +564,14 @@ impl InstallEngine {
                 }
                 _ => {}
             }
-            let phase = progress
-                .as_ref()
-                .and_then(|p| p.phase)
-                .unwrap_or(Phase::Ordered);
+            // Where the install starts, not the phase it was handed: an
+            // adoption (persisted `standby`, terminal) runs from the first
+            // moment, so a retried launch leaves it alone and the sweeper
+            // sees it in flight.
+            let phase = progress.as_ref().map_or(Phase::Ordered, |p| {
+                let now = tokio::time::Instant::now();
+                machine::resume(p, now, now).0.phase
+            });
             phases.insert(
                 spec.server_id.clone(),
                 (spec.node_claim_name.clone(), phase),

@@ -70,6 +70,13 @@ fn each_persisted_phase_has_its_entry_point() {
             Step::ResumeMaintenance,
             Action::PollServer,
         ),
+        // An adoption: at maintenance, without doubt about an earlier apply.
+        (
+            Some(Phase::Standby),
+            Phase::Maintenance,
+            Step::Adopt,
+            Action::PollServer,
+        ),
         (
             Some(Phase::Configured),
             Phase::Configured,
@@ -91,13 +98,14 @@ fn each_persisted_phase_has_its_entry_point() {
         assert_eq!(s.mac.as_deref(), Some("52:54:00:aa:bb:cc"));
         assert_eq!((s.image_attempts, s.rescue_returns), (2, 1));
         assert_eq!(s.host_key.as_deref(), Some("SHA256:key"));
-        // Deadlines continue, except for an interrupted write.
-        let expected_since = if persisted == Some(Phase::Imaging) {
-            now
-        } else {
-            since
+        // Deadlines continue, except for an interrupted write and an
+        // adoption (the standby phase has no deadline to continue).
+        let expected_since = match persisted {
+            Some(Phase::Imaging | Phase::Standby) => now,
+            _ => since,
         };
         assert_eq!(s.since, expected_since, "{persisted:?}");
+        assert_eq!(s.apply_uncertain_since, None, "{persisted:?}");
     }
     let (s, a) = resume(&progress(Some(Phase::Failed)), since, now);
     assert_eq!(s.phase, Phase::Failed);
@@ -111,20 +119,80 @@ fn each_persisted_phase_has_its_entry_point() {
 }
 
 #[test]
-fn booting_or_maintenance_without_disk_and_mac_installs_again() {
+fn booting_maintenance_or_standby_without_disk_and_mac_installs_again() {
     let now = Instant::now();
-    for phase in [Phase::Booting, Phase::Maintenance] {
-        let p = Progress {
-            mac: None,
-            ..progress(Some(phase))
-        };
-        let (s, a) = resume(&p, now - Duration::from_secs(60), now);
-        assert_eq!(
-            (s.phase, s.step, a),
-            (Phase::Ready, Step::RebootRescue, Action::RebootRescue)
-        );
-        assert_eq!((s.since, s.image_attempts), (now, 0));
+    for phase in [Phase::Booting, Phase::Maintenance, Phase::Standby] {
+        for (disk, mac) in [
+            (Some("sda"), None),
+            (None, Some("52:54:00:aa:bb:cc")),
+            (None, None),
+        ] {
+            let p = Progress {
+                disk: disk.map(str::to_string),
+                mac: mac.map(str::to_string),
+                ..progress(Some(phase))
+            };
+            let (s, a) = resume(&p, now - Duration::from_secs(60), now);
+            assert_eq!(
+                (s.phase, s.step, a),
+                (Phase::Ready, Step::RebootRescue, Action::RebootRescue),
+                "{phase:?} {disk:?} {mac:?}"
+            );
+            assert_eq!((s.since, s.image_attempts), (now, 0));
+        }
     }
+}
+
+#[test]
+fn every_phase_round_trips_through_its_name() {
+    let all = [
+        Phase::Ordered,
+        Phase::Delivering,
+        Phase::Ready,
+        Phase::Rescue,
+        Phase::Imaging,
+        Phase::Booting,
+        Phase::Maintenance,
+        Phase::Configured,
+        Phase::Joined,
+        Phase::Failed,
+        Phase::Standby,
+    ];
+    for phase in all {
+        assert_eq!(Phase::parse(phase.as_str()), Some(phase));
+        assert_eq!(phase.to_string(), phase.as_str());
+    }
+    assert_eq!(Phase::Standby.as_str(), "standby");
+    assert_eq!(Phase::parse("standby"), Some(Phase::Standby));
+    assert_eq!(Phase::parse("Standby"), None);
+    let names: std::collections::HashSet<&str> = all.iter().map(|p| p.as_str()).collect();
+    assert_eq!(names.len(), all.len(), "every name is distinct");
+    let terminal: Vec<Phase> = all.into_iter().filter(|p| p.is_terminal()).collect();
+    assert_eq!(terminal, [Phase::Joined, Phase::Failed, Phase::Standby]);
+}
+
+#[test]
+fn standby_progress_round_trips_through_annotations() {
+    let p = Progress {
+        phase: Some(Phase::Standby),
+        phase_since: Some("2026-03-01T10:12:40Z".parse().unwrap()),
+        started: Some("2026-03-01T10:00:00Z".parse().unwrap()),
+        ..progress(Some(Phase::Standby))
+    };
+    let annotations = p.to_annotations();
+    let get = |key: &str| {
+        annotations
+            .get(&format!("install.karpenter.scaleway.com/{key}"))
+            .map(String::as_str)
+    };
+    assert_eq!(get("phase"), Some("standby"));
+    assert_eq!(get("disk"), Some("sda"));
+    assert_eq!(get("mac"), Some("52:54:00:aa:bb:cc"));
+    let back = Progress::from_annotations(&annotations);
+    assert_eq!(back, p);
+    // What an adoption needs comes back with it.
+    let (s, _) = resume(&back, Instant::now(), Instant::now());
+    assert_eq!((s.phase, s.step), (Phase::Maintenance, Step::Adopt));
 }
 
 #[test]
