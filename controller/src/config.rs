@@ -110,6 +110,37 @@ pub struct ScalewayArgs {
     pub api_rate_limit: f64,
 }
 
+/// Standby pools (`provider/standby`).
+#[derive(Debug, Clone, Args)]
+pub struct StandbyArgs {
+    /// Period of the standby pass: resuming standby installs, ordering and
+    /// releasing standby servers, publishing the reserved offerings.
+    #[arg(long, env = "STANDBY_INTERVAL", default_value = "15s", value_parser = parse_positive_duration)]
+    pub standby_interval: Duration,
+    /// The length of a billed hour: paid hours count from a server's order
+    /// in periods of this length. Change it only in simulations.
+    #[arg(long, env = "BILLING_HOUR", default_value = "1h", value_parser = parse_positive_duration)]
+    pub billing_hour: Duration,
+    /// The length of a billed month (730 h: Scaleway's monthly price over
+    /// 730 hours is its hourly equivalent). Change it only in simulations.
+    #[arg(long, env = "BILLING_MONTH", default_value = "730h", value_parser = parse_positive_duration)]
+    pub billing_month: Duration,
+    /// An idle standby server is released this long before its paid period
+    /// ends, so that the next period is not billed.
+    #[arg(long, env = "STANDBY_RELEASE_MARGIN", default_value = "2m", value_parser = parse_positive_duration)]
+    pub standby_release_margin: Duration,
+}
+
+impl StandbyArgs {
+    pub fn periods(&self) -> crate::provider::standby::Periods {
+        crate::provider::standby::Periods {
+            hour: self.billing_hour,
+            month: self.billing_month,
+            release_margin: self.standby_release_margin,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -180,6 +211,9 @@ pub struct ServeArgs {
     /// reported (Events, `karpenter_scaleway_churn_*`).
     #[arg(long, env = "CHURN_INTERVAL", default_value = "15s", value_parser = parse_positive_duration)]
     pub churn_interval: Duration,
+    /// Warm metal (docs/standby.md): how standby pools are kept.
+    #[command(flatten)]
+    pub standby: StandbyArgs,
     /// Orphan sweeper: deleting servers of this cluster that no NodeClaim claims.
     #[command(flatten)]
     pub sweeper: SweeperArgs,

@@ -275,7 +275,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         rescue: Arc::new(RusshShell::default()),
         talos: Arc::new(GrpcTalos::default()),
         nodes: Arc::new(KubeNodes::new(client.clone(), token_port.clone())),
-        settings: install_settings,
+        settings: install_settings.clone(),
+    }));
+    let engine_settings = install_settings;
+    // Standby installs and wipes run in an engine of their own: their
+    // progress goes on the server's tags, their Events to the NodeClass.
+    let standby_events: Arc<dyn karpenter_scaleway::provider::standby::StandbyEvents> =
+        Arc::new(karpenter_scaleway::k8s::standby_events::KubeStandbyEvents::new(client.clone()));
+    let standby_port = Arc::new(karpenter_scaleway::provider::standby::StandbyNodePort::new(
+        api.clone(),
+        standby_events.clone(),
+    ));
+    let standby_engine = Arc::new(InstallEngine::new(EngineDeps {
+        elastic_metal: api.clone(),
+        capacity: catalog.clone(),
+        rescue: Arc::new(RusshShell::default()),
+        talos: Arc::new(GrpcTalos::default()),
+        nodes: standby_port.clone(),
+        settings: engine_settings.clone(),
     }));
     let node_claims = NodeClaimList::new(client.clone());
     let class_port = Arc::new(KubeNodeClasses::new(store, client.clone()));
@@ -309,7 +326,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             },
         )
         // List proves absence against the NodeClaims (never a partial list).
-        .with_node_claims(Arc::new(node_claims.clone())),
+        .with_node_claims(Arc::new(node_claims.clone()))
+        .with_standby(karpenter_scaleway::provider::standby::StandbyPorts {
+            book: Arc::default(),
+            engine: standby_engine,
+            port: standby_port,
+            events: standby_events,
+            periods: args.standby.periods(),
+        }),
     );
     let provider = if serve_instances {
         Arc::new(
@@ -324,6 +348,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         provider
     };
+    let standby = tokio::spawn(karpenter_scaleway::provider::standby::run_standby(
+        karpenter_scaleway::provider::standby::StandbyController::new(provider.clone()),
+        args.standby.standby_interval,
+        is_leader.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let vm_joiner = serve_instances.then(|| {
         tokio::spawn(run_vm_joiner(
             VmJoiner::new(
@@ -411,6 +441,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(j) = vm_joiner {
         let _ = j.await;
     }
+    let _ = standby.await;
     let _ = reconciler.await;
     let _ = instance_reconciler.await;
     let _ = sweeper.await;

@@ -11,7 +11,8 @@
 //! [`CatalogStore`](crate::catalog::CatalogStore) what registered Nodes
 //! report. `resume` and `drift_stamp` are the leader-only passes over
 //! NodeClaims (resuming installs, re-stamping NodeClass hashes); `events`
-//! writes the Events that the engine's and the sweeper's adapters record.
+//! writes the Events that the engine's and the sweeper's adapters record;
+//! `standby_events` records the standby pools' Events on their NodeClass.
 //!
 //! The other adapters sit next to what they adapt: `grpc` (the tonic
 //! service), `nodeclass` (CRDs and reconcilers), `gc::k8s` (the sweeper's
@@ -24,3 +25,4 @@ pub mod events;
 pub mod node_registration;
 pub mod nodes;
 pub mod resume;
+pub mod standby_events;

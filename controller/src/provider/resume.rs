@@ -11,7 +11,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::nodeclaim::{self, NodeClaimView};
-use super::{Placement, Provider, install_spec, parse_provider_id};
+use super::{Placement, Provider, install_spec, parse_provider_id, tag_value};
 use crate::install::{Phase, Progress};
 use crate::nodeclass;
 use crate::scaleway::{ApiError, ServerStatus};
@@ -152,7 +152,25 @@ impl Provider {
             Ok(token) => token,
             Err(e) => return ResumeOutcome::Retry(format!("bootstrap token: {e}")),
         };
-        let placement = Placement::of(it, &server.zone, &server.id);
+        let mut placement = Placement::of(it, &server.zone, &server.id);
+        let reservation = tag_value(&server, super::standby::TAG_RESERVATION);
+        if let Some(id) = reservation {
+            placement.type_labels = it.reserved_node_labels(&server.zone, id);
+        }
+        // Adopted from standby, and nothing saved on the NodeClaim yet (the
+        // restart came right after the claim): the adoption starts again
+        // from the server's own standby progress.
+        let progress = match (progress.phase, reservation) {
+            (None, Some(_)) => {
+                let standby = super::standby::progress_of(&server);
+                if standby.phase == Some(Phase::Standby) {
+                    standby
+                } else {
+                    progress
+                }
+            }
+            _ => progress,
+        };
         match install_spec(&view, &class.spec, &placement, secrets, token) {
             Ok(spec) => {
                 self.installer.resume(spec, progress);
