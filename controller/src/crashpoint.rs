@@ -26,15 +26,27 @@ pub enum CrashPoint {
     TokenReleased,
     /// `joined` is persisted; the `InstallJoined` Event is not recorded yet.
     JoinedSaved,
+    /// Create claimed a standby server (its tags name the NodeClaim); no
+    /// Node is registered and no install runs yet.
+    StandbyClaimed,
+    /// Delete retagged a node's server as a standby to wipe; the wipe has
+    /// not started (the server still runs the old node).
+    WipeTagged,
+    /// A standby install (a new standby server or a wipe) has written its
+    /// image; the phase persisted on the server's tags is still `imaging`.
+    StandbyImaged,
 }
 
 impl CrashPoint {
-    pub const ALL: [CrashPoint; 5] = [
+    pub const ALL: [CrashPoint; 8] = [
         CrashPoint::ConfigApplied,
         CrashPoint::NodeReady,
         CrashPoint::NodeInitialized,
         CrashPoint::TokenReleased,
         CrashPoint::JoinedSaved,
+        CrashPoint::StandbyClaimed,
+        CrashPoint::WipeTagged,
+        CrashPoint::StandbyImaged,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +56,9 @@ impl CrashPoint {
             CrashPoint::NodeInitialized => "node-initialized",
             CrashPoint::TokenReleased => "token-released",
             CrashPoint::JoinedSaved => "joined-saved",
+            CrashPoint::StandbyClaimed => "standby-claimed",
+            CrashPoint::WipeTagged => "wipe-tagged",
+            CrashPoint::StandbyImaged => "standby-imaged",
         }
     }
 

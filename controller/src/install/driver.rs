@@ -23,9 +23,14 @@ use crate::crashpoint::{self, CrashPoint};
 
 /// The crash point between the side effect just performed (what `obs` reports
 /// at `state`) and the next one.
-fn crash_point_after(state: &State, obs: &Observation) -> Option<CrashPoint> {
+fn crash_point_after(plan: &Plan, state: &State, obs: &Observation) -> Option<CrashPoint> {
     use machine::Step;
     match (state.step, obs) {
+        (Step::WriteImage, Observation::Command(out))
+            if plan.target == crate::install::Target::Standby && out.exit_status == 0 =>
+        {
+            Some(CrashPoint::StandbyImaged)
+        }
         (Step::ApplyConfig, Observation::ConfigApplied) => Some(CrashPoint::ConfigApplied),
         (Step::AwaitNode, Observation::Node(Some(true))) => Some(CrashPoint::NodeReady),
         (Step::InitializeNode, Observation::NodeInitialized) => Some(CrashPoint::NodeInitialized),
@@ -195,7 +200,7 @@ impl Driver<'_> {
             } else {
                 self.perform(&plan, &state, &action).await
             };
-            if let Some(point) = crash_point_after(&state, &obs) {
+            if let Some(point) = crash_point_after(&plan, &state, &obs) {
                 crashpoint::reached(point, &self.spec.node_claim_name);
             }
             let look = look_of(&obs);

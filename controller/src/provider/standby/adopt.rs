@@ -114,6 +114,10 @@ impl Provider {
                             format!("claiming standby server {}: {e}", fresh.id),
                         )
                     })?;
+                crate::crashpoint::reached(
+                    crate::crashpoint::CrashPoint::StandbyClaimed,
+                    &view.name,
+                );
                 sb.book.mark_taken(&key, &fresh.id);
                 self.republish_class(class);
                 let billing = server_billing(&fresh, class_billing(&class.spec));
@@ -329,6 +333,7 @@ impl Provider {
             .api
             .update_server_tags(&server.zone, &server.id, &tags)
             .await?;
+        crate::crashpoint::reached(crate::crashpoint::CrashPoint::WipeTagged, &server.id);
         match self.standby_spec(class, &wiped).await {
             Ok(spec) => {
                 sb.port.register(&spec.node_claim_name, &class.name);

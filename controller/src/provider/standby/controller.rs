@@ -78,10 +78,18 @@ pub async fn run_standby(
     tokio::pin!(stop);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let idle = controller
+        .provider
+        .standby
+        .as_ref()
+        .map(|sb| sb.port.idle_signal())
+        .unwrap_or_default();
     loop {
         tokio::select! {
             _ = &mut stop => return,
             _ = ticker.tick() => {}
+            // A standby server just became idle: serve it now.
+            _ = idle.notified() => {}
         }
         if !leader() {
             continue;

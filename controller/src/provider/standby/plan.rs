@@ -117,8 +117,9 @@ pub enum Step {
 /// What `pool` does now with `members`. `orderable`: the offering can be
 /// ordered (in the catalog, in stock, not refused lately).
 ///
-/// - Order one server (one per pass) while idle + installing + wiping <
-///   `min` and the pool has fewer than `max` servers.
+/// - Order what is missing for idle + installing + wiping to reach `min`
+///   (never more than `max` servers in all), all in one pass: a pool
+///   refills as fast as the servers can be delivered.
 /// - Release idle servers above `min` when their paid time is up: hourly at
 ///   the end of the paid hour in which they have been idle for
 ///   `idle_hourly_keep`; monthly at the end of their paid month, never
@@ -132,14 +133,17 @@ pub fn plan(
 ) -> Vec<Step> {
     let mut steps = Vec::new();
     let total = members.len() as u32;
-    if total < pool.min.min(pool.max) {
+    let wanted = pool.min.min(pool.max);
+    if total < wanted {
         if orderable {
-            steps.push(Step::Order {
-                reason: format!(
-                    "{total} standby server(s) of {} in {} (installing, idle or wiping), min {}",
-                    pool.offer, pool.zone, pool.min
-                ),
-            });
+            for _ in total..wanted {
+                steps.push(Step::Order {
+                    reason: format!(
+                        "{total} standby server(s) of {} in {} (installing, idle or wiping), min {}",
+                        pool.offer, pool.zone, pool.min
+                    ),
+                });
+            }
         }
         return steps;
     }

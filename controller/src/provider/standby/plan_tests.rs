@@ -36,10 +36,13 @@ fn ids(steps: &[Step]) -> Vec<String> {
 }
 
 #[test]
-fn orders_one_server_per_pass_up_to_min() {
+fn orders_what_is_missing_up_to_min_at_once() {
     let p = Periods::default();
     let now = t("2026-11-24T10:00:00Z");
-    assert_eq!(ids(&plan(&pool(2, 3), &[], true, &p, now)), ["order"]);
+    assert_eq!(
+        ids(&plan(&pool(2, 3), &[], true, &p, now)),
+        ["order", "order"]
+    );
     let one = [member(
         "a",
         State::Installing,

@@ -31,6 +31,9 @@ pub struct StandbyNodePort {
     events: Arc<dyn StandbyEvents>,
     /// Install key → its NodeClass, for Events.
     classes: Mutex<HashMap<String, String>>,
+    /// Woken when a standby install reaches `standby` (an idle server to
+    /// publish at once, not at the next pass).
+    idle: Arc<tokio::sync::Notify>,
 }
 
 impl StandbyNodePort {
@@ -39,7 +42,13 @@ impl StandbyNodePort {
             api,
             events,
             classes: Mutex::default(),
+            idle: Arc::default(),
         }
+    }
+
+    /// Notified each time a standby install ends idle.
+    pub fn idle_signal(&self) -> Arc<tokio::sync::Notify> {
+        self.idle.clone()
     }
 
     /// Names the NodeClass of an install before it starts.
@@ -99,8 +108,11 @@ impl NodePort for StandbyNodePort {
         self.api
             .update_server_tags(zone, id, &tags)
             .await
-            .map(|_| ())
-            .map_err(port_error)
+            .map_err(port_error)?;
+        if progress.phase == Some(crate::install::Phase::Standby) {
+            self.idle.notify_one();
+        }
+        Ok(())
     }
 
     /// Warnings and the end of the install go to the NodeClass (as
