@@ -199,9 +199,21 @@ impl Provider {
             {
                 continue;
             }
+            // Under the pool's lock and read again, as for a release: a
+            // server a Create claimed since the listing is left alone.
+            let key: PoolKey = (
+                s.class.clone(),
+                s.server.offer_name.clone(),
+                s.server.zone.clone(),
+            );
+            let lock = sb.book.lock_of(&key);
+            let _held = lock.lock().await;
+            let Some(fresh) = self.still_standby(s).await else {
+                continue;
+            };
             info!(server_id = %s.server.id, nodeclass = %class.name,
                 "idle standby server has another image than its NodeClass now; writing it again");
-            match self.wipe(&s.server, class, false).await {
+            match self.wipe(&fresh, class, false).await {
                 Ok(_) => {
                     rewiped.insert(s.server.id.clone());
                     sb.events
@@ -301,20 +313,8 @@ impl Provider {
             );
             let lock = sb.book.lock_of(&key);
             let _held = lock.lock().await;
-            match self.api.get_server(&s.server.zone, &s.server.id).await {
-                Ok(fresh)
-                    if fresh.status != ServerStatus::Deleting
-                        && StandbyServer::of(&fresh).is_some_and(|f| f.state == s.state) => {}
-                Ok(_) => {
-                    info!(server_id = %s.server.id, nodeclass = %class,
-                        "standby server taken or changed since the listing; not released");
-                    continue;
-                }
-                Err(ApiError::NotFound(_)) => continue,
-                Err(error) => {
-                    warn!(server_id = %s.server.id, %error, "releasing standby server: cannot read it; next pass tries again");
-                    continue;
-                }
+            if self.still_standby(s).await.is_none() {
+                continue;
             }
             match self.api.delete_server(&s.server.zone, &s.server.id).await {
                 Ok(_) => {
@@ -378,6 +378,32 @@ impl Provider {
         }
         self.record_standby_metrics(&members, &released, &pools, &snapshot);
         Ok(report)
+    }
+
+    /// The server of `s` read again, when it is still an unclaimed standby
+    /// server in the state the listing showed; `None` (logged) when a Create
+    /// took it or anything else changed since, or it cannot be read. The
+    /// caller holds the pool's lock (adoption claims under it).
+    async fn still_standby(&self, s: &StandbyServer) -> Option<Server> {
+        match self.api.get_server(&s.server.zone, &s.server.id).await {
+            Ok(fresh)
+                if fresh.status != ServerStatus::Deleting
+                    && StandbyServer::of(&fresh).is_some_and(|f| f.state == s.state) =>
+            {
+                Some(fresh)
+            }
+            Ok(_) => {
+                info!(server_id = %s.server.id, nodeclass = %s.class,
+                    "standby server taken or changed since the listing; left alone this pass");
+                None
+            }
+            Err(ApiError::NotFound(_)) => None,
+            Err(error) => {
+                warn!(server_id = %s.server.id, %error,
+                    "cannot read standby server again; next pass tries again");
+                None
+            }
+        }
     }
 
     /// Each NodeClass's pools as reserved offerings, with the book's idle counts.

@@ -174,6 +174,137 @@ async fn a_pass_never_releases_a_standby_a_create_claims_meanwhile() {
 }
 
 #[tokio::test]
+async fn a_restart_right_after_the_claim_resumes_the_adoption_from_the_servers_tags() {
+    let w = one_idle().await;
+    let out = w
+        .provider
+        .create(warm_claim("warm-a", &["reserved"], Some(&rid())))
+        .await
+        .unwrap();
+    // A new process: its engine knows nothing, and the NodeClaim has no
+    // install progress yet.
+    let installer = Arc::new(RecordingInstaller::default());
+    let restarted = Provider::new(
+        Arc::new(Yielding(w.f.api.clone())),
+        w.f.catalog.clone(),
+        w.f.classes.clone(),
+        installer.clone(),
+        ClusterPorts {
+            tokens: w.f.tokens.clone(),
+            nodes: w.f.nodes.clone(),
+        },
+        settings(),
+    );
+    let report = restarted.resume_installs(&[out]).await;
+    assert_eq!(
+        report,
+        [(
+            "warm-a".to_string(),
+            crate::provider::ResumeOutcome::Resumed
+        )]
+    );
+    let (spec, progress) = installer.resumed.lock().unwrap()[0].clone();
+    assert_eq!(spec.server_id, "a");
+    assert_eq!(spec.target, Target::Node);
+    assert_eq!(spec.labels["karpenter.sh/capacity-type"], "reserved");
+    assert_eq!(spec.labels[TAG_RESERVATION], rid().as_str());
+    assert_eq!(progress.phase, Some(Phase::Standby));
+    assert_eq!(progress.disk.as_deref(), Some("nvme0n1"));
+    assert_eq!(progress.mac.as_deref(), Some("52:54:00:aa:bb:01"));
+}
+
+/// The NodeClasses as the pass lists them show `listed` for `warm`, while
+/// Create's `get` still reads the former one: a NodeClass update landing
+/// between Create's image check and the pass's.
+struct UpdatedBetween {
+    inner: Arc<crate::provider::tests::FakeNodeClasses>,
+    listed: NodeClassRecord,
+}
+
+#[async_trait]
+impl crate::provider::NodeClasses for UpdatedBetween {
+    fn get(&self, name: &str) -> Option<NodeClassRecord> {
+        self.inner.get(name)
+    }
+    fn list(&self) -> Vec<NodeClassRecord> {
+        let mut all = self.inner.list();
+        for c in &mut all {
+            if c.name == self.listed.name {
+                *c = self.listed.clone();
+            }
+        }
+        all
+    }
+    async fn secret(
+        &self,
+        r: &crate::nodeclass::SecretKeyRef,
+    ) -> Result<Option<crate::install::Secret>, String> {
+        self.inner.secret(r).await
+    }
+}
+
+#[tokio::test]
+async fn a_pass_never_reimages_a_standby_a_create_claims_meanwhile() {
+    let mut outcomes = std::collections::BTreeSet::new();
+    for k in 0..8 {
+        let w = one_idle().await;
+        let mut listed = w.f.classes.classes.lock().unwrap()[CLASS].clone();
+        listed.spec.image.version = "v1.14.0".into();
+        let provider = Provider::new(
+            Arc::new(Yielding(w.f.api.clone())),
+            w.f.catalog.clone(),
+            Arc::new(UpdatedBetween {
+                inner: w.f.classes.clone(),
+                listed,
+            }),
+            w.f.installer.clone(),
+            ClusterPorts {
+                tokens: w.f.tokens.clone(),
+                nodes: w.f.nodes.clone(),
+            },
+            settings(),
+        )
+        .with_standby(w.provider.standby.clone().unwrap());
+        let pass = async {
+            for _ in 0..k {
+                tokio::task::yield_now().await;
+            }
+            provider
+                .standby_pass(t("2026-11-24T09:31:00Z"))
+                .await
+                .unwrap()
+        };
+        let (created, report) = tokio::join!(
+            provider.create(warm_claim("warm-a", &["reserved"], Some(&rid()))),
+            pass
+        );
+        let s = w.f.api.server("a").unwrap();
+        let rewritten = !w.engine.resumed.lock().unwrap().is_empty();
+        match created {
+            Ok(_) => {
+                outcomes.insert("adopted");
+                assert_eq!(tag_value(&s, TAG_NODECLAIM), Some("warm-a"), "k={k}: {s:?}");
+                assert!(tag_value(&s, TAG_STANDBY).is_none(), "k={k}: {s:?}");
+                assert!(
+                    !rewritten,
+                    "k={k}: a node's server was re-imaged: {report:?}"
+                );
+            }
+            Err(e) => {
+                outcomes.insert("reimaged");
+                assert!(
+                    matches!(e, ProviderError::InsufficientCapacity(_)),
+                    "k={k}: {e:?}"
+                );
+                assert!(rewritten, "k={k}");
+                assert!(tag_value(&s, TAG_NODECLAIM).is_none(), "k={k}");
+            }
+        }
+    }
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+}
+
+#[tokio::test]
 async fn a_claim_that_names_no_reservation_is_ordered_on_demand() {
     let w = one_idle().await;
     let out = w
