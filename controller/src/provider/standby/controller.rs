@@ -57,7 +57,11 @@ impl StandbyController {
 
     /// One pass; `Err` when the servers could not be listed (nothing done).
     pub async fn pass(&self) -> Result<PassReport, String> {
-        let report = self.provider.standby_pass(Utc::now()).await?;
+        // Paid periods count from `created_at`, on the API's clock.
+        let report = self
+            .provider
+            .standby_pass(crate::scaleway::api_clock::now())
+            .await?;
         let classes: BTreeSet<String> = report.idle.keys().map(|k| k.0.clone()).collect();
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
         for gone in published.difference(&classes) {
