@@ -53,7 +53,10 @@ pub fn reserved_nodepool_yaml(name: &str, nodeclass: &str, weight: u32, offers: 
         "          values: [\"on-demand\"]\n",
         "          values: [\"reserved\"]\n",
     )
-    .replace("spec:\n  template:\n", &format!("spec:\n  weight: {weight}\n  template:\n"))
+    .replace(
+        "spec:\n  template:\n",
+        &format!("spec:\n  weight: {weight}\n  template:\n"),
+    )
 }
 
 /// The value of the `key=` tag of an emsim server record.
@@ -94,14 +97,18 @@ pub async fn standby_servers(stack: &Stack, class: &str) -> Result<Vec<Value>> {
         .into_iter()
         .filter(|s| s["deleted_at"].is_null() && s["status"] != "deleting")
         .filter(|s| {
-            state(s).is_some()
-                && tag(s, "karpenter.scaleway.com/standby").as_deref() == Some(class)
+            state(s).is_some() && tag(s, "karpenter.scaleway.com/standby").as_deref() == Some(class)
         })
         .collect())
 }
 
 /// Waits until `class` has `n` idle standby servers (and returns them).
-pub async fn wait_idle(stack: &Stack, class: &str, n: usize, timeout: Duration) -> Result<Vec<Value>> {
+pub async fn wait_idle(
+    stack: &Stack,
+    class: &str,
+    n: usize,
+    timeout: Duration,
+) -> Result<Vec<Value>> {
     wait::until(
         &format!("{n} idle standby server(s) of NodeClass {class}"),
         timeout,
@@ -138,4 +145,36 @@ pub fn boots(server: &Value) -> Result<Vec<String>> {
         .iter()
         .filter_map(|b| b["boot_type"].as_str().map(str::to_string))
         .collect())
+}
+
+/// Waits until no NodeClaim and no Node of this provider is left (servers
+/// may stay: standby servers outlive their nodes).
+pub async fn wait_nodes_gone(stack: &Stack, timeout: Duration) -> Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: kube::Api<Node> = kube::Api::all(stack.client.clone());
+    wait::until(
+        "NodeClaims and Nodes gone",
+        timeout,
+        Duration::from_millis(500),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let claims = crate::scenario::nodeclaims(stack).await?;
+                let ours = nodes
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|n| {
+                        n.spec
+                            .as_ref()
+                            .and_then(|s| s.provider_id.as_deref())
+                            .is_some_and(|p| p.starts_with("scaleway://"))
+                    })
+                    .count();
+                Ok((claims.is_empty() && ours == 0).then_some(()))
+            }
+        },
+    )
+    .await
 }
