@@ -2,10 +2,13 @@
 //! of both kinds (`--kind`): Elastic Metal servers and Instances (VMs). Each
 //! line says its kind, the NodeClaim that claims it (or the tagged name,
 //! marked missing), its offer or commercial type, zone, status, IPv4,
-//! NodeClass, install phase and age, and what the orphan sweeper would do
-//! with it, computed by the sweeper's own decision functions
+//! NodeClass, install phase, capacity (a standby server's state, an adopted
+//! node's reservation) and age, and what the orphan sweeper would do with
+//! it, computed by the sweeper's own decision functions
 //! ([`crate::gc::decide`], [`crate::gc::decide_instances`]) with the graces
-//! `serve` has. The SBS volumes VMs leave behind are not listed.
+//! `serve` has. The SBS volumes VMs leave behind are not listed. `--standby`
+//! narrows the list to the standby servers (docs/standby.md) and the nodes
+//! adopted from them.
 //!
 //! Like List(), it fails rather than print a partial list: a zone, a page or
 //! the NodeClaims that cannot be read is an error (non-zero exit), since a
@@ -14,9 +17,10 @@
 //! The command does not see the controller's install engine, so the verdict
 //! is computed without its in-flight check; instead, a NodeClaim whose
 //! `install.karpenter.scaleway.com/phase` annotation is not terminal marks its
-//! server in flight. Nothing secret is printed: only the fields listed here
-//! (never the rescue password the API returns, nor a VM's user data, which
-//! the command never reads).
+//! server in flight. A standby server has no NodeClaim: its state and install
+//! phase come from its own tags ([`StandbyServer::of`]). Nothing secret is
+//! printed: only the fields listed here (never the rescue password the API
+//! returns, nor a VM's user data, which the command never reads).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -39,6 +43,7 @@ use crate::gc::{
 };
 use crate::install::{PROGRESS_ANNOTATION_PREFIX, Phase};
 use crate::k8s::nodes::NodeClaimList;
+use crate::provider::standby::{StandbyServer, State as StandbyState, TAG_RESERVATION};
 use crate::provider::{
     NodeClaimSource, TAG_CLUSTER, TAG_NODECLAIM, TAG_NODECLASS, parse_provider_id, tag, tag_value,
 };
@@ -76,6 +81,10 @@ pub struct ServersArgs {
     /// Which servers to list: Elastic Metal servers, Instances (VMs), or both.
     #[arg(long, value_enum, default_value = "all")]
     pub kind: Kind,
+    /// Only the standby servers and the nodes adopted from them (Elastic
+    /// Metal only: Instances have no standby servers).
+    #[arg(long)]
+    pub standby: bool,
     /// A table, or JSON (every field, plus the sweeper's detail).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
@@ -112,9 +121,10 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
         elastic_metal: client.as_ref(),
         instance: client.as_ref(),
     };
+    let kind = listed_kind(args.kind, args.standby)?;
     let report = collect(
         &apis,
-        args.kind,
+        kind,
         &claims,
         &args.zones(),
         &Graces {
@@ -124,12 +134,29 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
         Utc::now(),
     )
     .await?;
+    let report = if args.standby {
+        report.standby_only()
+    } else {
+        report
+    };
     let out = match args.output {
         Output::Table => report.table(),
         Output::Json => serde_json::to_string_pretty(&report.json())? + "\n",
     };
     print!("{out}");
     Ok(())
+}
+
+/// The kind to list: `--standby` reads Elastic Metal only (Instances have
+/// no standby servers), and refuses `--kind instance`.
+pub fn listed_kind(kind: Kind, standby: bool) -> anyhow::Result<Kind> {
+    match (standby, kind) {
+        (false, kind) => Ok(kind),
+        (true, Kind::Instance) => {
+            anyhow::bail!("--standby lists Elastic Metal servers; --kind instance has none")
+        }
+        (true, _) => Ok(Kind::ElasticMetal),
+    }
 }
 
 /// The APIs the servers are listed from.
@@ -184,9 +211,23 @@ pub struct Row {
     pub created_at: Option<String>,
     /// `None` when the creation time is absent or unreadable.
     pub age: Option<Duration>,
-    /// The install phase from the claiming NodeClaim's annotation.
+    /// The install phase: from the claiming NodeClaim's annotation, or, for
+    /// a standby server, from its own tags.
     pub phase: Option<String>,
+    /// A standby server (standby tag, no NodeClaim tag): its state.
+    pub standby: Option<Standby>,
+    /// A node adopted from standby: its reservation id (the
+    /// `karpenter.scaleway.com/reservation-id` tag).
+    pub reservation: Option<String>,
     pub sweeper: Sweep,
+}
+
+/// Where a standby server stands, as its tags say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Standby {
+    pub state: StandbyState,
+    /// A former node wiped back to standby (`karpenter.scaleway.com/recycled`).
+    pub recycled: bool,
 }
 
 /// What the command prints.
@@ -196,6 +237,8 @@ pub struct Report {
     pub zones: Vec<String>,
     pub kind: Kind,
     pub rows: Vec<Row>,
+    /// Narrowed to standby servers and adopted nodes (`--standby`).
+    pub standby_only: bool,
 }
 
 fn reads_elastic_metal(kind: Kind) -> bool {
@@ -272,6 +315,7 @@ pub async fn collect(
         zones: zones.to_vec(),
         kind,
         rows,
+        standby_only: false,
     })
 }
 
@@ -358,6 +402,19 @@ fn metal_row(d: Decision, index: &ClaimIndex<'_>) -> Row {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| "unknown".into());
+    let standby = StandbyServer::of(s);
+    // A standby server's phase and NodeClass are its own; a node's phase is
+    // its NodeClaim's.
+    let (nodeclass, phase) = match &standby {
+        Some(sb) => (
+            Some(sb.class.clone()),
+            sb.progress.phase.map(|p| p.as_str().to_string()),
+        ),
+        None => (
+            d.nodeclass().map(str::to_string),
+            index.phase_of(index.claim_of_metal(s)).map(str::to_string),
+        ),
+    };
     Row {
         kind: ClassKind::ElasticMetal,
         id: s.id.clone(),
@@ -366,12 +423,20 @@ fn metal_row(d: Decision, index: &ClaimIndex<'_>) -> Row {
         server_type: s.offer_name.clone(),
         status,
         ipv4: s.ipv4().map(str::to_string),
-        nodeclass: d.nodeclass().map(str::to_string),
+        nodeclass,
         claim: d.claim.clone(),
         claim_tag: tag_value(s, TAG_NODECLAIM).map(str::to_string),
         created_at: Some(s.created_at.clone()),
         age: d.age,
-        phase: index.phase_of(index.claim_of_metal(s)).map(str::to_string),
+        phase,
+        reservation: standby
+            .is_none()
+            .then(|| tag_value(s, TAG_RESERVATION).map(str::to_string))
+            .flatten(),
+        standby: standby.map(|sb| Standby {
+            state: sb.state,
+            recycled: sb.recycled,
+        }),
         sweeper: Sweep {
             verdict: d.verdict,
             reason: d.reason,
@@ -415,6 +480,8 @@ fn vm_row(d: InstanceDecision, index: &ClaimIndex<'_>) -> Option<Row> {
         claim_tag: tag_in(&s.tags, TAG_NODECLAIM).map(str::to_string),
         created_at: s.creation_date.clone(),
         age: d.age,
+        standby: None,
+        reservation: None,
         sweeper: Sweep {
             verdict: d.verdict,
             reason: d.reason,
@@ -433,6 +500,21 @@ impl Row {
         }
     }
 
+    /// `standby/<state>` for a standby server, `reserved/<reservation id>`
+    /// for a node adopted from one, else `-`.
+    fn capacity_cell(&self) -> String {
+        match (&self.standby, &self.reservation) {
+            (Some(sb), _) => format!("standby/{}", sb.state.as_str()),
+            (None, Some(id)) => format!("reserved/{id}"),
+            (None, None) => "-".into(),
+        }
+    }
+
+    /// A standby server, or a node adopted from one.
+    fn is_standby(&self) -> bool {
+        self.standby.is_some() || self.reservation.is_some()
+    }
+
     fn sweeper_cell(&self) -> String {
         format!(
             "{} ({})",
@@ -449,6 +531,13 @@ const VOLUMES_NOTE: &str = "the SBS volumes VMs leave behind are not listed here
 the sweeper deletes them once detached and older than the Instance grace";
 
 impl Report {
+    /// Only the standby servers and the nodes adopted from them.
+    pub fn standby_only(mut self) -> Report {
+        self.rows.retain(Row::is_standby);
+        self.standby_only = true;
+        self
+    }
+
     pub fn table(&self) -> String {
         let header = [
             "KIND",
@@ -460,11 +549,12 @@ impl Report {
             "IP",
             "NODECLASS",
             "PHASE",
+            "CAPACITY",
             "AGE",
             "SWEEPER",
         ];
         let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-        let rows: Vec<[String; 11]> = self
+        let rows: Vec<[String; 12]> = self
             .rows
             .iter()
             .map(|r| {
@@ -478,6 +568,7 @@ impl Report {
                     dash(&r.ipv4),
                     dash(&r.nodeclass),
                     dash(&r.phase),
+                    r.capacity_cell(),
                     r.age.map(format_age).unwrap_or_else(|| "?".into()),
                     r.sweeper_cell(),
                 ]
@@ -527,6 +618,9 @@ impl Report {
             format_age(self.graces.instance_grace),
             if policy.dry_run { ", dry run" } else { "" }
         );
+        if let Some(line) = self.standby_summary() {
+            let _ = writeln!(out, "{line}");
+        }
         if reads_elastic_metal(self.kind) {
             let _ = writeln!(out, "Note: {IN_FLIGHT_NOTE}.");
         }
@@ -534,6 +628,41 @@ impl Report {
             let _ = writeln!(out, "Note: {VOLUMES_NOTE}.");
         }
         out
+    }
+
+    /// `Standby: 3 server(s) (1 installing, 2 idle, 0 wiping); 1 node adopted
+    /// from standby.`, when there is any of either.
+    fn standby_summary(&self) -> Option<String> {
+        let standby: Vec<StandbyState> = self
+            .rows
+            .iter()
+            .filter_map(|r| r.standby.as_ref().map(|s| s.state))
+            .collect();
+        let adopted = self
+            .rows
+            .iter()
+            .filter(|r| r.standby.is_none() && r.reservation.is_some())
+            .count();
+        if standby.is_empty() && adopted == 0 && !self.standby_only {
+            return None;
+        }
+        let states: Vec<String> = StandbyState::ALL
+            .iter()
+            .map(|s| {
+                let n = standby.iter().filter(|x| *x == s).count();
+                format!("{n} {}", s.as_str())
+            })
+            .collect();
+        Some(format!(
+            "Standby: {} server(s) ({}); {adopted} node(s) adopted from standby{}.",
+            standby.len(),
+            states.join(", "),
+            if self.standby_only {
+                "; other servers left out (--standby)"
+            } else {
+                ""
+            }
+        ))
     }
 
     pub fn json(&self) -> Value {
@@ -553,6 +682,11 @@ impl Report {
                     "nodeClaimTag": r.claim_tag,
                     "nodeClass": r.nodeclass,
                     "installPhase": r.phase,
+                    "standby": r.standby.as_ref().map(|s| json!({
+                        "state": s.state.as_str(),
+                        "recycled": s.recycled,
+                    })),
+                    "reservationId": r.reservation,
                     "createdAt": r.created_at,
                     "ageSeconds": r.age.map(|a| a.as_secs()),
                     "sweeper": {
@@ -577,6 +711,7 @@ impl Report {
             "orphanGraceSeconds": policy.grace.as_secs(),
             "instanceOrphanGraceSeconds": self.graces.instance_grace.as_secs(),
             "dryRun": policy.dry_run,
+            "standbyOnly": self.standby_only,
             "inFlight": IN_FLIGHT_NOTE,
             "volumes": VOLUMES_NOTE,
             "servers": servers,

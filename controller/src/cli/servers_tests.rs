@@ -574,6 +574,7 @@ async fn both_kinds_are_listed_with_their_kind() {
             "163.172.0.9",
             "vms",
             "-",
+            "-",
             "3h0m",
             "spared",
             "(claimed)"
@@ -591,6 +592,7 @@ async fn both_kinds_are_listed_with_their_kind() {
             "stopped",
             "-",
             "vms",
+            "-",
             "-",
             "1d2h",
             "deleted",
@@ -864,3 +866,6 @@ fn vm_states_read_as_the_api_names_them() {
     );
     assert_eq!(vm_status(&ServerState::Other, "x"), "unknown/x");
 }
+
+#[path = "servers_standby_tests.rs"]
+mod standby;

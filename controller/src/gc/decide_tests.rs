@@ -230,3 +230,54 @@ fn labels_and_ages_read_well() {
         "3d4h"
     );
 }
+
+/// A standby server of cluster `prod` (no NodeClaim tag), created `age` ago.
+fn standby_server(id: &str, age: Duration) -> Server {
+    let mut s = server(id, "unused", age);
+    s.tags = vec![
+        "karpenter.scaleway.com/cluster=prod".into(),
+        "karpenter.scaleway.com/nodeclass=warm".into(),
+        "karpenter.scaleway.com/standby=warm".into(),
+        "install.karpenter.scaleway.com/phase=standby".into(),
+    ];
+    s
+}
+
+#[test]
+fn a_standby_server_is_spared_however_old_and_a_foreign_one_still_refused() {
+    for dry_run in [false, true] {
+        let d = one(standby_server("s1", 30 * HOUR), &[], &[], dry_run);
+        assert_eq!(verdict(&d), (Verdict::Spared, Reason::Standby));
+        assert_eq!(d.reason.as_str(), "standby");
+        assert!(d.detail.contains("warm"), "{}", d.detail);
+        assert_eq!(d.nodeclass(), Some("warm"));
+        assert!(!d.verdict.is_warning());
+    }
+
+    // The standby tag proves nothing on a server this cluster cannot prove
+    // it owns.
+    let mut other_cluster = standby_server("s2", 30 * HOUR);
+    other_cluster.tags[0] = "karpenter.scaleway.com/cluster=staging".into();
+    let mut no_cluster = standby_server("s3", 30 * HOUR);
+    no_cluster.tags.remove(0);
+    let mut other_project = standby_server("s4", 30 * HOUR);
+    other_project.project_id = "proj-2".into();
+    for s in [other_cluster, no_cluster, other_project] {
+        let id = s.id.clone();
+        let d = one(s, &[], &[], false);
+        assert_eq!(
+            verdict(&d),
+            (Verdict::Refused, Reason::OwnershipUnproven),
+            "{id}"
+        );
+    }
+
+    // Adopted (a NodeClaim tag) and its NodeClaim gone: an orphan like any
+    // node's server, whatever standby tag it kept.
+    let mut adopted = server("s5", "np-gone", 30 * HOUR);
+    adopted
+        .tags
+        .push("karpenter.scaleway.com/standby=warm".into());
+    let d = one(adopted, &[], &[], false);
+    assert_eq!(verdict(&d), (Verdict::Deleted, Reason::Orphaned));
+}

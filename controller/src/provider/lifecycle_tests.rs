@@ -303,3 +303,139 @@ async fn unreadable_nodeclaims_fail_list() {
         .push(claim("default-new", &[]));
     assert_eq!(c.provider.list().await.unwrap().len(), 1);
 }
+
+/// A server of cluster `test` in the fixture's zone with `tags`.
+fn tagged_server(id: &str, tags: &[&str]) -> Server {
+    Server {
+        id: id.into(),
+        organization_id: PROJECT.into(),
+        project_id: PROJECT.into(),
+        name: format!("server-{id}"),
+        description: String::new(),
+        status: ServerStatus::Ready,
+        offer_id: format!("{ZONE}-a115x"),
+        offer_name: "EM-A115X-SSD".into(),
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        ips: vec![],
+        boot_type: BootType::Normal,
+        zone: ZONE.into(),
+        rescue_server: None,
+        created_at: "2026-11-24T09:00:00Z".into(),
+        updated_at: String::new(),
+    }
+}
+
+const RESERVATION: &str = "warm.em-a115x-ssd.fr-par-2";
+
+#[tokio::test]
+async fn list_leaves_standby_servers_out_and_reports_adopted_ones_as_reserved() {
+    let f = fixture();
+    f.api.insert_server(tagged_server(
+        "idle",
+        &[
+            "karpenter.scaleway.com/cluster=test",
+            "karpenter.scaleway.com/nodeclass=warm",
+            "karpenter.scaleway.com/standby=warm",
+            "install.karpenter.scaleway.com/phase=standby",
+        ],
+    ));
+    f.api.insert_server(tagged_server(
+        "wiping",
+        &[
+            "karpenter.scaleway.com/cluster=test",
+            "karpenter.scaleway.com/standby=warm",
+            "karpenter.scaleway.com/recycled=true",
+            "install.karpenter.scaleway.com/phase=imaging",
+        ],
+    ));
+    let adopted_tags = [
+        "karpenter.scaleway.com/cluster=test",
+        "karpenter.sh/nodeclaim=warm-a",
+        "karpenter.sh/nodepool=metal-reserved",
+        "karpenter.scaleway.com/nodeclass=warm",
+        "karpenter.scaleway.com/reservation-id=warm.em-a115x-ssd.fr-par-2",
+    ];
+    f.api.insert_server(tagged_server("adopted", &adopted_tags));
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+
+    let listed = f.provider.list().await.unwrap();
+    let mut names: Vec<&str> = listed
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["default-a", "warm-a"],
+        "no standby server: {listed:?}"
+    );
+    let adopted = listed
+        .iter()
+        .find(|c| c["metadata"]["name"] == "warm-a")
+        .unwrap();
+    let labels = &adopted["metadata"]["labels"];
+    assert_eq!(labels["karpenter.sh/capacity-type"], "reserved");
+    assert_eq!(labels["karpenter.scaleway.com/reservation-id"], RESERVATION);
+    assert_eq!(labels["karpenter.sh/nodepool"], "metal-reserved");
+    let ordered = listed
+        .iter()
+        .find(|c| c["metadata"]["name"] == "default-a")
+        .unwrap();
+    assert_eq!(
+        ordered["metadata"]["labels"]["karpenter.sh/capacity-type"],
+        "on-demand"
+    );
+    assert!(
+        ordered["metadata"]["labels"]
+            .get("karpenter.scaleway.com/reservation-id")
+            .is_none()
+    );
+
+    // Get says the same of the adopted server.
+    let got = f.provider.get(&provider_id(ZONE, "adopted")).await.unwrap();
+    assert_eq!(got["metadata"]["labels"], *labels);
+}
+
+#[tokio::test]
+async fn delete_of_a_stale_nodeclaim_leaves_a_server_now_someone_elses() {
+    let f = fixture();
+    // Adopted by another NodeClaim since.
+    f.api.insert_server(tagged_server(
+        "taken",
+        &[
+            "karpenter.scaleway.com/cluster=test",
+            "karpenter.sh/nodeclaim=warm-new",
+            "karpenter.scaleway.com/nodeclass=warm",
+        ],
+    ));
+    // Back in standby (recycled).
+    f.api.insert_server(tagged_server(
+        "recycled",
+        &[
+            "karpenter.scaleway.com/cluster=test",
+            "karpenter.scaleway.com/nodeclass=warm",
+            "karpenter.scaleway.com/standby=warm",
+            "karpenter.scaleway.com/recycled=true",
+            "install.karpenter.scaleway.com/phase=standby",
+        ],
+    ));
+    for id in ["taken", "recycled"] {
+        let mut c = claim_for("warm-old", ZONE, id);
+        c["status"]["conditions"] = json!([{"type": "Initialized", "status": "True"}]);
+        assert!(
+            matches!(f.provider.delete(&c).await, Err(ProviderError::NotFound(_))),
+            "{id}"
+        );
+    }
+    assert_eq!(f.api.count(Op::DeleteServer), 0);
+    assert_eq!(f.api.count(Op::UpdateServerTags), 0);
+    assert!(
+        f.api
+            .servers()
+            .iter()
+            .all(|s| s.status == ServerStatus::Ready)
+    );
+}

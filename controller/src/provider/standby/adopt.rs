@@ -234,6 +234,10 @@ impl Provider {
             server.zone.clone(),
         );
         let billing = server_billing(server, class_billing(&class.spec));
+        // Counted and taken back under the pool's lock: two nodes deleted at
+        // once never both take the pool's last place.
+        let lock = sb.book.lock_of(&key);
+        let _held = lock.lock().await;
         match plan::recycle(pool, sb.book.member_count(&key), billing) {
             Recycle::Delete { reason } => {
                 info!(nodeclaim = name, server_id = %server.id, %reason, "deleting the server, not recycling it");

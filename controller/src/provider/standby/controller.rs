@@ -25,7 +25,7 @@ use crate::nodeclass;
 use crate::provider::{
     NodeClassRecord, Provider, TAG_NODECLAIM, TAG_NODECLASS, provider_id, tag, tag_value,
 };
-use crate::scaleway::{CreateServerRequest, Server, ServerStatus};
+use crate::scaleway::{ApiError, CreateServerRequest, Server, ServerStatus};
 
 /// What one pass did (for logs and tests).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -295,6 +295,31 @@ impl Provider {
         }
         let mut released: HashSet<String> = HashSet::new();
         for (class, s, reason) in releases {
+            // Under the pool's lock, as adoption claims, and read again: a
+            // server a Create claimed since the listing is a node now and is
+            // never released.
+            let key: PoolKey = (
+                s.class.clone(),
+                s.server.offer_name.clone(),
+                s.server.zone.clone(),
+            );
+            let lock = sb.book.lock_of(&key);
+            let _held = lock.lock().await;
+            match self.api.get_server(&s.server.zone, &s.server.id).await {
+                Ok(fresh)
+                    if fresh.status != ServerStatus::Deleting
+                        && StandbyServer::of(&fresh).is_some_and(|f| f.state == s.state) => {}
+                Ok(_) => {
+                    info!(server_id = %s.server.id, nodeclass = %class,
+                        "standby server taken or changed since the listing; not released");
+                    continue;
+                }
+                Err(ApiError::NotFound(_)) => continue,
+                Err(error) => {
+                    warn!(server_id = %s.server.id, %error, "releasing standby server: cannot read it; next pass tries again");
+                    continue;
+                }
+            }
             match self.api.delete_server(&s.server.zone, &s.server.id).await {
                 Ok(_) => {
                     info!(server_id = %s.server.id, nodeclass = %class, %reason, "released standby server");

@@ -35,7 +35,7 @@ pub use port::StandbyNodePort;
 
 use super::{TAG_NODECLAIM, tag_value};
 use crate::catalog::Billing;
-use crate::install::{InstallEngine, PROGRESS_ANNOTATION_PREFIX, Phase, Progress};
+use crate::install::{PROGRESS_ANNOTATION_PREFIX, Phase, Progress};
 use crate::nodeclass::NodeClassSpec;
 use crate::scaleway::Server;
 
@@ -358,9 +358,10 @@ impl Book {
 #[derive(Clone)]
 pub struct StandbyPorts {
     pub book: Arc<Book>,
-    /// The engine standby installs and wipes run in (its NodePort is a
-    /// [`StandbyNodePort`]).
-    pub engine: Arc<InstallEngine>,
+    /// The engine standby installs and wipes run in (an
+    /// [`crate::install::InstallEngine`] whose NodePort is a
+    /// [`StandbyNodePort`]; a recording fake in tests).
+    pub engine: Arc<dyn super::Installer>,
     pub port: Arc<StandbyNodePort>,
     pub events: Arc<dyn StandbyEvents>,
     pub periods: Periods,
@@ -369,3 +370,7 @@ pub struct StandbyPorts {
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "flow_tests.rs"]
+mod flow_tests;

@@ -83,7 +83,7 @@ fn an_idle_hourly_server_above_min_goes_at_the_end_of_its_paid_hour() {
     assert!(
         plan(
             &pool(0, 3),
-            &[m.clone()],
+            std::slice::from_ref(&m),
             true,
             &p,
             t("2026-11-24T11:07:59Z")
@@ -93,7 +93,7 @@ fn an_idle_hourly_server_above_min_goes_at_the_end_of_its_paid_hour() {
     assert_eq!(
         ids(&plan(
             &pool(0, 3),
-            &[m.clone()],
+            std::slice::from_ref(&m),
             true,
             &p,
             t("2026-11-24T11:08:00Z")
@@ -104,7 +104,7 @@ fn an_idle_hourly_server_above_min_goes_at_the_end_of_its_paid_hour() {
     assert!(
         plan(
             &pool(1, 3),
-            &[m.clone()],
+            std::slice::from_ref(&m),
             true,
             &p,
             t("2026-11-24T15:08:00Z")
@@ -116,7 +116,16 @@ fn an_idle_hourly_server_above_min_goes_at_the_end_of_its_paid_hour() {
         idle_hourly_keep: Duration::from_secs(90 * 60),
         ..pool(0, 3)
     };
-    assert!(plan(&keep, &[m.clone()], true, &p, t("2026-11-24T11:08:00Z")).is_empty());
+    assert!(
+        plan(
+            &keep,
+            std::slice::from_ref(&m),
+            true,
+            &p,
+            t("2026-11-24T11:08:00Z")
+        )
+        .is_empty()
+    );
     assert_eq!(
         ids(&plan(&keep, &[m], true, &p, t("2026-11-24T12:08:00Z"))),
         ["a"]
@@ -136,9 +145,12 @@ fn an_idle_monthly_server_is_never_released_before_its_month_ends() {
     );
     let month_end = t(created) + chrono::Duration::hours(730);
     let before = month_end - chrono::Duration::minutes(3);
-    assert!(plan(&pool(0, 1), &[m.clone()], true, &p, before).is_empty());
+    assert!(plan(&pool(0, 1), std::slice::from_ref(&m), true, &p, before).is_empty());
     let at = month_end - chrono::Duration::minutes(2);
-    assert_eq!(ids(&plan(&pool(0, 1), &[m.clone()], true, &p, at)), ["m"]);
+    assert_eq!(
+        ids(&plan(&pool(0, 1), std::slice::from_ref(&m), true, &p, at)),
+        ["m"]
+    );
     // The next month: the same rule from its own end.
     let second = month_end + chrono::Duration::hours(1);
     assert!(plan(&pool(0, 1), &[m], true, &p, second).is_empty());
