@@ -11,6 +11,7 @@ pub mod progress;
 pub mod scenario;
 pub mod sims;
 pub mod stack;
+pub mod standby;
 pub mod talosconfig;
 pub mod wait;
 

@@ -22,4 +22,5 @@ mod instances;
 mod leadership;
 mod list_faults;
 mod orphans;
+mod standby;
 mod walking_skeleton;

@@ -126,7 +126,10 @@ impl Decision {
     /// Spared-because-claimed is the steady state of every node: counted,
     /// but an Event per node per pass would only be noise.
     pub fn needs_event(&self) -> bool {
-        !(self.verdict == Verdict::Spared && self.reason == Reason::Claimed)
+        // Claimed servers and standby servers are the normal case: an Event
+        // per pass for each would only bury the ones that matter.
+        !(self.verdict == Verdict::Spared
+            && matches!(self.reason, Reason::Claimed | Reason::Standby))
     }
 
     /// The Event note: server id, zone, name, age, decision and reason.

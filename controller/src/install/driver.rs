@@ -66,6 +66,8 @@ pub(super) async fn run(engine: InstallEngine, spec: InstallSpec, progress: Opti
         session: None,
         anchor,
         started: started.trunc_subsecs(0),
+        adopted: spec.target == crate::install::Target::Node
+            && progress.as_ref().and_then(|p| p.phase) == Some(Phase::Standby),
         saved: None,
         entered: now,
         // A new order was undelivered when the install began.
@@ -88,6 +90,8 @@ struct Driver<'a> {
     started: DateTime<Utc>,
     /// The progress last saved on the NodeClaim.
     saved: Option<Progress>,
+    /// This install adopts a standby server (its join is an adoption).
+    adopted: bool,
     /// When the current phase was entered, for the phase-duration metric
     /// (the imaging deadline clock restarts per write; this does not).
     entered: Instant,
@@ -589,6 +593,9 @@ impl Driver<'_> {
         install_metrics().count_outcome("joined");
         let took = Utc::now().trunc_subsecs(0) - self.started;
         let took = took.to_std().unwrap_or_default();
+        if self.adopted {
+            crate::metrics::standby_metrics().observe_adoption(took.as_secs_f64());
+        }
         info!(
             took_s = took.as_secs(),
             "install finished: the Node is Ready"

@@ -97,7 +97,7 @@ pub struct StandbyPool {
     #[x_kube(validation = Rule::new(ZONE_FORMAT).message(POOL_ZONE_FORMAT_MESSAGE))]
     pub zone: String,
     /// Installed idle servers to keep ready; the pool orders more whenever
-    /// fewer are idle or being installed.
+    /// fewer are idle, being installed or being wiped.
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub min: i32,

@@ -356,6 +356,12 @@ impl ScalewayClient {
         let resp = builder.send().await.map_err(transport_error)?;
         let status = resp.status();
         let headers = resp.headers().clone();
+        if let Some(date) = headers
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+        {
+            super::api_clock::observe(date);
+        }
         let bytes = resp.bytes().await.map_err(transport_error)?;
         if status.is_success() {
             Ok(Reply { headers, bytes })

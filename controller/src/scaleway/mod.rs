@@ -7,6 +7,7 @@
 //!
 //! This module imports neither kube nor tonic (house style §1).
 
+pub mod api_clock;
 pub mod block;
 mod client;
 mod errors;

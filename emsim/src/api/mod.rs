@@ -326,6 +326,19 @@ async fn gate(
         }
         Err(error) => error.into_response(),
     };
+    // The API's `Date` is its own clock: the simulated one, like every
+    // timestamp in its bodies (clients that measure billing periods against
+    // `created_at` read the API's time from it).
+    let mut response = response;
+    if let Ok(date) = HeaderValue::from_str(
+        &state
+            .clock
+            .now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string(),
+    ) {
+        response.headers_mut().insert(header::DATE, date);
+    }
     let status = response.status().as_u16();
     let mut counters = state.counters.lock().expect("counters lock");
     counters.record(&endpoint, status);

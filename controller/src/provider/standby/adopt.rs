@@ -10,9 +10,9 @@ use tracing::{info, warn};
 
 use super::plan::{self, Recycle};
 use super::{
-    PoolKey, RELEASE_ANNOTATION, StandbyServer, State, TAG_BILLING, TAG_IMAGE, TAG_RECYCLED,
-    TAG_RESERVATION, TAG_STANDBY, billing_str, class_billing, created_at, image_tag, pools_of,
-    server_billing, with_progress,
+    PoolKey, RELEASE_ANNOTATION, StandbyServer, State, TAG_BILLING, TAG_IDLE_SINCE, TAG_IMAGE,
+    TAG_RECYCLED, TAG_RESERVATION, TAG_STANDBY, billing_str, class_billing, created_at, image_tag,
+    pools_of, server_billing, with_progress,
 };
 use crate::catalog::{ClassKind, InstanceType, LABEL_RESERVATION_ID, Operator, Snapshot};
 use crate::install::{Phase, Progress};
@@ -126,7 +126,7 @@ impl Provider {
                     billing,
                     tag_value(&fresh, TAG_RECYCLED) == Some("true"),
                     created_at(&fresh),
-                    Utc::now(),
+                    crate::scaleway::api_clock::now(),
                     hourly,
                     monthly,
                     &sb.periods,
@@ -157,7 +157,10 @@ impl Provider {
         let mut tags: Vec<String> = server
             .tags
             .iter()
-            .filter(|t| tag_key(t) != TAG_STANDBY && tag_key(t) != TAG_RESERVATION)
+            .filter(|t| {
+                let k = tag_key(t);
+                k != TAG_STANDBY && k != TAG_RESERVATION && k != TAG_IDLE_SINCE
+            })
             .cloned()
             .collect();
         for t in self.ownership_tags(view, &class.name, &class.spec.tags) {
@@ -316,6 +319,7 @@ impl Provider {
                     && k != TAG_STANDBY
                     && k != TAG_RECYCLED
                     && k != TAG_IMAGE
+                    && k != TAG_IDLE_SINCE
             })
             .cloned()
             .collect();

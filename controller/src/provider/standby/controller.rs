@@ -57,7 +57,11 @@ impl StandbyController {
 
     /// One pass; `Err` when the servers could not be listed (nothing done).
     pub async fn pass(&self) -> Result<PassReport, String> {
-        let report = self.provider.standby_pass(Utc::now()).await?;
+        // Paid periods count from `created_at`, on the API's clock.
+        let report = self
+            .provider
+            .standby_pass(crate::scaleway::api_clock::now())
+            .await?;
         let classes: BTreeSet<String> = report.idle.keys().map(|k| k.0.clone()).collect();
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
         for gone in published.difference(&classes) {
@@ -248,10 +252,33 @@ impl Provider {
                 .push(s);
         }
         let mut releases: Vec<(String, &StandbyServer, String)> = Vec::new();
+        // A standby install that failed deletes its server; one whose
+        // deletion did not happen (a restart in between, the API refusing)
+        // is deleted here, or it would count toward min for ever.
+        for s in &standbys {
+            if s.progress.phase == Some(Phase::Failed)
+                && sb
+                    .engine
+                    .phase(&s.server.id)
+                    .is_none_or(|p| p.is_terminal())
+            {
+                releases.push((s.class.clone(), s, "its standby install failed".to_string()));
+            }
+        }
+        let failed: HashSet<String> = releases
+            .iter()
+            .map(|(_, s, _)| s.server.id.clone())
+            .collect();
         for (key, pool) in &pools {
             let class = &classes[&key.0];
             let fallback = class_billing(&class.spec);
-            let list = members.get(key).cloned().unwrap_or_default();
+            let list: Vec<&StandbyServer> = members
+                .get(key)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|s| !failed.contains(&s.server.id))
+                .collect();
             let view: Vec<plan::Member> = list.iter().map(|s| s.member(fallback)).collect();
             let orderable = class.ready && self.standby_orderable(class, pool, &snapshot);
             for step in plan::plan(pool, &view, orderable, &sb.periods, now) {
@@ -292,7 +319,11 @@ impl Provider {
             let fallback = classes
                 .get(&key.0)
                 .map_or(Billing::Hourly, |c| class_billing(&c.spec));
-            let view: Vec<plan::Member> = list.iter().map(|s| s.member(fallback)).collect();
+            let view: Vec<plan::Member> = list
+                .iter()
+                .filter(|s| !failed.contains(&s.server.id))
+                .map(|s| s.member(fallback))
+                .collect();
             for step in plan::plan_orphaned(&view, &sb.periods, now) {
                 if let Step::Release { id, reason } = step
                     && let Some(s) = list.iter().find(|s| s.server.id == id)

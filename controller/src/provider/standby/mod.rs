@@ -56,6 +56,10 @@ pub const TAG_RECYCLED: &str = "karpenter.scaleway.com/recycled";
 /// idle server whose NodeClass now resolves another image is wiped again
 /// before anyone adopts it.
 pub const TAG_IMAGE: &str = "karpenter.scaleway.com/standby-image";
+/// `karpenter.scaleway.com/idle-since=<RFC 3339>`: when the server became
+/// idle, on the API's clock (like `created_at`, which paid periods count
+/// from).
+pub const TAG_IDLE_SINCE: &str = "karpenter.scaleway.com/idle-since";
 /// NodeClaim annotation: `"true"` deletes the node's server instead of
 /// recycling it.
 pub const RELEASE_ANNOTATION: &str = "karpenter.scaleway.com/release-server";
@@ -165,11 +169,16 @@ impl StandbyServer {
         })
     }
 
-    /// Idle since its standby install ended.
+    /// Idle since its standby install ended (on the API's clock; servers
+    /// without the tag: when the phase was saved).
     pub fn idle_since(&self) -> Option<DateTime<Utc>> {
-        (self.state == State::Idle)
-            .then_some(self.progress.phase_since)
-            .flatten()
+        if self.state != State::Idle {
+            return None;
+        }
+        tag_value(&self.server, TAG_IDLE_SINCE)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
+            .or(self.progress.phase_since)
     }
 
     pub fn member(&self, fallback: Billing) -> plan::Member {

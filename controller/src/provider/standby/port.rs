@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tracing::{debug, warn};
 
-use super::{StandbyEvents, TAG_NODECLAIM, with_progress};
+use super::{StandbyEvents, TAG_IDLE_SINCE, TAG_NODECLAIM, with_progress};
 use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
 use crate::provider::tag_value;
 use crate::scaleway::{ApiError, ElasticMetal};
@@ -101,7 +101,17 @@ impl NodePort for StandbyNodePort {
             );
             return Ok(());
         }
-        let tags = with_progress(&server.tags, progress);
+        let mut tags = with_progress(&server.tags, progress);
+        tags.retain(|t| !t.starts_with(&format!("{TAG_IDLE_SINCE}=")));
+        if progress.phase == Some(crate::install::Phase::Standby) {
+            let since = crate::scaleway::api_clock::now()
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            match tag_value(&server, TAG_IDLE_SINCE) {
+                // Saved again (a retry): the first time stands.
+                Some(first) => tags.push(format!("{TAG_IDLE_SINCE}={first}")),
+                None => tags.push(format!("{TAG_IDLE_SINCE}={since}")),
+            }
+        }
         if tags == server.tags {
             return Ok(());
         }
