@@ -397,7 +397,8 @@ impl Provider {
         for (key, _) in &report.ordered {
             *counts.entry(key.clone()).or_default() += 1;
         }
-        sb.book.replace(idle, counts.clone(), &claimed);
+        let listed: HashSet<String> = standbys.iter().map(|s| s.server.id.clone()).collect();
+        sb.book.replace(idle, counts.clone(), &claimed, &listed);
         self.publish_reservations(&sb.book, &pools, &classes);
         for key in pools.keys() {
             report.idle.insert(key.clone(), sb.book.idle_count(key));

@@ -526,3 +526,44 @@ async fn hourly_nodes_go_back_only_while_the_pool_has_room() {
     assert_eq!(w.f.api.count(Op::DeleteServer), 1);
     assert_eq!(w.engine.resumed.lock().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_pass_running_alongside_a_recycle_does_not_forget_it() {
+    // min 1, max 2, nothing yet: the pass orders one while node n's server
+    // goes back to the pool (each `k` shifts the pass by one API call).
+    // Node o deleted next must not take the pool above max, whatever the
+    // order was.
+    for k in 0..8 {
+        let w = warm(vec![pool(OFFER, 1, 2, None)]);
+        w.f.api.insert_server(node_server("n", "warm-n", "hourly"));
+        w.f.api.insert_server(node_server("o", "warm-o", "hourly"));
+        let claim_n = node_claim("warm-n", "n", true);
+        // What a real engine says once the wipe runs: the pass leaves it be.
+        w.engine
+            .phases
+            .lock()
+            .unwrap()
+            .insert("n".into(), Phase::Rescue);
+        let pass = async {
+            for _ in 0..k {
+                tokio::task::yield_now().await;
+            }
+            w.provider
+                .standby_pass(t("2026-11-24T09:30:00Z"))
+                .await
+                .unwrap()
+        };
+        let (n, report) = tokio::join!(w.provider.delete(&claim_n), pass);
+        assert!(matches!(n, Err(ProviderError::NotFound(_))), "k={k}: {n:?}");
+        let _ = w.provider.delete(&node_claim("warm-o", "o", true)).await;
+        let pool: Vec<String> = w
+            .f
+            .api
+            .servers()
+            .into_iter()
+            .filter(|s| s.status != ServerStatus::Deleting && tag_value(s, TAG_STANDBY).is_some())
+            .map(|s| s.id)
+            .collect();
+        assert!(pool.len() <= 2, "k={k}: max 2, pool {pool:?}: {report:?}");
+    }
+}
