@@ -319,10 +319,24 @@ impl Provider {
             let fallback = classes
                 .get(&key.0)
                 .map_or(Billing::Hourly, |c| class_billing(&c.spec));
+            // An install no engine here runs and that nothing can resume
+            // (its NodeClass is gone or not Ready) will never end idle: it
+            // goes as an idle one would, or a monthly one stays for ever.
+            let resumable = classes.get(&key.0).is_some_and(|c| c.ready);
             let view: Vec<plan::Member> = list
                 .iter()
                 .filter(|s| !failed.contains(&s.server.id))
-                .map(|s| s.member(fallback))
+                .map(|s| {
+                    let mut m = s.member(fallback);
+                    let running = sb
+                        .engine
+                        .phase(&s.server.id)
+                        .is_some_and(|p| !p.is_terminal());
+                    if !resumable && !running {
+                        m.state = State::Idle;
+                    }
+                    m
+                })
                 .collect();
             for step in plan::plan_orphaned(&view, &sb.periods, now) {
                 if let Step::Release { id, reason } = step

@@ -665,100 +665,55 @@ async fn a_pool_removed_from_the_spec_releases_its_hourly_standbys() {
     assert!(report.ordered.is_empty());
 }
 
-// ---- the standby install's port -----------------------------------------
-
 #[tokio::test]
-async fn the_standby_port_keeps_progress_on_the_servers_tags() {
-    use crate::install::{InstallEvent, NodePort, NodePortError};
-    use futures::FutureExt as _;
-
-    let f = fixture();
-    let events = Arc::new(FakeEvents::default());
-    let port = StandbyNodePort::new(f.api.clone(), events.clone());
+async fn a_monthly_standby_left_mid_install_by_a_deleted_nodeclass_goes_at_its_month_end() {
+    // Its NodeClass is gone and no engine here runs its install (a restart):
+    // nothing can finish it, so it must not wait to become idle.
+    let w = warm(vec![pool(OFFER, 0, 1, None)]);
     let imaging = Progress {
         phase: Some(Phase::Imaging),
         ..Progress::default()
     };
-    f.api
-        .insert_server(standby("a", "2026-11-24T09:00:00Z", "hourly", &imaging));
-    let key = format!("{ZONE}/a");
-    let idle = port.idle_signal();
-
-    port.save_progress(&key, &idle_since("2026-11-24T09:12:00Z"))
+    let mut orphan = standby("m", "2026-10-01T00:00:00Z", "monthly", &imaging);
+    for tag in &mut orphan.tags {
+        if tag.starts_with(TAG_STANDBY) || tag.starts_with("karpenter.scaleway.com/nodeclass=") {
+            *tag = tag.replace(CLASS, "gone");
+        }
+    }
+    w.f.api.insert_server(orphan);
+    // While an engine here runs it, it finishes first.
+    w.engine
+        .phases
+        .lock()
+        .unwrap()
+        .insert("m".into(), Phase::Imaging);
+    let report = w
+        .provider
+        .standby_pass(t("2026-10-31T09:58:00Z"))
         .await
         .unwrap();
-    let s = f.api.server("a").unwrap();
-    assert!(has(&s, "install.karpenter.scaleway.com/phase=standby"));
-    assert!(!has(&s, "install.karpenter.scaleway.com/phase=imaging"));
-    assert!(has(&s, "team=infra") && has(&s, &format!("{TAG_STANDBY}={CLASS}")));
-    assert_eq!(StandbyServer::of(&s).unwrap().state, State::Idle);
+    assert!(report.released.is_empty(), "{report:?}");
+    w.engine.phases.lock().unwrap().clear();
+    let report = w
+        .provider
+        .standby_pass(t("2026-10-31T09:57:59Z"))
+        .await
+        .unwrap();
     assert!(
-        idle.notified().now_or_never().is_some(),
-        "an idle server is signalled at once"
+        report.released.is_empty() && report.resumed.is_empty(),
+        "{report:?}"
     );
-    // The same progress again writes nothing.
-    let writes = f.api.count(Op::UpdateServerTags);
-    port.save_progress(&key, &idle_since("2026-11-24T09:12:00Z"))
+    let report = w
+        .provider
+        .standby_pass(t("2026-10-31T09:58:00Z"))
         .await
         .unwrap();
-    assert_eq!(f.api.count(Op::UpdateServerTags), writes);
-
-    // Adopted meanwhile: its progress is the NodeClaim's, the tags stay.
-    f.api.insert_server(node_server("n", "warm-n", "hourly"));
-    port.save_progress(&format!("{ZONE}/n"), &imaging)
-        .await
-        .unwrap();
-    assert_eq!(f.api.count(Op::UpdateServerTags), writes);
-    assert!(!has(
-        &f.api.server("n").unwrap(),
-        "install.karpenter.scaleway.com/phase=imaging"
-    ));
-
-    assert!(matches!(
-        port.save_progress("not-a-key", &imaging).await,
-        Err(NodePortError::Refused(_))
-    ));
-    f.api
-        .fail_next(Op::GetServer, ApiError::Unavailable("503".into()));
-    assert!(matches!(
-        port.save_progress(&key, &imaging).await,
-        Err(NodePortError::Unavailable(_))
-    ));
-
-    // Events go to the NodeClass: warnings and Standby… reasons only.
-    let event = |warning: bool, reason: &str| InstallEvent {
-        warning,
-        reason: reason.into(),
-        message: "m".into(),
-    };
-    port.event(&key, event(true, "InstallRetry")).await;
-    assert!(
-        events.events.lock().unwrap().is_empty(),
-        "no NodeClass known yet"
-    );
-    port.register(&key, CLASS);
-    port.event(&key, event(true, "InstallRetry")).await;
-    port.event(&key, event(false, "InstallPhase")).await;
-    port.event(&key, event(false, "StandbyReady")).await;
-    let got = events.events.lock().unwrap().clone();
-    assert_eq!(
-        got,
-        [
-            (
-                CLASS.to_string(),
-                true,
-                "StandbyInstallRetry".to_string(),
-                "standby server a: m".to_string()
-            ),
-            (
-                CLASS.to_string(),
-                false,
-                "StandbyReady".to_string(),
-                "standby server a: m".to_string()
-            ),
-        ]
-    );
+    assert_eq!(report.released.len(), 1, "{report:?}");
+    assert_eq!(w.f.api.server("m").unwrap().status, ServerStatus::Deleting);
 }
+
+#[path = "flow_port_tests.rs"]
+mod port;
 
 #[path = "flow_adopt_tests.rs"]
 mod adopt;
