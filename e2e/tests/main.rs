@@ -23,4 +23,6 @@ mod leadership;
 mod list_faults;
 mod orphans;
 mod standby;
+mod standby_monthly;
+mod standby_safety;
 mod walking_skeleton;
