@@ -44,6 +44,9 @@ const MARGIN_S: i64 = 300;
 /// and over well before the first month ends (144 s).
 const REFILL_DELIVERY_S: f64 = 8000.0;
 const TIME_SCALE: f64 = 0.01;
+/// Simulated seconds between the first standby server's order and its
+/// refill's, at least (15 s real).
+const SPREAD_S: i64 = 1500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standby_monthly_recycled_never_deleted_and_released_at_the_paid_month() -> Result<()> {
@@ -286,6 +289,22 @@ async fn run(stack: &mut Stack) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
 
+    // The refill is ordered when the pod adopts S1. Their paid months are
+    // spread apart (S1 at least SPREAD_S old first), so that the kept
+    // server's month end comes well after the NodeClass is deleted (step 8)
+    // and a release at once would show.
+    let s1_created = time(&s1["created_at"])?;
+    wait::until(
+        "the first standby server old enough to spread the months apart",
+        Duration::from_secs_f64(SPREAD_S as f64 * TIME_SCALE) + Duration::from_secs(10),
+        Duration::from_millis(250),
+        || async {
+            let (now, _) = stack.emsim.clock().await?;
+            Ok(((now - s1_created).num_seconds() >= SPREAD_S).then_some(()))
+        },
+    )
+    .await?;
+
     // The next order (the refill) is delivered slowly.
     stack
         .emsim
@@ -482,6 +501,12 @@ async fn run(stack: &mut Stack) -> Result<()> {
         .delete(CLASS, &Default::default())
         .await?;
     let deleted_at = Utc::now();
+    let (class_gone, _) = stack.emsim.clock().await?;
+    let kept_created = time(&record(stack, &kept_id).await?["created_at"])?;
+    println!(
+        "NodeClass deleted {} s into the kept server's paid month",
+        (class_gone - kept_created).num_seconds() % MONTH_S
+    );
     let last = wait::until(
         "the last standby server released once its NodeClass is gone",
         month_real() + Duration::from_secs(60),
