@@ -178,3 +178,24 @@ pub async fn wait_nodes_gone(stack: &Stack, timeout: Duration) -> Result<()> {
     )
     .await
 }
+
+/// Waits until emsim has no live server left (every one deleted).
+pub async fn wait_no_live_servers(stack: &Stack, timeout: Duration) -> Result<()> {
+    wait::until(
+        "every server deleted",
+        timeout,
+        Duration::from_millis(500),
+        || async {
+            let live: Vec<String> = stack
+                .emsim
+                .servers_including_deleted()
+                .await?
+                .into_iter()
+                .filter(|s| s["deleted_at"].is_null())
+                .map(|s| s["id"].to_string())
+                .collect();
+            Ok(live.is_empty().then_some(()))
+        },
+    )
+    .await
+}

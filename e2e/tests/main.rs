@@ -23,4 +23,5 @@ mod leadership;
 mod list_faults;
 mod orphans;
 mod standby;
+mod standby_race;
 mod walking_skeleton;

@@ -348,22 +348,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     kubeutil::nodeclasses(&stack.client)
         .delete(WARM, &Default::default())
         .await?;
-    wait::until(
-        "every server deleted once the NodeClass is gone",
-        Duration::from_secs(120),
-        Duration::from_millis(500),
-        || async {
-            let live = stack
-                .emsim
-                .servers_including_deleted()
-                .await?
-                .into_iter()
-                .filter(|s| s["deleted_at"].is_null())
-                .count();
-            Ok((live == 0).then_some(()))
-        },
-    )
-    .await?;
+    standby::wait_no_live_servers(stack, Duration::from_secs(120)).await?;
     stack.assert_no_secrets_in_logs()
 }
 
