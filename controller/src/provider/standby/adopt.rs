@@ -263,11 +263,14 @@ impl Provider {
         self.wipe(server, class, true).await.map_err(|e| {
             ProviderError::Unavailable(format!("returning server {} to standby: {e}", server.id))
         })?;
-        sb.book.add_member(&(
-            class.name.clone(),
-            server.offer_name.clone(),
-            server.zone.clone(),
-        ));
+        sb.book.add_member(
+            &(
+                class.name.clone(),
+                server.offer_name.clone(),
+                server.zone.clone(),
+            ),
+            &server.id,
+        );
         standby_metrics().count_recycling(&class.name, "recycled");
         info!(nodeclaim = claim, server_id = %server.id, %reason, "recycling the server: wiping it back to standby");
         sb.events

@@ -240,9 +240,21 @@ impl Provider {
             {
                 continue;
             }
+            // Under the pool's lock and read again, as for a release: a
+            // server a Create claimed since the listing is left alone.
+            let key: PoolKey = (
+                s.class.clone(),
+                s.server.offer_name.clone(),
+                s.server.zone.clone(),
+            );
+            let lock = sb.book.lock_of(&key);
+            let _held = lock.lock().await;
+            let Some(fresh) = self.still_standby(s).await else {
+                continue;
+            };
             info!(server_id = %s.server.id, nodeclass = %class.name,
                 "idle standby server has another image than its NodeClass now; writing it again");
-            match self.wipe(&s.server, class, false).await {
+            match self.wipe(&fresh, class, false).await {
                 Ok(_) => {
                     rewiped.insert(s.server.id.clone());
                     sb.events
@@ -344,10 +356,24 @@ impl Provider {
             let fallback = classes
                 .get(&key.0)
                 .map_or(Billing::Hourly, |c| class_billing(&c.spec));
+            // An install no engine here runs and that nothing can resume
+            // (its NodeClass is gone or not Ready) will never end idle: it
+            // goes as an idle one would, or a monthly one stays for ever.
+            let resumable = classes.get(&key.0).is_some_and(|c| c.ready);
             let view: Vec<plan::Member> = list
                 .iter()
                 .filter(|s| !failed.contains(&s.server.id))
-                .map(|s| s.member(fallback))
+                .map(|s| {
+                    let mut m = s.member(fallback);
+                    let running = sb
+                        .engine
+                        .phase(&s.server.id)
+                        .is_some_and(|p| !p.is_terminal());
+                    if !resumable && !running {
+                        m.state = State::Idle;
+                    }
+                    m
+                })
                 .collect();
             for step in plan::plan_orphaned(&view, &sb.periods, now) {
                 if let Step::Release { id, reason } = step
@@ -369,20 +395,8 @@ impl Provider {
             );
             let lock = sb.book.lock_of(&key);
             let _held = lock.lock().await;
-            match self.api.get_server(&s.server.zone, &s.server.id).await {
-                Ok(fresh)
-                    if fresh.status != ServerStatus::Deleting
-                        && StandbyServer::of(&fresh).is_some_and(|f| f.state == s.state) => {}
-                Ok(_) => {
-                    info!(server_id = %s.server.id, nodeclass = %class,
-                        "standby server taken or changed since the listing; not released");
-                    continue;
-                }
-                Err(ApiError::NotFound(_)) => continue,
-                Err(error) => {
-                    warn!(server_id = %s.server.id, %error, "releasing standby server: cannot read it; next pass tries again");
-                    continue;
-                }
+            if self.still_standby(s).await.is_none() {
+                continue;
             }
             match self.api.delete_server(&s.server.zone, &s.server.id).await {
                 Ok(_) => {
@@ -434,7 +448,8 @@ impl Provider {
         for (key, _) in &report.ordered {
             *counts.entry(key.clone()).or_default() += 1;
         }
-        sb.book.replace(idle, counts.clone(), &claimed);
+        let listed: HashSet<String> = standbys.iter().map(|s| s.server.id.clone()).collect();
+        sb.book.replace(idle, counts.clone(), &claimed, &listed);
         self.publish_reservations(&sb.book, &pools, &classes);
         for key in pools.keys() {
             report.idle.insert(key.clone(), sb.book.idle_count(key));
@@ -446,6 +461,32 @@ impl Provider {
         }
         self.record_standby_metrics(&members, &released, &pools, &snapshot);
         Ok(report)
+    }
+
+    /// The server of `s` read again, when it is still an unclaimed standby
+    /// server in the state the listing showed; `None` (logged) when a Create
+    /// took it or anything else changed since, or it cannot be read. The
+    /// caller holds the pool's lock (adoption claims under it).
+    async fn still_standby(&self, s: &StandbyServer) -> Option<Server> {
+        match self.api.get_server(&s.server.zone, &s.server.id).await {
+            Ok(fresh)
+                if fresh.status != ServerStatus::Deleting
+                    && StandbyServer::of(&fresh).is_some_and(|f| f.state == s.state) =>
+            {
+                Some(fresh)
+            }
+            Ok(_) => {
+                info!(server_id = %s.server.id, nodeclass = %s.class,
+                    "standby server taken or changed since the listing; left alone this pass");
+                None
+            }
+            Err(ApiError::NotFound(_)) => None,
+            Err(error) => {
+                warn!(server_id = %s.server.id, %error,
+                    "cannot read standby server again; next pass tries again");
+                None
+            }
+        }
     }
 
     /// Each NodeClass's pools as reserved offerings, with the book's idle counts.

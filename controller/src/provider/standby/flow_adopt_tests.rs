@@ -174,6 +174,137 @@ async fn a_pass_never_releases_a_standby_a_create_claims_meanwhile() {
 }
 
 #[tokio::test]
+async fn a_restart_right_after_the_claim_resumes_the_adoption_from_the_servers_tags() {
+    let w = one_idle().await;
+    let out = w
+        .provider
+        .create(warm_claim("warm-a", &["reserved"], Some(&rid())))
+        .await
+        .unwrap();
+    // A new process: its engine knows nothing, and the NodeClaim has no
+    // install progress yet.
+    let installer = Arc::new(RecordingInstaller::default());
+    let restarted = Provider::new(
+        Arc::new(Yielding(w.f.api.clone())),
+        w.f.catalog.clone(),
+        w.f.classes.clone(),
+        installer.clone(),
+        ClusterPorts {
+            tokens: w.f.tokens.clone(),
+            nodes: w.f.nodes.clone(),
+        },
+        settings(),
+    );
+    let report = restarted.resume_installs(&[out]).await;
+    assert_eq!(
+        report,
+        [(
+            "warm-a".to_string(),
+            crate::provider::ResumeOutcome::Resumed
+        )]
+    );
+    let (spec, progress) = installer.resumed.lock().unwrap()[0].clone();
+    assert_eq!(spec.server_id, "a");
+    assert_eq!(spec.target, Target::Node);
+    assert_eq!(spec.labels["karpenter.sh/capacity-type"], "reserved");
+    assert_eq!(spec.labels[TAG_RESERVATION], rid().as_str());
+    assert_eq!(progress.phase, Some(Phase::Standby));
+    assert_eq!(progress.disk.as_deref(), Some("nvme0n1"));
+    assert_eq!(progress.mac.as_deref(), Some("52:54:00:aa:bb:01"));
+}
+
+/// The NodeClasses as the pass lists them show `listed` for `warm`, while
+/// Create's `get` still reads the former one: a NodeClass update landing
+/// between Create's image check and the pass's.
+struct UpdatedBetween {
+    inner: Arc<crate::provider::tests::FakeNodeClasses>,
+    listed: NodeClassRecord,
+}
+
+#[async_trait]
+impl crate::provider::NodeClasses for UpdatedBetween {
+    fn get(&self, name: &str) -> Option<NodeClassRecord> {
+        self.inner.get(name)
+    }
+    fn list(&self) -> Vec<NodeClassRecord> {
+        let mut all = self.inner.list();
+        for c in &mut all {
+            if c.name == self.listed.name {
+                *c = self.listed.clone();
+            }
+        }
+        all
+    }
+    async fn secret(
+        &self,
+        r: &crate::nodeclass::SecretKeyRef,
+    ) -> Result<Option<crate::install::Secret>, String> {
+        self.inner.secret(r).await
+    }
+}
+
+#[tokio::test]
+async fn a_pass_never_reimages_a_standby_a_create_claims_meanwhile() {
+    let mut outcomes = std::collections::BTreeSet::new();
+    for k in 0..8 {
+        let w = one_idle().await;
+        let mut listed = w.f.classes.classes.lock().unwrap()[CLASS].clone();
+        listed.spec.image.version = "v1.14.0".into();
+        let provider = Provider::new(
+            Arc::new(Yielding(w.f.api.clone())),
+            w.f.catalog.clone(),
+            Arc::new(UpdatedBetween {
+                inner: w.f.classes.clone(),
+                listed,
+            }),
+            w.f.installer.clone(),
+            ClusterPorts {
+                tokens: w.f.tokens.clone(),
+                nodes: w.f.nodes.clone(),
+            },
+            settings(),
+        )
+        .with_standby(w.provider.standby.clone().unwrap());
+        let pass = async {
+            for _ in 0..k {
+                tokio::task::yield_now().await;
+            }
+            provider
+                .standby_pass(t("2026-11-24T09:31:00Z"))
+                .await
+                .unwrap()
+        };
+        let (created, report) = tokio::join!(
+            provider.create(warm_claim("warm-a", &["reserved"], Some(&rid()))),
+            pass
+        );
+        let s = w.f.api.server("a").unwrap();
+        let rewritten = !w.engine.resumed.lock().unwrap().is_empty();
+        match created {
+            Ok(_) => {
+                outcomes.insert("adopted");
+                assert_eq!(tag_value(&s, TAG_NODECLAIM), Some("warm-a"), "k={k}: {s:?}");
+                assert!(tag_value(&s, TAG_STANDBY).is_none(), "k={k}: {s:?}");
+                assert!(
+                    !rewritten,
+                    "k={k}: a node's server was re-imaged: {report:?}"
+                );
+            }
+            Err(e) => {
+                outcomes.insert("reimaged");
+                assert!(
+                    matches!(e, ProviderError::InsufficientCapacity(_)),
+                    "k={k}: {e:?}"
+                );
+                assert!(rewritten, "k={k}");
+                assert!(tag_value(&s, TAG_NODECLAIM).is_none(), "k={k}");
+            }
+        }
+    }
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+}
+
+#[tokio::test]
 async fn a_claim_that_names_no_reservation_is_ordered_on_demand() {
     let w = one_idle().await;
     let out = w
@@ -394,4 +525,45 @@ async fn hourly_nodes_go_back_only_while_the_pool_has_room() {
     assert_eq!(recycled, 1, "max 1: {n:?} {o:?}");
     assert_eq!(w.f.api.count(Op::DeleteServer), 1);
     assert_eq!(w.engine.resumed.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_pass_running_alongside_a_recycle_does_not_forget_it() {
+    // min 1, max 2, nothing yet: the pass orders one while node n's server
+    // goes back to the pool (each `k` shifts the pass by one API call).
+    // Node o deleted next must not take the pool above max, whatever the
+    // order was.
+    for k in 0..8 {
+        let w = warm(vec![pool(OFFER, 1, 2, None)]);
+        w.f.api.insert_server(node_server("n", "warm-n", "hourly"));
+        w.f.api.insert_server(node_server("o", "warm-o", "hourly"));
+        let claim_n = node_claim("warm-n", "n", true);
+        // What a real engine says once the wipe runs: the pass leaves it be.
+        w.engine
+            .phases
+            .lock()
+            .unwrap()
+            .insert("n".into(), Phase::Rescue);
+        let pass = async {
+            for _ in 0..k {
+                tokio::task::yield_now().await;
+            }
+            w.provider
+                .standby_pass(t("2026-11-24T09:30:00Z"))
+                .await
+                .unwrap()
+        };
+        let (n, report) = tokio::join!(w.provider.delete(&claim_n), pass);
+        assert!(matches!(n, Err(ProviderError::NotFound(_))), "k={k}: {n:?}");
+        let _ = w.provider.delete(&node_claim("warm-o", "o", true)).await;
+        let pool: Vec<String> = w
+            .f
+            .api
+            .servers()
+            .into_iter()
+            .filter(|s| s.status != ServerStatus::Deleting && tag_value(s, TAG_STANDBY).is_some())
+            .map(|s| s.id)
+            .collect();
+        assert!(pool.len() <= 2, "k={k}: max 2, pool {pool:?}: {report:?}");
+    }
 }

@@ -145,6 +145,15 @@ fn set_pools(f: &Fixture, pools: Vec<StandbyPool>) {
     );
 }
 
+fn settings() -> ProviderSettings {
+    ProviderSettings {
+        cluster_name: "test".into(),
+        project_id: PROJECT.into(),
+        zones: vec![ZONE.into(), "nl-ams-1".into()],
+        instance_zones: vec![ZONE.into()],
+    }
+}
+
 fn warm(pools: Vec<StandbyPool>) -> Warm {
     let f = fixture();
     set_pools(&f, pools);
@@ -168,12 +177,7 @@ fn warm(pools: Vec<StandbyPool>) -> Warm {
             tokens: f.tokens.clone(),
             nodes: f.nodes.clone(),
         },
-        ProviderSettings {
-            cluster_name: "test".into(),
-            project_id: PROJECT.into(),
-            zones: vec![ZONE.into(), "nl-ams-1".into()],
-            instance_zones: vec![ZONE.into()],
-        },
+        settings(),
     )
     .with_standby(StandbyPorts {
         book: Arc::default(),
@@ -660,6 +664,56 @@ async fn a_pool_removed_from_the_spec_releases_its_hourly_standbys() {
     );
     assert!(report.ordered.is_empty());
 }
+
+#[tokio::test]
+async fn a_monthly_standby_left_mid_install_by_a_deleted_nodeclass_goes_at_its_month_end() {
+    // Its NodeClass is gone and no engine here runs its install (a restart):
+    // nothing can finish it, so it must not wait to become idle.
+    let w = warm(vec![pool(OFFER, 0, 1, None)]);
+    let imaging = Progress {
+        phase: Some(Phase::Imaging),
+        ..Progress::default()
+    };
+    let mut orphan = standby("m", "2026-10-01T00:00:00Z", "monthly", &imaging);
+    for tag in &mut orphan.tags {
+        if tag.starts_with(TAG_STANDBY) || tag.starts_with("karpenter.scaleway.com/nodeclass=") {
+            *tag = tag.replace(CLASS, "gone");
+        }
+    }
+    w.f.api.insert_server(orphan);
+    // While an engine here runs it, it finishes first.
+    w.engine
+        .phases
+        .lock()
+        .unwrap()
+        .insert("m".into(), Phase::Imaging);
+    let report = w
+        .provider
+        .standby_pass(t("2026-10-31T09:58:00Z"))
+        .await
+        .unwrap();
+    assert!(report.released.is_empty(), "{report:?}");
+    w.engine.phases.lock().unwrap().clear();
+    let report = w
+        .provider
+        .standby_pass(t("2026-10-31T09:57:59Z"))
+        .await
+        .unwrap();
+    assert!(
+        report.released.is_empty() && report.resumed.is_empty(),
+        "{report:?}"
+    );
+    let report = w
+        .provider
+        .standby_pass(t("2026-10-31T09:58:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(report.released.len(), 1, "{report:?}");
+    assert_eq!(w.f.api.server("m").unwrap().status, ServerStatus::Deleting);
+}
+
+#[path = "flow_port_tests.rs"]
+mod port;
 
 #[path = "flow_adopt_tests.rs"]
 mod adopt;

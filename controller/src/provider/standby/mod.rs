@@ -248,6 +248,10 @@ pub struct Book {
     /// listing shows them claimed (a listing that started before the claim
     /// still shows them idle).
     taken: Mutex<HashMap<String, std::time::Instant>>,
+    /// Servers recycled into a pool in this process, counted in its
+    /// members until a listing shows them (a listing that started before
+    /// the recycling does not).
+    recycled: Mutex<HashMap<String, (PoolKey, std::time::Instant)>>,
     locks: Mutex<HashMap<PoolKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -266,13 +270,23 @@ impl Book {
     }
 
     /// Replaces what a pass found: every pool's idle servers and member
-    /// counts. Taken servers stay out.
+    /// counts, `standby` being the ids of the standby servers it listed.
+    /// Taken servers stay out; servers recycled since the listing stay in
+    /// their pool's count.
     pub fn replace(
         &self,
         idle: HashMap<PoolKey, Vec<Server>>,
-        members: HashMap<PoolKey, usize>,
+        mut members: HashMap<PoolKey, usize>,
         claimed: &HashSet<String>,
+        standby: &HashSet<String>,
     ) {
+        {
+            let mut recycled = self.recycled.lock().unwrap_or_else(|p| p.into_inner());
+            recycled.retain(|id, (_, at)| !standby.contains(id) && at.elapsed() < TAKEN_MEMORY);
+            for (key, _) in recycled.values() {
+                *members.entry(key.clone()).or_default() += 1;
+            }
+        }
         let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
         taken.retain(|id, at| !claimed.contains(id) && at.elapsed() < TAKEN_MEMORY);
         let idle = idle
@@ -308,7 +322,12 @@ impl Book {
             .unwrap_or(0)
     }
 
-    fn add_member(&self, key: &PoolKey) {
+    /// Server `id` was recycled into the pool `key`.
+    fn add_member(&self, key: &PoolKey, id: &str) {
+        self.recycled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), (key.clone(), std::time::Instant::now()));
         *self
             .members
             .lock()

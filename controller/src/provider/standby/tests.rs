@@ -136,6 +136,7 @@ fn the_book_keeps_taken_servers_out_until_a_listing_shows_them_claimed() {
         HashMap::from([(key.clone(), vec![a.clone(), b.clone()])]),
         HashMap::from([(key.clone(), 2)]),
         &HashSet::new(),
+        &HashSet::new(),
     );
     assert_eq!(book.idle_count(&key), 2);
     book.mark_taken(&key, "a");
@@ -145,6 +146,7 @@ fn the_book_keeps_taken_servers_out_until_a_listing_shows_them_claimed() {
         HashMap::from([(key.clone(), vec![a.clone(), b.clone()])]),
         HashMap::from([(key.clone(), 2)]),
         &HashSet::new(),
+        &HashSet::new(),
     );
     assert_eq!(book.idle_count(&key), 1, "a taken server stays out");
     // The next listing shows it claimed: forgotten from `taken`.
@@ -152,10 +154,27 @@ fn the_book_keeps_taken_servers_out_until_a_listing_shows_them_claimed() {
         HashMap::from([(key.clone(), vec![b.clone()])]),
         HashMap::from([(key.clone(), 1)]),
         &HashSet::from(["a".to_string()]),
+        &HashSet::from(["b".to_string()]),
     );
     assert_eq!(book.idle_count(&key), 1);
     assert!(book.taken.lock().unwrap().is_empty());
     assert_eq!(book.member_count(&key), 1);
-    book.add_member(&key);
+    book.add_member(&key, "c");
+    assert_eq!(book.member_count(&key), 2);
+    // A listing that started before the recycling still counts it...
+    book.replace(
+        HashMap::from([(key.clone(), vec![b.clone()])]),
+        HashMap::from([(key.clone(), 1)]),
+        &HashSet::from(["a".to_string()]),
+        &HashSet::from(["b".to_string()]),
+    );
+    assert_eq!(book.member_count(&key), 2, "c is counted until listed");
+    // ...once, when the listing shows it.
+    book.replace(
+        HashMap::from([(key.clone(), vec![b.clone()])]),
+        HashMap::from([(key.clone(), 2)]),
+        &HashSet::from(["a".to_string()]),
+        &HashSet::from(["b".to_string(), "c".to_string()]),
+    );
     assert_eq!(book.member_count(&key), 2);
 }
