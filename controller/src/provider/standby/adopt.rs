@@ -211,8 +211,11 @@ impl Provider {
         }
         let class = self
             .node_classes
-            .get(tag_value(server, TAG_NODECLASS)?)
-            .filter(|c| c.ready)?;
+            // Not only a Ready one: a NodeClass that is briefly not Ready
+            // (an API blip while its credentials were checked) must not
+            // cost a monthly server's setup fee. The wipe starts once the
+            // NodeClass can be read; the pass resumes it from the tags.
+            .get(tag_value(server, TAG_NODECLASS)?)?;
         let (pools, _) = pools_of(&class.spec);
         let pool = pools
             .iter()
