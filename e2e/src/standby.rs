@@ -199,3 +199,33 @@ pub async fn wait_no_live_servers(stack: &Stack, timeout: Duration) -> Result<()
     )
     .await
 }
+
+/// Applies a NodeClass and waits until its `Ready` condition is `True` for
+/// this very generation (the provider refuses to launch on an older one).
+pub async fn apply_nodeclass(stack: &Stack, name: &str, yaml: &str) -> Result<()> {
+    crate::kubeutil::apply_yaml(&stack.client, yaml).await?;
+    let api = crate::kubeutil::nodeclasses(&stack.client);
+    wait::until(
+        &format!("NodeClass {name} Ready for its generation"),
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let api = api.clone();
+            async move {
+                let nc = api.get(name).await?;
+                let generation = nc.metadata.generation;
+                let ready = nc.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["type"] == "Ready"
+                            && c["status"] == "True"
+                            && c["observedGeneration"].as_i64() == generation
+                    });
+                Ok(ready.then_some(()))
+            }
+        },
+    )
+    .await
+}

@@ -23,5 +23,6 @@ mod leadership;
 mod list_faults;
 mod orphans;
 mod standby;
+mod standby_crash;
 mod standby_race;
 mod walking_skeleton;

@@ -221,7 +221,14 @@ impl Provider {
             .iter()
             .find(|p| p.offer == server.offer_name && p.zone == server.zone);
         pool?;
-        if !initialized(claim)
+        // A NodeClaim whose Create never returned (core deletes it when the
+        // NodeClass is not Ready, a restart came in between...) may hold an
+        // adopted standby that never joined: it goes back to the pool too,
+        // wiped, since a config may have been applied. Any other node is
+        // recycled only once it joined.
+        let launched = claim.pointer("/status/providerID").is_some();
+        let adopted_unlaunched = !launched && tag_value(server, TAG_RESERVATION).is_some();
+        if !(initialized(claim) || adopted_unlaunched)
             || self
                 .installer
                 .phase(&server.id)
