@@ -594,12 +594,13 @@ async fn an_adopted_standby_whose_nodeclaim_never_launched_goes_back_to_its_pool
         tag_value(&s, "install.karpenter.scaleway.com/phase"),
         Some("ready")
     );
-    let resumed = w.engine.resumed.lock().unwrap();
-    assert_eq!(resumed.len(), 1);
-    assert_eq!(resumed[0].0.target, Target::Standby);
+    {
+        let resumed = w.engine.resumed.lock().unwrap();
+        assert_eq!(resumed.len(), 1);
+        assert_eq!(resumed[0].0.target, Target::Standby);
+    }
 
     // An ordinary server of a never-launched NodeClaim is still deleted.
-    drop(resumed);
     w.f.api.insert_server(node_server("n", "warm-n", "hourly"));
     w.provider
         .delete(&warm_claim("warm-n", &["on-demand"], None))
