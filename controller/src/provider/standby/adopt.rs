@@ -187,10 +187,12 @@ impl Provider {
     }
 
     /// Delete of an Elastic Metal node: `Some` when its server goes back to
-    /// standby instead (then it is no longer this NodeClaim's: NotFound).
-    /// Only a node that joined (its NodeClaim Initialized, no install of it
-    /// running here) is recycled; the user may ask for a plain deletion with
-    /// the NodeClaim annotation [`RELEASE_ANNOTATION`].
+    /// standby instead (then it is no longer this NodeClaim's: NotFound):
+    /// into its NodeClass's pool for its offer and zone, or, billed monthly,
+    /// to wait for the end of its paid month even without one. Only a node
+    /// that joined (its NodeClaim Initialized, no install of it running
+    /// here) is recycled; the user may ask for a plain deletion with the
+    /// NodeClaim annotation [`RELEASE_ANNOTATION`].
     pub(crate) async fn recycle_on_delete(
         &self,
         claim: &Value,
@@ -220,7 +222,12 @@ impl Provider {
         let pool = pools
             .iter()
             .find(|p| p.offer == server.offer_name && p.zone == server.zone);
-        pool?;
+        let billing = server_billing(server, class_billing(&class.spec));
+        // An hourly server goes back only into a pool; a monthly one is
+        // never deleted before its month ends (see `plan::recycle`).
+        if pool.is_none() && billing == crate::catalog::Billing::Hourly {
+            return None;
+        }
         // A NodeClaim whose Create never returned (core deletes it when the
         // NodeClass is not Ready, a restart came in between...) may hold an
         // adopted standby that never joined: it goes back to the pool too,
@@ -243,7 +250,6 @@ impl Provider {
             server.offer_name.clone(),
             server.zone.clone(),
         );
-        let billing = server_billing(server, class_billing(&class.spec));
         // Counted and taken back under the pool's lock: two nodes deleted at
         // once never both take the pool's last place.
         let lock = sb.book.lock_of(&key);

@@ -608,3 +608,49 @@ async fn an_adopted_standby_whose_nodeclaim_never_launched_goes_back_to_its_pool
         .unwrap();
     assert_eq!(w.f.api.server("n").unwrap().status, ServerStatus::Deleting);
 }
+
+#[tokio::test]
+async fn a_monthly_node_without_a_pool_waits_for_its_month_end_an_hourly_one_goes() {
+    // The NodeClass has no pool for the node's offer and zone.
+    let w = warm(vec![]);
+    w.f.api.insert_server(node_server("m", "warm-m", "monthly"));
+    w.f.api.insert_server(node_server("h", "warm-h", "hourly"));
+
+    w.provider
+        .delete(&node_claim("warm-h", "h", true))
+        .await
+        .unwrap();
+    assert_eq!(w.f.api.server("h").unwrap().status, ServerStatus::Deleting);
+
+    let err = w
+        .provider
+        .delete(&node_claim("warm-m", "m", true))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    let s = w.f.api.server("m").unwrap();
+    assert_eq!(s.status, ServerStatus::Ready, "a monthly server is kept");
+    assert!(has(&s, &format!("{TAG_STANDBY}={CLASS}")), "{:?}", s.tags);
+    assert_eq!(w.engine.resumed.lock().unwrap().len(), 1, "wiped");
+
+    // Once idle, it waits for the end of its paid month (created 09:00).
+    let mut tags = s.tags.clone();
+    tags.retain(|t| !t.starts_with("install.karpenter.scaleway.com/phase="));
+    tags.push("install.karpenter.scaleway.com/phase=standby".into());
+    w.f.api.update_server_tags(ZONE, "m", &tags).await.unwrap();
+    let month_end = t("2026-11-24T09:00:00Z") + chrono::Duration::hours(730);
+    let before = w
+        .provider
+        .standby_pass(month_end - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert!(before.released.is_empty(), "{before:?}");
+    assert_eq!(w.f.api.server("m").unwrap().status, ServerStatus::Ready);
+    let at = w
+        .provider
+        .standby_pass(month_end - chrono::Duration::minutes(1))
+        .await
+        .unwrap();
+    assert_eq!(at.released.len(), 1, "{at:?}");
+    assert_eq!(at.released[0].0, "m");
+}
