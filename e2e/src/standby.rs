@@ -150,30 +150,14 @@ pub fn boots(server: &Value) -> Result<Vec<String>> {
 /// Waits until no NodeClaim and no Node of this provider is left (servers
 /// may stay: standby servers outlive their nodes).
 pub async fn wait_nodes_gone(stack: &Stack, timeout: Duration) -> Result<()> {
-    use k8s_openapi::api::core::v1::Node;
-    let nodes: kube::Api<Node> = kube::Api::all(stack.client.clone());
     wait::until(
         "NodeClaims and Nodes gone",
         timeout,
         Duration::from_millis(500),
-        || {
-            let nodes = nodes.clone();
-            async move {
-                let claims = crate::scenario::nodeclaims(stack).await?;
-                let ours = nodes
-                    .list(&Default::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .filter(|n| {
-                        n.spec
-                            .as_ref()
-                            .and_then(|s| s.provider_id.as_deref())
-                            .is_some_and(|p| p.starts_with("scaleway://"))
-                    })
-                    .count();
-                Ok((claims.is_empty() && ours == 0).then_some(()))
-            }
+        || async {
+            let claims = crate::scenario::nodeclaims(stack).await?;
+            let nodes = crate::scenario::our_nodes(stack).await?;
+            Ok((claims.is_empty() && nodes == 0).then_some(()))
         },
     )
     .await
@@ -195,36 +179,6 @@ pub async fn wait_no_live_servers(stack: &Stack, timeout: Duration) -> Result<()
                 .map(|s| s["id"].to_string())
                 .collect();
             Ok(live.is_empty().then_some(()))
-        },
-    )
-    .await
-}
-
-/// Applies a NodeClass and waits until its `Ready` condition is `True` for
-/// this very generation (the provider refuses to launch on an older one).
-pub async fn apply_nodeclass(stack: &Stack, name: &str, yaml: &str) -> Result<()> {
-    crate::kubeutil::apply_yaml(&stack.client, yaml).await?;
-    let api = crate::kubeutil::nodeclasses(&stack.client);
-    wait::until(
-        &format!("NodeClass {name} Ready for its generation"),
-        Duration::from_secs(60),
-        Duration::from_millis(250),
-        || {
-            let api = api.clone();
-            async move {
-                let nc = api.get(name).await?;
-                let generation = nc.metadata.generation;
-                let ready = nc.data["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| {
-                        c["type"] == "Ready"
-                            && c["status"] == "True"
-                            && c["observedGeneration"].as_i64() == generation
-                    });
-                Ok(ready.then_some(()))
-            }
         },
     )
     .await

@@ -115,31 +115,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     // 2. A pod for the reserved NodePool (weight 50), which adopts the
     //    standby, and one for the cold NodePool (weight 10), whose node of
     //    the same offer is installed from scratch.
-    kubeutil::apply_yaml(
-        &stack.client,
-        &standby::reserved_nodepool_yaml("reserved", WARM, 50, &[OFFER]),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &Stack::nodepool_yaml(COLD, COLD, &scenario::instance_types_requirement(&[OFFER]))
-            .replace("spec:\n  template:\n", "spec:\n  weight: 10\n  template:\n"),
-    )
-    .await?;
-    // One pod for each NodePool (by its label): the comparison does not
-    // depend on how fast the pool refills.
-    kubeutil::apply_yaml(
-        &stack.client,
-        &scenario::inflate_yaml_on(APP, 1, "1", &[("karpenter.sh/nodepool", "reserved")], false),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &scenario::inflate_yaml_on(COLD_APP, 1, "1", &[("karpenter.sh/nodepool", COLD)], false),
-    )
-    .await?;
-    // Each NodeClaim's join, from when it is first seen to when it is first
-    // seen Initialized, timed here to 100 ms (conditions carry seconds).
+    pools_and_pods(stack).await?;
     let joins = time_joins(stack, 2, Duration::from_secs(240)).await?;
     scenario::wait_pods_running(stack, APP, 1, Duration::from_secs(60)).await?;
     scenario::wait_pods_running(stack, COLD_APP, 1, Duration::from_secs(60)).await?;
@@ -418,27 +394,7 @@ async fn figures(stack: &mut Stack) -> Result<()> {
     let started = std::time::Instant::now();
     standby::wait_idle(stack, WARM, 1, Duration::from_secs(1800)).await?;
     let prepared = started.elapsed();
-    kubeutil::apply_yaml(
-        &stack.client,
-        &standby::reserved_nodepool_yaml("reserved", WARM, 50, &[OFFER]),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &Stack::nodepool_yaml(COLD, COLD, &scenario::instance_types_requirement(&[OFFER]))
-            .replace("spec:\n  template:\n", "spec:\n  weight: 10\n  template:\n"),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &scenario::inflate_yaml_on(APP, 1, "1", &[("karpenter.sh/nodepool", "reserved")], false),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &scenario::inflate_yaml_on(COLD_APP, 1, "1", &[("karpenter.sh/nodepool", COLD)], false),
-    )
-    .await?;
+    pools_and_pods(stack).await?;
     let joins = time_joins(stack, 2, Duration::from_secs(1800)).await?;
     let claims = scenario::nodeclaim_objects(stack).await?;
     let of = |kind: &str| -> Result<Duration> {
@@ -482,4 +438,29 @@ async fn figures(stack: &mut Stack) -> Result<()> {
         .delete(WARM, &Default::default())
         .await?;
     standby::wait_no_live_servers(stack, Duration::from_secs(600)).await
+}
+
+/// The reserved NodePool (weight 50) on `warm`, the cold one (weight 10) on
+/// `cold`, both of the same offer, and one pod for each (by its NodePool
+/// label): the comparison does not depend on how fast the pool refills.
+async fn pools_and_pods(stack: &Stack) -> Result<()> {
+    kubeutil::apply_yaml(
+        &stack.client,
+        &standby::reserved_nodepool_yaml("reserved", WARM, 50, &[OFFER]),
+    )
+    .await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &Stack::nodepool_yaml(COLD, COLD, &scenario::instance_types_requirement(&[OFFER]))
+            .replace("spec:\n  template:\n", "spec:\n  weight: 10\n  template:\n"),
+    )
+    .await?;
+    for (app, pool) in [(APP, "reserved"), (COLD_APP, COLD)] {
+        kubeutil::apply_yaml(
+            &stack.client,
+            &scenario::inflate_yaml_on(app, 1, "1", &[("karpenter.sh/nodepool", pool)], false),
+        )
+        .await?;
+    }
+    Ok(())
 }

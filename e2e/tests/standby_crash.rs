@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use kube::ResourceExt;
 use serde_json::Value;
 
@@ -76,38 +76,13 @@ fn restart(stack: &mut Stack, base: &[String], point: Option<&str>) -> Result<()
     stack.start_provider()
 }
 
-/// Waits for the provider to abort at `point` (its log says so).
-async fn died_at(stack: &mut Stack, point: &str) -> Result<()> {
-    let marker = format!("test crash point {point} reached");
-    let start = std::time::Instant::now();
-    loop {
-        let p = stack.proc_mut(PROVIDER).context("no provider process")?;
-        if !p.is_running() {
-            let log = std::fs::read_to_string(p.log_path())?;
-            ensure!(
-                log.contains(&marker),
-                "the provider exited, but not at crash point {point}:\n{}",
-                p.log_tail(40)
-            );
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            bail!(
-                "crash point {point} not reached within 120 s:\n{}",
-                p.log_tail(40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 async fn run(stack: &mut Stack) -> Result<()> {
     let base = stack.opts.provider_args.clone();
-    standby::apply_nodeclass(stack, WARM, &class(stack, 1)).await?;
+    stack.apply_nodeclass(WARM, &class(stack, 1)).await?;
     let idle = standby::wait_idle(stack, WARM, 1, Duration::from_secs(120)).await?;
     // No refill once it is adopted (min 0), so that what follows is only
     // about this server.
-    standby::apply_nodeclass(stack, WARM, &class(stack, 0)).await?;
+    stack.apply_nodeclass(WARM, &class(stack, 0)).await?;
     let id = idle[0]["id"].as_str().context("id")?.to_string();
     let orders = scenario::orders_placed(stack).await?;
     ensure!(orders == 1, "one standby ordered, got {orders} orders");
@@ -129,7 +104,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     )
     .await?;
     kubeutil::apply_yaml(&stack.client, &scenario::inflate_yaml(APP, 1, "1")).await?;
-    died_at(stack, "standby-claimed").await?;
+    scenario::wait_provider_died(stack, "standby-claimed").await?;
     let claims = scenario::nodeclaim_objects(stack).await?;
     ensure!(
         claims.len() == 1,
@@ -200,7 +175,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     )
     .await?;
     scenario::scale(stack, APP, 0).await?;
-    died_at(stack, "wipe-tagged").await?;
+    scenario::wait_provider_died(stack, "wipe-tagged").await?;
     let at_crash = server(stack, &id).await?;
     ensure!(
         at_crash["deleted_at"].is_null()
@@ -217,7 +192,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
 
     // 3. The resumed wipe dies again once the image is written.
     restart(stack, &base, Some("standby-imaged"))?;
-    died_at(stack, "standby-imaged").await?;
+    scenario::wait_provider_died(stack, "standby-imaged").await?;
     let at_crash = server(stack, &id).await?;
     ensure!(
         at_crash["deleted_at"].is_null() && standby::state(&at_crash) == Some("wiping"),
