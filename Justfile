@@ -148,3 +148,7 @@ bench-catalog-combined ROUNDS="30":
 # The whole system against the simulators, with a live view
 demo *ARGS: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo {{ARGS}}
+
+# Warm metal: a standby's adoption against a cold install of the same offer at time scale 1 (emsim's own timings), docs/figures.md "Warm metal"
+standby-figures: build
+    KPS_TIME_SCALE=1 cargo test -p e2e --test scenarios -- --ignored --nocapture standby::standby_figures_adoption_against_a_cold_install

@@ -119,40 +119,42 @@ pub async fn nodeclaims(stack: &Stack) -> Result<BTreeMap<String, String>> {
 
 /// Waits until the cluster holds no NodeClaim, no Node from this provider and
 /// emsim holds no server of this cluster.
-pub async fn wait_all_gone(stack: &Stack, timeout: Duration) -> Result<()> {
+/// How many Nodes of this provider (a `scaleway://` providerID) exist.
+pub async fn our_nodes(stack: &Stack) -> Result<usize> {
     let nodes: Api<Node> = Api::all(stack.client.clone());
+    Ok(nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| p.starts_with("scaleway://"))
+        })
+        .count())
+}
+
+pub async fn wait_all_gone(stack: &Stack, timeout: Duration) -> Result<()> {
     wait::until(
         "NodeClaims, Nodes and servers gone",
         timeout,
         Duration::from_secs(1),
-        || {
-            let nodes = nodes.clone();
-            async move {
-                let ncs = nodeclaims(stack).await?;
-                let ours = nodes
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .filter(|n| {
-                        n.spec
-                            .as_ref()
-                            .and_then(|s| s.provider_id.as_deref())
-                            .is_some_and(|p| p.starts_with("scaleway://"))
-                    })
-                    .count();
-                let mut servers = stack.owned_servers().await?.len();
-                if stack.opts.instances {
-                    servers += stack.owned_vms().await?.len();
-                }
-                tracing::info!(
-                    nodeclaims = ncs.len(),
-                    nodes = ours,
-                    servers,
-                    "waiting for teardown"
-                );
-                Ok((ncs.is_empty() && ours == 0 && servers == 0).then_some(()))
+        || async move {
+            let ncs = nodeclaims(stack).await?;
+            let ours = our_nodes(stack).await?;
+            let mut servers = stack.owned_servers().await?.len();
+            if stack.opts.instances {
+                servers += stack.owned_vms().await?.len();
             }
+            tracing::info!(
+                nodeclaims = ncs.len(),
+                nodes = ours,
+                servers,
+                "waiting for teardown"
+            );
+            Ok((ncs.is_empty() && ours == 0 && servers == 0).then_some(()))
         },
     )
     .await
@@ -553,6 +555,35 @@ pub async fn provider_events(
                 && e.reporting_controller.as_deref() == Some("karpenter-scaleway")
         })
         .collect())
+}
+
+/// Waits for the provider to abort at `point` (its log says so); any other
+/// way of dying, or none, fails the scenario.
+pub async fn wait_provider_died(stack: &mut Stack, point: &str) -> Result<()> {
+    let marker = format!("test crash point {point} reached");
+    let start = std::time::Instant::now();
+    loop {
+        let p = stack
+            .proc_mut(crate::stack::PROVIDER)
+            .ok_or_else(|| anyhow::anyhow!("no provider process"))?;
+        if !p.is_running() {
+            let log = std::fs::read_to_string(p.log_path())?;
+            anyhow::ensure!(
+                log.contains(&marker),
+                "the provider exited, but not at crash point {point}:\n{}",
+                p.log_tail(40)
+            );
+            tracing::info!(point, "provider aborted at its crash point");
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(180) {
+            anyhow::bail!(
+                "nothing reached crash point {point} within 180 s:\n{}",
+                p.log_tail(40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[cfg(test)]

@@ -529,22 +529,36 @@ spec:
         )
     }
 
-    /// Applies a NodeClass and waits for its Ready condition.
+    /// Applies the scenarios' NodeClass and waits for its Ready condition.
     pub async fn create_nodeclass(&self, name: &str) -> Result<()> {
-        kubeutil::apply_yaml(&self.client, &self.nodeclass_yaml(name)).await?;
+        self.apply_nodeclass(name, &self.nodeclass_yaml(name)).await
+    }
+
+    /// Applies a NodeClass and waits until its `Ready` condition is `True`
+    /// for this very generation (the provider refuses to launch on an older
+    /// one, and a condition left from the previous spec would say True).
+    pub async fn apply_nodeclass(&self, name: &str, yaml: &str) -> Result<()> {
+        kubeutil::apply_yaml(&self.client, yaml).await?;
         let api = kubeutil::nodeclasses(&self.client);
         wait::until(
-            &format!("NodeClass {name} Ready=True"),
+            &format!("NodeClass {name} Ready for its generation"),
             Duration::from_secs(60),
             Duration::from_millis(250),
             || {
                 let api = api.clone();
                 async move {
                     let nc = api.get(name).await?;
-                    Ok(
-                        (kubeutil::condition(&nc, "Ready").as_deref() == Some("True"))
-                            .then_some(()),
-                    )
+                    let generation = nc.metadata.generation;
+                    let ready = nc.data["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| {
+                            c["type"] == "Ready"
+                                && c["status"] == "True"
+                                && c["observedGeneration"].as_i64() == generation
+                        });
+                    Ok(ready.then_some(()))
                 }
             },
         )

@@ -150,30 +150,35 @@ pub fn boots(server: &Value) -> Result<Vec<String>> {
 /// Waits until no NodeClaim and no Node of this provider is left (servers
 /// may stay: standby servers outlive their nodes).
 pub async fn wait_nodes_gone(stack: &Stack, timeout: Duration) -> Result<()> {
-    use k8s_openapi::api::core::v1::Node;
-    let nodes: kube::Api<Node> = kube::Api::all(stack.client.clone());
     wait::until(
         "NodeClaims and Nodes gone",
         timeout,
         Duration::from_millis(500),
-        || {
-            let nodes = nodes.clone();
-            async move {
-                let claims = crate::scenario::nodeclaims(stack).await?;
-                let ours = nodes
-                    .list(&Default::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .filter(|n| {
-                        n.spec
-                            .as_ref()
-                            .and_then(|s| s.provider_id.as_deref())
-                            .is_some_and(|p| p.starts_with("scaleway://"))
-                    })
-                    .count();
-                Ok((claims.is_empty() && ours == 0).then_some(()))
-            }
+        || async {
+            let claims = crate::scenario::nodeclaims(stack).await?;
+            let nodes = crate::scenario::our_nodes(stack).await?;
+            Ok((claims.is_empty() && nodes == 0).then_some(()))
+        },
+    )
+    .await
+}
+
+/// Waits until emsim has no live server left (every one deleted).
+pub async fn wait_no_live_servers(stack: &Stack, timeout: Duration) -> Result<()> {
+    wait::until(
+        "every server deleted",
+        timeout,
+        Duration::from_millis(500),
+        || async {
+            let live: Vec<String> = stack
+                .emsim
+                .servers_including_deleted()
+                .await?
+                .into_iter()
+                .filter(|s| s["deleted_at"].is_null())
+                .map(|s| s["id"].to_string())
+                .collect();
+            Ok(live.is_empty().then_some(()))
         },
     )
     .await

@@ -10,12 +10,12 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
-use e2e::stack::{PROVIDER, Stack, StackOptions};
+use e2e::stack::{Stack, StackOptions};
 use e2e::{kubeutil, scenario, wait};
 
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -97,7 +97,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
         stack.start_provider()?;
         scenario::scale(stack, APP, i as u32 + 1).await?;
 
-        wait_provider_died(stack, window.point).await?;
+        scenario::wait_provider_died(stack, window.point).await?;
         // Nothing writes any more: this is what the restart resumes from.
         let claim = newest_claim(stack, &before).await?;
         let name = claim.name_any();
@@ -151,33 +151,6 @@ async fn run(stack: &mut Stack) -> Result<()> {
         WINDOWS.len()
     );
     scenario::scale_to_zero_and_check_clean(stack, &[APP], Duration::from_secs(180)).await
-}
-
-/// Waits for the provider to abort at `point` (its log says so); any other
-/// way of dying, or none, fails the scenario.
-async fn wait_provider_died(stack: &mut Stack, point: &str) -> Result<()> {
-    let marker = format!("test crash point {point} reached");
-    let start = std::time::Instant::now();
-    loop {
-        let p = stack.proc_mut(PROVIDER).context("no provider process")?;
-        if !p.is_running() {
-            let log = std::fs::read_to_string(p.log_path())?;
-            ensure!(
-                log.contains(&marker),
-                "the provider exited, but not at crash point {point}:\n{}",
-                p.log_tail(40)
-            );
-            tracing::info!(point, "provider aborted at its crash point");
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(180) {
-            bail!(
-                "no install reached crash point {point} within 180 s:\n{}",
-                p.log_tail(40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The NodeClaim created for this round (not among `before`).

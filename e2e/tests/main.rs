@@ -23,6 +23,8 @@ mod leadership;
 mod list_faults;
 mod orphans;
 mod standby;
+mod standby_crash;
 mod standby_monthly;
+mod standby_race;
 mod standby_safety;
 mod walking_skeleton;

@@ -115,31 +115,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     // 2. A pod for the reserved NodePool (weight 50), which adopts the
     //    standby, and one for the cold NodePool (weight 10), whose node of
     //    the same offer is installed from scratch.
-    kubeutil::apply_yaml(
-        &stack.client,
-        &standby::reserved_nodepool_yaml("reserved", WARM, 50, &[OFFER]),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &Stack::nodepool_yaml(COLD, COLD, &scenario::instance_types_requirement(&[OFFER]))
-            .replace("spec:\n  template:\n", "spec:\n  weight: 10\n  template:\n"),
-    )
-    .await?;
-    // One pod for each NodePool (by its label): the comparison does not
-    // depend on how fast the pool refills.
-    kubeutil::apply_yaml(
-        &stack.client,
-        &scenario::inflate_yaml_on(APP, 1, "1", &[("karpenter.sh/nodepool", "reserved")], false),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &scenario::inflate_yaml_on(COLD_APP, 1, "1", &[("karpenter.sh/nodepool", COLD)], false),
-    )
-    .await?;
-    // Each NodeClaim's join, from when it is first seen to when it is first
-    // seen Initialized, timed here to 100 ms (conditions carry seconds).
+    pools_and_pods(stack).await?;
     let joins = time_joins(stack, 2, Duration::from_secs(240)).await?;
     scenario::wait_pods_running(stack, APP, 1, Duration::from_secs(60)).await?;
     scenario::wait_pods_running(stack, COLD_APP, 1, Duration::from_secs(60)).await?;
@@ -348,22 +324,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     kubeutil::nodeclasses(&stack.client)
         .delete(WARM, &Default::default())
         .await?;
-    wait::until(
-        "every server deleted once the NodeClass is gone",
-        Duration::from_secs(120),
-        Duration::from_millis(500),
-        || async {
-            let live = stack
-                .emsim
-                .servers_including_deleted()
-                .await?
-                .into_iter()
-                .filter(|s| s["deleted_at"].is_null())
-                .count();
-            Ok((live == 0).then_some(()))
-        },
-    )
-    .await?;
+    standby::wait_no_live_servers(stack, Duration::from_secs(120)).await?;
     stack.assert_no_secrets_in_logs()
 }
 
@@ -397,4 +358,109 @@ async fn time_joins(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(joined)
+}
+
+/// docs/figures.md "Warm metal": a standby's adoption against a cold install
+/// of the same offer, at the time scale of `KPS_TIME_SCALE` (1 for the
+/// figures: emsim's own timings, real seconds). By hand: `just
+/// standby-figures`. Prints the figures; checks only what the main scenario
+/// checks about them (both join).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measurement for docs/figures.md, run by `just standby-figures`"]
+async fn standby_figures_adoption_against_a_cold_install() -> Result<()> {
+    let mut opts = StackOptions::for_test("standby-figures")?;
+    opts.provider_args.push("--standby-interval=5s".to_string());
+    scenario::with_stack(opts, figures).await
+}
+
+async fn figures(stack: &mut Stack) -> Result<()> {
+    let scale = stack.opts.time_scale;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &standby::nodeclass_yaml(
+            stack,
+            WARM,
+            "hourly",
+            &[Pool {
+                offer: OFFER,
+                min: 1,
+                max: 1,
+                idle_hourly_keep: Some("24h"),
+            }],
+        ),
+    )
+    .await?;
+    stack.create_nodeclass(COLD).await?;
+    let started = std::time::Instant::now();
+    standby::wait_idle(stack, WARM, 1, Duration::from_secs(1800)).await?;
+    let prepared = started.elapsed();
+    pools_and_pods(stack).await?;
+    let joins = time_joins(stack, 2, Duration::from_secs(1800)).await?;
+    let claims = scenario::nodeclaim_objects(stack).await?;
+    let of = |kind: &str| -> Result<Duration> {
+        let claim = claims
+            .iter()
+            .find(|c| {
+                c.labels()
+                    .get("karpenter.sh/capacity-type")
+                    .map(String::as_str)
+                    == Some(kind)
+            })
+            .with_context(|| format!("no {kind} NodeClaim"))?;
+        joins.get(&claim.name_any()).copied().context("join time")
+    };
+    let (warm, cold) = (of("reserved")?, of("on-demand")?);
+    println!(
+        "FIGURES time scale {scale}: standby ready {:.1} s after the NodeClass; join (NodeClaim -> Initialized): adopted {:.1} s, cold install {:.1} s",
+        prepared.as_secs_f64(),
+        warm.as_secs_f64(),
+        cold.as_secs_f64()
+    );
+    println!(
+        "{}",
+        scenario::provider_metric(
+            stack,
+            "karpenter_scaleway_standby_adoption_seconds_sum",
+            &[]
+        )
+        .await?
+    );
+    scenario::scale(stack, APP, 0).await?;
+    scenario::scale(stack, COLD_APP, 0).await?;
+    standby::wait_nodes_gone(stack, Duration::from_secs(600)).await?;
+    kubeutil::nodepools(&stack.client)
+        .delete("reserved", &Default::default())
+        .await?;
+    kubeutil::nodepools(&stack.client)
+        .delete(COLD, &Default::default())
+        .await?;
+    kubeutil::nodeclasses(&stack.client)
+        .delete(WARM, &Default::default())
+        .await?;
+    standby::wait_no_live_servers(stack, Duration::from_secs(600)).await
+}
+
+/// The reserved NodePool (weight 50) on `warm`, the cold one (weight 10) on
+/// `cold`, both of the same offer, and one pod for each (by its NodePool
+/// label): the comparison does not depend on how fast the pool refills.
+async fn pools_and_pods(stack: &Stack) -> Result<()> {
+    kubeutil::apply_yaml(
+        &stack.client,
+        &standby::reserved_nodepool_yaml("reserved", WARM, 50, &[OFFER]),
+    )
+    .await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &Stack::nodepool_yaml(COLD, COLD, &scenario::instance_types_requirement(&[OFFER]))
+            .replace("spec:\n  template:\n", "spec:\n  weight: 10\n  template:\n"),
+    )
+    .await?;
+    for (app, pool) in [(APP, "reserved"), (COLD_APP, COLD)] {
+        kubeutil::apply_yaml(
+            &stack.client,
+            &scenario::inflate_yaml_on(app, 1, "1", &[("karpenter.sh/nodepool", pool)], false),
+        )
+        .await?;
+    }
+    Ok(())
 }

@@ -116,7 +116,7 @@ impl Provider {
         let Some(pid) = view.provider_id.as_deref() else {
             // Create may have ordered a server and lost the answer (restart):
             // the NodeClaim tag still finds it.
-            return self.delete_by_claim_tag(&view.name).await;
+            return self.delete_by_claim_tag(&view.name, claim).await;
         };
         let (zone, id) = parse_provider_id(pid)
             .ok_or_else(|| ProviderError::Invalid(format!("malformed providerID {pid:?}")))?;
@@ -172,7 +172,11 @@ impl Provider {
         }
     }
 
-    async fn delete_by_claim_tag(&self, claim: &str) -> Result<(), ProviderError> {
+    async fn delete_by_claim_tag(
+        &self,
+        claim: &str,
+        claim_object: &Value,
+    ) -> Result<(), ProviderError> {
         let filter = ServerFilter {
             tags: vec![self.cluster_tag(), tag(TAG_NODECLAIM, claim)],
             name: None,
@@ -184,11 +188,28 @@ impl Provider {
                 "no server for NodeClaim {claim}"
             )));
         }
+        let mut recycled = 0;
         for server in &servers {
+            // An adopted standby whose NodeClaim never launched goes back
+            // to its pool rather than away.
+            if server.status != ServerStatus::Deleting
+                && let Some(result) = self.recycle_on_delete(claim_object, server).await
+            {
+                match result {
+                    Ok(()) | Err(ProviderError::NotFound(_)) => recycled += 1,
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
             match self.delete_server(server, claim).await {
                 Ok(()) | Err(ProviderError::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
+        }
+        if recycled == servers.len() {
+            return Err(ProviderError::NotFound(format!(
+                "the server of NodeClaim {claim} went back to standby"
+            )));
         }
         Ok(())
     }

@@ -187,10 +187,12 @@ impl Provider {
     }
 
     /// Delete of an Elastic Metal node: `Some` when its server goes back to
-    /// standby instead (then it is no longer this NodeClaim's: NotFound).
-    /// Only a node that joined (its NodeClaim Initialized, no install of it
-    /// running here) is recycled; the user may ask for a plain deletion with
-    /// the NodeClaim annotation [`RELEASE_ANNOTATION`].
+    /// standby instead (then it is no longer this NodeClaim's: NotFound):
+    /// into its NodeClass's pool for its offer and zone, or, billed monthly,
+    /// to wait for the end of its paid month even without one. Only a node
+    /// that joined (its NodeClaim Initialized, no install of it running
+    /// here) is recycled; the user may ask for a plain deletion with the
+    /// NodeClaim annotation [`RELEASE_ANNOTATION`].
     pub(crate) async fn recycle_on_delete(
         &self,
         claim: &Value,
@@ -211,14 +213,29 @@ impl Provider {
         }
         let class = self
             .node_classes
-            .get(tag_value(server, TAG_NODECLASS)?)
-            .filter(|c| c.ready)?;
+            // Not only a Ready one: a NodeClass that is briefly not Ready
+            // (an API blip while its credentials were checked) must not
+            // cost a monthly server's setup fee. The wipe starts once the
+            // NodeClass can be read; the pass resumes it from the tags.
+            .get(tag_value(server, TAG_NODECLASS)?)?;
         let (pools, _) = pools_of(&class.spec);
         let pool = pools
             .iter()
             .find(|p| p.offer == server.offer_name && p.zone == server.zone);
-        pool?;
-        if !initialized(claim)
+        let billing = server_billing(server, class_billing(&class.spec));
+        // An hourly server goes back only into a pool; a monthly one is
+        // never deleted before its month ends (see `plan::recycle`).
+        if pool.is_none() && billing == crate::catalog::Billing::Hourly {
+            return None;
+        }
+        // A NodeClaim whose Create never returned (core deletes it when the
+        // NodeClass is not Ready, a restart came in between...) may hold an
+        // adopted standby that never joined: it goes back to the pool too,
+        // wiped, since a config may have been applied. Any other node is
+        // recycled only once it joined.
+        let launched = claim.pointer("/status/providerID").is_some();
+        let adopted_unlaunched = !launched && tag_value(server, TAG_RESERVATION).is_some();
+        if !(initialized(claim) || adopted_unlaunched)
             || self
                 .installer
                 .phase(&server.id)
@@ -233,7 +250,6 @@ impl Provider {
             server.offer_name.clone(),
             server.zone.clone(),
         );
-        let billing = server_billing(server, class_billing(&class.spec));
         // Counted and taken back under the pool's lock: two nodes deleted at
         // once never both take the pool's last place.
         let lock = sb.book.lock_of(&key);

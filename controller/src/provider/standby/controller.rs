@@ -80,26 +80,42 @@ pub async fn run_standby(
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Every `soon` the loop looks whether a pass is due: the interval has
+    // passed, a standby server just became idle, or a NodeClass changed what
+    // its pools need (created, edited, Ready again, deleted): a user who
+    // raises `min` sees the order at once. A replica that just won the lease
+    // passes within `soon`; a pass that could not list the servers is tried
+    // again after `retry`.
+    let soon = interval.min(Duration::from_secs(1));
+    let retry = interval.min(Duration::from_secs(5));
     let idle = controller
         .provider
         .standby
         .as_ref()
         .map(|sb| sb.port.idle_signal())
         .unwrap_or_default();
+    let mut due = tokio::time::Instant::now();
+    let mut seen: Option<u64> = None;
     loop {
+        let mut woken = false;
         tokio::select! {
             _ = &mut stop => return,
-            _ = ticker.tick() => {}
-            // A standby server just became idle: serve it now.
-            _ = idle.notified() => {}
+            _ = tokio::time::sleep(soon) => {}
+            _ = idle.notified() => woken = true,
         }
         if !leader() {
+            seen = None;
             continue;
         }
+        let classes = controller.provider.standby_fingerprint();
+        let now = tokio::time::Instant::now();
+        if !(woken || now >= due || seen != Some(classes)) {
+            continue;
+        }
+        seen = Some(classes);
         match controller.pass().await {
             Ok(report) => {
+                due = tokio::time::Instant::now() + interval;
                 if !report.ordered.is_empty() || !report.released.is_empty() {
                     info!(
                         ordered = report.ordered.len(),
@@ -109,12 +125,33 @@ pub async fn run_standby(
                     );
                 }
             }
-            Err(error) => warn!(%error, "standby pass skipped: the servers could not be listed"),
+            Err(error) => {
+                due = tokio::time::Instant::now() + retry;
+                warn!(%error, "standby pass skipped: the servers could not be listed");
+            }
         }
     }
 }
 
 impl Provider {
+    /// A digest of what the standby pools depend on in the NodeClasses (each
+    /// one's name, readiness, billing, image and pools): a change calls for
+    /// a pass now.
+    pub(crate) fn standby_fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut classes = self.node_classes.list();
+        classes.sort_by(|a, b| a.name.cmp(&b.name));
+        for c in &classes {
+            c.name.hash(&mut h);
+            c.ready.hash(&mut h);
+            serde_json::to_string(&(&c.spec.standby, &c.spec.billing, &c.spec.image))
+                .unwrap_or_default()
+                .hash(&mut h);
+        }
+        h.finish()
+    }
+
     /// One standby pass at `now` (see the module doc).
     pub(crate) async fn standby_pass(&self, now: DateTime<Utc>) -> Result<PassReport, String> {
         let Some(sb) = self.standby.clone() else {

@@ -567,3 +567,90 @@ async fn a_pass_running_alongside_a_recycle_does_not_forget_it() {
         assert!(pool.len() <= 2, "k={k}: max 2, pool {pool:?}: {report:?}");
     }
 }
+
+#[tokio::test]
+async fn an_adopted_standby_whose_nodeclaim_never_launched_goes_back_to_its_pool() {
+    let w = one_idle().await;
+    // A Create claimed `a`, then the provider died before the Create
+    // answered; core deleted the NodeClaim (it never got a providerID).
+    let claim = warm_claim("warm-z", &["reserved"], Some(&rid()));
+    let mut tags = w.f.api.server("a").unwrap().tags;
+    tags.retain(|t| !t.starts_with(TAG_STANDBY));
+    tags.push("karpenter.sh/nodeclaim=warm-z".into());
+    tags.push(format!("{TAG_RESERVATION}={}", rid()));
+    w.f.api.update_server_tags(ZONE, "a", &tags).await.unwrap();
+    assert!(claim.pointer("/status/providerID").is_none());
+
+    let err = w.provider.delete(&claim).await.unwrap_err();
+    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    let s = w.f.api.server("a").unwrap();
+    assert_eq!(s.status, ServerStatus::Ready, "not deleted");
+    assert_eq!(w.f.api.count(Op::DeleteServer), 0);
+    assert!(has(&s, &format!("{TAG_STANDBY}={CLASS}")), "{:?}", s.tags);
+    assert!(tag_value(&s, TAG_NODECLAIM).is_none());
+    assert!(tag_value(&s, TAG_RESERVATION).is_none());
+    // Wiped: a config may have been applied by the process that died.
+    assert_eq!(
+        tag_value(&s, "install.karpenter.scaleway.com/phase"),
+        Some("ready")
+    );
+    {
+        let resumed = w.engine.resumed.lock().unwrap();
+        assert_eq!(resumed.len(), 1);
+        assert_eq!(resumed[0].0.target, Target::Standby);
+    }
+
+    // An ordinary server of a never-launched NodeClaim is still deleted.
+    w.f.api.insert_server(node_server("n", "warm-n", "hourly"));
+    w.provider
+        .delete(&warm_claim("warm-n", &["on-demand"], None))
+        .await
+        .unwrap();
+    assert_eq!(w.f.api.server("n").unwrap().status, ServerStatus::Deleting);
+}
+
+#[tokio::test]
+async fn a_monthly_node_without_a_pool_waits_for_its_month_end_an_hourly_one_goes() {
+    // The NodeClass has no pool for the node's offer and zone.
+    let w = warm(vec![]);
+    w.f.api.insert_server(node_server("m", "warm-m", "monthly"));
+    w.f.api.insert_server(node_server("h", "warm-h", "hourly"));
+
+    w.provider
+        .delete(&node_claim("warm-h", "h", true))
+        .await
+        .unwrap();
+    assert_eq!(w.f.api.server("h").unwrap().status, ServerStatus::Deleting);
+
+    let err = w
+        .provider
+        .delete(&node_claim("warm-m", "m", true))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    let s = w.f.api.server("m").unwrap();
+    assert_eq!(s.status, ServerStatus::Ready, "a monthly server is kept");
+    assert!(has(&s, &format!("{TAG_STANDBY}={CLASS}")), "{:?}", s.tags);
+    assert_eq!(w.engine.resumed.lock().unwrap().len(), 1, "wiped");
+
+    // Once idle, it waits for the end of its paid month (created 09:00).
+    let mut tags = s.tags.clone();
+    tags.retain(|t| !t.starts_with("install.karpenter.scaleway.com/phase="));
+    tags.push("install.karpenter.scaleway.com/phase=standby".into());
+    w.f.api.update_server_tags(ZONE, "m", &tags).await.unwrap();
+    let month_end = t("2026-11-24T09:00:00Z") + chrono::Duration::hours(730);
+    let before = w
+        .provider
+        .standby_pass(month_end - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert!(before.released.is_empty(), "{before:?}");
+    assert_eq!(w.f.api.server("m").unwrap().status, ServerStatus::Ready);
+    let at = w
+        .provider
+        .standby_pass(month_end - chrono::Duration::minutes(1))
+        .await
+        .unwrap();
+    assert_eq!(at.released.len(), 1, "{at:?}");
+    assert_eq!(at.released[0].0, "m");
+}

@@ -237,13 +237,22 @@ pub enum Recycle {
 }
 
 /// Whether the server of a node Karpenter deletes goes back to standby:
-/// only into a pool of its NodeClass for its offer and zone; a monthly server
-/// always (it is paid until its month ends), an hourly one while the pool has
-/// fewer than `max` servers.
+/// a monthly server always (it is paid until its month ends, and is never
+/// deleted before: without a pool of its NodeClass for its offer and zone it
+/// waits, wiped, for the end of its month), an hourly one only into such a
+/// pool while it has fewer than `max` servers.
 pub fn recycle(pool: Option<&PoolSpec>, members: usize, billing: Billing) -> Recycle {
     let Some(pool) = pool else {
-        return Recycle::Delete {
-            reason: "its NodeClass has no standby pool for this offer and zone".to_string(),
+        return match billing {
+            Billing::Monthly => Recycle::Recycle {
+                reason: "billed monthly: paid until its month ends, so it waits as a standby \
+                         server until then (no standby pool of its NodeClass offers it: it is \
+                         released at the end of its month)"
+                    .to_string(),
+            },
+            Billing::Hourly => Recycle::Delete {
+                reason: "its NodeClass has no standby pool for this offer and zone".to_string(),
+            },
         };
     };
     match billing {

@@ -211,9 +211,15 @@ fn orphaned_pools_release_hourly_at_once_and_monthly_at_period_end() {
 #[test]
 fn recycling_follows_billing_and_the_pool() {
     let p = pool(1, 2);
+    // Without a pool: an hourly server goes, a monthly one waits for the
+    // end of its paid month.
+    assert!(matches!(
+        recycle(None, 0, Billing::Hourly),
+        Recycle::Delete { .. }
+    ));
     assert!(matches!(
         recycle(None, 0, Billing::Monthly),
-        Recycle::Delete { .. }
+        Recycle::Recycle { .. }
     ));
     assert!(matches!(
         recycle(Some(&p), 1, Billing::Hourly),
