@@ -19,6 +19,7 @@
 mod adopt;
 mod controller;
 pub mod plan;
+pub mod planner;
 mod port;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
