@@ -142,6 +142,7 @@ mod tests {
             min: 1,
             max: 2,
             idle_hourly_keep: keep.map(str::to_string),
+            planner: None,
         }
     }
 

@@ -3,7 +3,7 @@
 pub mod conditions;
 pub mod content_check;
 mod crd;
-mod go_duration;
+pub mod go_duration;
 mod image;
 pub mod image_check;
 pub mod instance;

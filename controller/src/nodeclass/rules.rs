@@ -54,6 +54,35 @@ pub const IDLE_KEEP_MAX_SECONDS: u64 = 24 * 3600;
 pub const IDLE_KEEP_AT_MOST_A_DAY_MESSAGE: &str =
     "idleHourlyKeep must be at most 24h: to keep servers idle for longer, raise min instead";
 
+/// A planner duration: a Go duration (as `idleHourlyKeep`).
+pub const PLANNER_DURATION_FORMAT: &str = concat!("self.matches('", go_duration_pattern!(), "')");
+pub const PLANNER_DURATION_AT_MOST_A_WEEK: &str = concat!(
+    "!self.matches('",
+    go_duration_pattern!(),
+    "') || duration(self) <= duration('168h')"
+);
+/// The longest planner window or hold the API server accepts.
+pub const PLANNER_MAX_SECONDS: u64 = 168 * 3600;
+pub const PLANNER_WINDOW_FORMAT_MESSAGE: &str =
+    "planner.window must be a Go duration such as 2h or 90m (units h, m, s; no sign, no days)";
+pub const PLANNER_WINDOW_AT_MOST_A_WEEK_MESSAGE: &str = "planner.window must be at most 168h";
+pub const PLANNER_AT_LEAST_FORMAT_MESSAGE: &str =
+    "planner.atLeast must be a Go duration such as 12h (units h, m, s; no sign, no days)";
+pub const PLANNER_HOLD_FORMAT_MESSAGE: &str =
+    "planner.hold must be a Go duration such as 30m (units h, m, s; no sign, no days)";
+pub const PLANNER_HOLD_AT_MOST_A_WEEK_MESSAGE: &str = "planner.hold must be at most 168h";
+/// On the planner: `atLeast` is part of `window` (default `2h`). Judged only
+/// once both formats hold.
+pub const PLANNER_AT_LEAST_WITHIN_WINDOW: &str = concat!(
+    "!has(self.atLeast) || !self.atLeast.matches('",
+    go_duration_pattern!(),
+    "') || (has(self.window) && !self.window.matches('",
+    go_duration_pattern!(),
+    "')) || duration(self.atLeast) <= duration(has(self.window) ? self.window : '2h')"
+);
+pub const PLANNER_AT_LEAST_WITHIN_WINDOW_MESSAGE: &str =
+    "planner.atLeast must not be longer than planner.window (default 2h): lengthen window or shorten atLeast";
+
 pub const POOLS_UNIQUE: &str =
     "self.all(p, self.exists_one(q, q.offer == p.offer && q.zone == p.zone))";
 pub const POOLS_UNIQUE_MESSAGE: &str =

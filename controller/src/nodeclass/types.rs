@@ -117,6 +117,60 @@ pub struct StandbyPool {
         validation = Rule::new(IDLE_KEEP_AT_MOST_A_DAY).message(IDLE_KEEP_AT_MOST_A_DAY_MESSAGE)
     )]
     pub idle_hourly_keep: Option<String>,
+    /// The demand planner (docs/planner.md): raises the standby count above
+    /// `min` (up to `max`) for load that has stayed on other NodePools, so
+    /// that Karpenter consolidates it onto this pool's servers. Absent = the
+    /// pool keeps `min`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner: Option<StandbyPlanner>,
+}
+
+/// How the demand planner sizes a standby pool from the load of other
+/// NodePools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new(PLANNER_AT_LEAST_WITHIN_WINDOW).message(PLANNER_AT_LEAST_WITHIN_WINDOW_MESSAGE)
+)]
+pub struct StandbyPlanner {
+    /// NodePools whose pods count as migratable load (typically the VM
+    /// NodePools). The pods on nodes adopted from this pool count too, so
+    /// that load already moved keeps its servers. DaemonSet pods never count.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 63)))]
+    pub node_pools: Vec<String>,
+    /// Load counts as sustained once it has been present this long (a Go
+    /// duration, at most 168h). Default `2h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(
+        validation = Rule::new(PLANNER_DURATION_FORMAT).message(PLANNER_WINDOW_FORMAT_MESSAGE),
+        validation = Rule::new(PLANNER_DURATION_AT_MOST_A_WEEK).message(PLANNER_WINDOW_AT_MOST_A_WEEK_MESSAGE)
+    )]
+    pub window: Option<String>,
+    /// Within `window`, how long a load level must have been present to
+    /// count: `window: 24h` with `atLeast: 12h` stages for what runs more
+    /// than 12 hours a day. Default: all of `window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new(PLANNER_DURATION_FORMAT).message(PLANNER_AT_LEAST_FORMAT_MESSAGE))]
+    pub at_least: Option<String>,
+    /// The target is lowered only once the load has stayed below it this
+    /// long, and never sooner than this after its last change. Default `30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(
+        validation = Rule::new(PLANNER_DURATION_FORMAT).message(PLANNER_HOLD_FORMAT_MESSAGE),
+        validation = Rule::new(PLANNER_DURATION_AT_MOST_A_WEEK).message(PLANNER_HOLD_AT_MOST_A_WEEK_MESSAGE)
+    )]
+    pub hold: Option<String>,
+    /// Most servers of this pool (adopted and standby together) the planner
+    /// stages for. Default: the pool's `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_servers: Option<i32>,
+    /// Compute, explain (Events, metrics, status) and change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 impl StandbyPool {

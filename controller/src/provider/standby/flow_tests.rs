@@ -129,6 +129,7 @@ fn pool(offer: &str, min: i32, max: i32, keep: Option<&str>) -> StandbyPool {
         min,
         max,
         idle_hourly_keep: keep.map(str::to_string),
+        planner: None,
     }
 }
 
