@@ -68,6 +68,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     render_pacing(&crate::scaleway::pacer::stats(), &mut out);
     render_churn(&churn_metrics().snapshot(), &mut out);
     standby_metrics().render(&mut out);
+    planner_metrics().render(&mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
@@ -688,5 +689,119 @@ mod churn_metrics_tests {
         has("# TYPE karpenter_scaleway_nodepool_churn_risk gauge");
         has("karpenter_scaleway_nodepool_churn_risk{nodepool=\"metal\"} 1");
         has("karpenter_scaleway_nodepool_churn_risk{nodepool=\"safe\"} 0");
+    }
+}
+
+/// One planned pool's figures as of the last standby pass.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PlannerFigures {
+    pub target: u32,
+    /// `None` while the load has not been watched for the whole window.
+    pub needed: Option<u32>,
+    pub sustained_cpu_cores: Option<f64>,
+    pub sustained_memory_bytes: Option<u64>,
+    pub vm_euros_per_hour: f64,
+    pub metal_euros_per_hour: f64,
+}
+
+/// The demand planner (`provider/standby/demand.rs`): per pool, its target
+/// and the numbers behind it; per NodeClass, the changes of target.
+#[derive(Default)]
+pub struct PlannerMetrics {
+    inner: Mutex<PlannerCounters>,
+}
+
+#[derive(Default)]
+struct PlannerCounters {
+    /// (nodeclass, offer, zone) → figures, as of the last pass.
+    pools: BTreeMap<(String, String, String), PlannerFigures>,
+    /// (nodeclass, direction) → changes of target.
+    changes: BTreeMap<(String, String), u64>,
+}
+
+static PLANNER_METRICS: LazyLock<PlannerMetrics> = LazyLock::new(PlannerMetrics::default);
+
+/// The process-wide planner metrics.
+pub fn planner_metrics() -> &'static PlannerMetrics {
+    &PLANNER_METRICS
+}
+
+impl PlannerMetrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PlannerCounters> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The planned pools' figures (replaces the previous pass's).
+    pub fn set_pools(&self, pools: BTreeMap<(String, String, String), PlannerFigures>) {
+        self.lock().pools = pools;
+    }
+
+    /// A change of target, `raised` or `lowered`.
+    pub fn count_change(&self, class: &str, direction: &str) {
+        *self
+            .lock()
+            .changes
+            .entry((class.to_string(), direction.to_string()))
+            .or_default() += 1;
+    }
+
+    /// Appends the Prometheus text form.
+    pub fn render(&self, out: &mut String) {
+        let inner = self.lock();
+        type Pick = fn(&PlannerFigures) -> Option<f64>;
+        let gauges: [(&str, &str, Pick); 6] = [
+            (
+                "karpenter_scaleway_planner_target_servers",
+                "Servers of a standby pool the demand planner stages for the migratable load (adopted and standby).",
+                |f| Some(f64::from(f.target)),
+            ),
+            (
+                "karpenter_scaleway_planner_needed_servers",
+                "Servers the sustained load needs, before the bounds (absent until the load was watched for the whole window).",
+                |f| f.needed.map(f64::from),
+            ),
+            (
+                "karpenter_scaleway_planner_sustained_cpu_cores",
+                "CPU requested by the sustained part of the migratable load.",
+                |f| f.sustained_cpu_cores,
+            ),
+            (
+                "karpenter_scaleway_planner_sustained_memory_bytes",
+                "Memory requested by the sustained part of the migratable load.",
+                |f| f.sustained_memory_bytes.map(|b| b as f64),
+            ),
+            (
+                "karpenter_scaleway_planner_vm_euros_per_hour",
+                "EUR per hour of the nodes the planner counts that are not the pool's servers (typically VMs).",
+                |f| Some(f.vm_euros_per_hour),
+            ),
+            (
+                "karpenter_scaleway_planner_metal_euros_per_hour",
+                "EUR per hour of the planner's target in servers of the pool's offer.",
+                |f| Some(f.metal_euros_per_hour),
+            ),
+        ];
+        for (name, help, pick) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for ((class, offer, zone), figures) in &inner.pools {
+                if let Some(v) = pick(figures) {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{nodeclass=\"{class}\",offer=\"{offer}\",zone=\"{zone}\"}} {v}"
+                    );
+                }
+            }
+        }
+        let name = "karpenter_scaleway_planner_target_changes_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Changes of a planner target by NodeClass and direction (raised, lowered; dry runs included).\n# TYPE {name} counter"
+        );
+        for ((class, direction), n) in &inner.changes {
+            let _ = writeln!(
+                out,
+                "{name}{{nodeclass=\"{class}\",direction=\"{direction}\"}} {n}"
+            );
+        }
     }
 }

@@ -80,8 +80,7 @@ pub const PLANNER_AT_LEAST_WITHIN_WINDOW: &str = concat!(
     go_duration_pattern!(),
     "')) || duration(self.atLeast) <= duration(has(self.window) ? self.window : '2h')"
 );
-pub const PLANNER_AT_LEAST_WITHIN_WINDOW_MESSAGE: &str =
-    "planner.atLeast must not be longer than planner.window (default 2h): lengthen window or shorten atLeast";
+pub const PLANNER_AT_LEAST_WITHIN_WINDOW_MESSAGE: &str = "planner.atLeast must not be longer than planner.window (default 2h): lengthen window or shorten atLeast";
 
 pub const POOLS_UNIQUE: &str =
     "self.all(p, self.exists_one(q, q.offer == p.offer && q.zone == p.zone))";

@@ -305,6 +305,53 @@ pub struct SecretKeyRef {
 pub struct NodeClassStatus {
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// The demand planner's latest view of each pool that has one (written
+    /// by the leading provider; `karpenter-scaleway plan` prints it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub planner: Vec<PlannerStatus>,
+}
+
+/// What the demand planner decided for one standby pool, and why.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannerStatus {
+    pub offer: String,
+    pub zone: String,
+    /// Servers of the pool staged for the load: adopted and standby together.
+    pub target: i32,
+    /// Servers the sustained load needs before the bounds; absent while the
+    /// load has not been watched for the whole window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needed: Option<i32>,
+    /// The pool's servers serving nodes now.
+    pub adopted: i32,
+    /// The standby count the pool keeps now: `target - adopted` within the
+    /// pool's `min` and `max` (`min` in a dry run).
+    pub standby: i32,
+    /// The sustained load (Kubernetes quantities), once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_cpu: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_memory: Option<String>,
+    /// The load now (DaemonSets left out).
+    pub cpu: String,
+    pub memory: String,
+    /// What one server of the pool holds for these pods (its allocatable
+    /// less the DaemonSets of a node).
+    pub server_cpu: String,
+    pub server_memory: String,
+    /// EUR per hour of the nodes counted now that are not this pool's
+    /// servers (typically VMs), and of `target` servers of the pool.
+    pub vm_euros_per_hour: f64,
+    pub metal_euros_per_hour: f64,
+    pub dry_run: bool,
+    pub reason: String,
+    /// When the target last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<String>,
+    /// Since when this provider watches the load (RFC 3339): a restart
+    /// starts the window again.
+    pub watched_since: String,
 }
 
 /// A status condition in the shape Karpenter's operatorpkg reads.

@@ -288,6 +288,9 @@ pub struct Provider {
     vms: Option<vm::VmPorts>,
     /// Standby servers (warm metal), when served ([`Provider::with_standby`]).
     standby: Option<standby::StandbyPorts>,
+    /// The demand planner of the standby pools, when served
+    /// ([`Provider::with_planner`]).
+    planner: Option<standby::PlannerPorts>,
 }
 
 /// `list` in each of `zones` at once; the first error fails the whole.
@@ -330,6 +333,7 @@ impl Provider {
             node_claims: None,
             vms: None,
             standby: None,
+            planner: None,
         }
     }
 

@@ -104,6 +104,9 @@ pub async fn run_standby(
             _ = idle.notified() => woken = true,
         }
         if !leader() {
+            if seen.is_some() {
+                controller.provider.forget_demand();
+            }
             seen = None;
             continue;
         }
@@ -288,6 +291,10 @@ impl Provider {
                 .or_default()
                 .push(s);
         }
+        // The demand planner's targets in place of `min`.
+        let pools = self
+            .plan_demand(&pools, &classes, &servers, &members, &snapshot)
+            .await;
         let mut releases: Vec<(String, &StandbyServer, String)> = Vec::new();
         // A standby install that failed deletes its server; one whose
         // deletion did not happen (a restart in between, the API refusing)

@@ -718,3 +718,6 @@ mod port;
 
 #[path = "flow_adopt_tests.rs"]
 mod adopt;
+
+#[path = "flow_planner_tests.rs"]
+mod planner_flow;

@@ -18,6 +18,7 @@
 
 mod adopt;
 mod controller;
+mod demand;
 pub mod plan;
 pub mod planner;
 mod port;
@@ -31,6 +32,7 @@ use chrono::{DateTime, Utc};
 
 pub use adopt::wants_reservation;
 pub use controller::{PassReport, StandbyController, run_standby};
+pub use demand::{Demand, LoadSource, PlannerPorts, PlannerStatusSink};
 pub use plan::{Periods, PoolSpec, State};
 pub use port::StandbyNodePort;
 

@@ -216,8 +216,8 @@ pub fn decide(
     last_change: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> Decision {
-    let covered = sustained(samples, spec.window, spec.at_least, now)
-        .zip(peak(samples, spec.hold, now));
+    let covered =
+        sustained(samples, spec.window, spec.at_least, now).zip(peak(samples, spec.hold, now));
     let Some(((cpu, memory), recent)) = covered else {
         let target = current.min(spec.max);
         return Decision {

@@ -106,7 +106,10 @@ fn the_target_rises_once_the_load_stayed_for_the_window_and_within_max() {
     let mut samples = vec![sample("2026-11-24T08:00:00Z", 8_000, 20)];
     // 1 h in: not enough history; the target stays.
     let d = decide(&s, &samples, 0, None, t("2026-11-24T09:00:00Z"));
-    assert_eq!((d.target, d.change, d.sustained), (0, Change::Unchanged, None));
+    assert_eq!(
+        (d.target, d.change, d.sustained),
+        (0, Change::Unchanged, None)
+    );
     // 2 h in: 8000m needs 3 servers of 3500m.
     let d = decide(&s, &samples, 0, None, t("2026-11-24T10:00:00Z"));
     assert_eq!((d.target, d.change, d.needed), (3, Change::Raised, 3));
@@ -231,7 +234,10 @@ fn load_counts_the_planners_node_pools_and_the_pools_own_nodes_without_daemonset
         (load.cpu_millis, load.memory_bytes, load.pods),
         (3_500, 7 * GIB, 3)
     );
-    assert_eq!((load.daemon_cpu_millis, load.daemon_memory_bytes), (300, GIB));
+    assert_eq!(
+        (load.daemon_cpu_millis, load.daemon_memory_bytes),
+        (300, GIB)
+    );
     let names: Vec<&str> = load.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["vm-1", "vm-2", "metal-1"]);
 }
