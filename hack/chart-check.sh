@@ -234,6 +234,15 @@ python3 - "$cel_dir" <<-'PY'
 	    (pools(pool(idleHourlyKeep="-1h")), "idleHourlyKeep must be a Go duration"),
 	    (pools(pool(idleHourlyKeep="25h")), "idleHourlyKeep must be at most 24h"),
 	    (pools(pool(idleHourlyKeep="24h0m1s")), "idleHourlyKeep must be at most 24h"),
+	    (pools(pool(planner={"nodePools": []})), "should have at least 1 items"),
+	    (pools(pool(planner={})), "nodePools: Required value"),
+	    (pools(pool(planner={"nodePools": ["vms"], "window": "2d"})), "planner.window must be a Go duration"),
+	    (pools(pool(planner={"nodePools": ["vms"], "window": "169h"})), "planner.window must be at most 168h"),
+	    (pools(pool(planner={"nodePools": ["vms"], "hold": "-5m"})), "planner.hold must be a Go duration"),
+	    (pools(pool(planner={"nodePools": ["vms"], "atLeast": "12"})), "planner.atLeast must be a Go duration"),
+	    (pools(pool(planner={"nodePools": ["vms"], "window": "1h", "atLeast": "2h"})), "must not be longer than planner.window"),
+	    (pools(pool(planner={"nodePools": ["vms"], "atLeast": "3h"})), "must not be longer than planner.window"),
+	    (pools(pool(planner={"nodePools": ["vms"], "maxServers": 101})), "should be less than or equal to 100"),
 	    (pools(pool(), pool(min=0)), "must not list an (offer, zone) pair twice"),
 	    (pools(pool(), pool(zone="fr-par-1")), "every standby pool's zone must be one of spec.zones"),
 	    # Accepted: the limits, Go's spellings, and any zone when zones is empty.
@@ -247,6 +256,10 @@ python3 - "$cel_dir" <<-'PY'
 	    ({"standby": {"pools": []}}, ""),
 	    ({"standby": {}}, ""),
 	    ({"standby": {"pools": [pool(idleHourlyKeep=None)]}}, ""),
+	    (pools(pool(planner={"nodePools": ["vms"]})), ""),
+	    (pools(pool(planner={"nodePools": ["vms", "gpus"], "window": "24h", "atLeast": "12h", "hold": "1h",
+	                         "maxServers": 4, "dryRun": True})), ""),
+	    (pools(pool(planner={"nodePools": ["vms"], "atLeast": "2h"})), ""),
 	]
 	def merge(a, b):
 	    for k, v in b.items():

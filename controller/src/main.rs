@@ -82,6 +82,10 @@ enum Command {
     /// zone, status, install phase, age, and what the orphan sweeper would do
     /// with each. Fails rather than print a partial list.
     Servers(Box<ServersArgs>),
+    /// What the demand planner of each standby pool decided (the NodeClass
+    /// status the leader writes) and what the cluster's load needs now.
+    /// Reads the Kubernetes API only.
+    Plan(Box<karpenter_scaleway::cli::plan::PlanArgs>),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -127,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
         Command::RenderConfig(args) => render_config::run(*args).await,
         Command::Catalog(args) => catalog_cli::run(*args).await,
         Command::Servers(args) => servers_cli::run(*args).await,
+        Command::Plan(args) => karpenter_scaleway::cli::plan::run(*args).await,
     }
 }
 
@@ -333,6 +338,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             port: standby_port,
             events: standby_events,
             periods: args.standby.periods(),
+        })
+        .with_planner(karpenter_scaleway::provider::standby::PlannerPorts {
+            load: Arc::new(karpenter_scaleway::k8s::planner::KubePlannerLoad::new(
+                client.clone(),
+            )),
+            status: Arc::new(karpenter_scaleway::k8s::planner::KubePlannerStatus::new(
+                client.clone(),
+            )),
+            demand: Arc::default(),
+            clock: Arc::new(chrono::Utc::now),
         }),
     );
     let provider = if serve_instances {

@@ -20,7 +20,9 @@ pub use instance_mapping::{DEFAULT_ROOT_BYTES, ZoneProducts, instance_family, vm
 pub use instance_refresh::{read_instance_zone, run_instance_refresher};
 pub use kind::{ClassKey, ClassKind};
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
-pub use resources::{KubeletReservations, Overhead, Resources, bytes_quantity};
+pub use resources::{
+    KubeletReservations, Overhead, Resources, bytes_quantity, parse_quantity_milli,
+};
 pub use store::{CatalogStore, ClassView, ReservedPool, Snapshot, read_zone, run_refresher};
 
 use std::collections::{BTreeMap, BTreeSet};

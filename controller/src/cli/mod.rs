@@ -3,5 +3,6 @@
 //! only dispatches.
 
 pub mod catalog;
+pub mod plan;
 pub mod render_config;
 pub mod servers;

@@ -24,5 +24,6 @@ pub mod drift_stamp;
 pub mod events;
 pub mod node_registration;
 pub mod nodes;
+pub mod planner;
 pub mod resume;
 pub mod standby_events;

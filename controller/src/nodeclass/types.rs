@@ -315,7 +315,9 @@ pub struct NodeClassStatus {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannerStatus {
+    /// The pool's offer.
     pub offer: String,
+    /// The pool's zone.
     pub zone: String,
     /// Servers of the pool staged for the load: adopted and standby together.
     pub target: i32,
@@ -331,20 +333,26 @@ pub struct PlannerStatus {
     /// The sustained load (Kubernetes quantities), once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sustained_cpu: Option<String>,
+    /// The sustained memory, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sustained_memory: Option<String>,
-    /// The load now (DaemonSets left out).
+    /// The CPU requested now (DaemonSets left out).
     pub cpu: String,
+    /// The memory requested now (DaemonSets left out).
     pub memory: String,
     /// What one server of the pool holds for these pods (its allocatable
     /// less the DaemonSets of a node).
     pub server_cpu: String,
+    /// What one server holds for these pods in memory.
     pub server_memory: String,
     /// EUR per hour of the nodes counted now that are not this pool's
     /// servers (typically VMs), and of `target` servers of the pool.
     pub vm_euros_per_hour: f64,
+    /// EUR per hour of `target` servers of the pool's offer.
     pub metal_euros_per_hour: f64,
+    /// The planner only explains (`planner.dryRun`).
     pub dry_run: bool,
+    /// Why the target is what it is, with the numbers.
     pub reason: String,
     /// When the target last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
