@@ -4,6 +4,7 @@
 //! simulators, the provider and upstream Karpenter core through the bridge.
 
 pub mod controlplane;
+pub mod hybrid;
 pub mod image;
 pub mod kubeutil;
 pub mod procs;

@@ -12,6 +12,7 @@ mod catalog_ice;
 mod consolidation_churn;
 mod controlplane;
 mod drift;
+mod hybrid;
 mod install_disks;
 mod install_faults;
 mod install_join_crash;

@@ -93,13 +93,16 @@ func main() {
 
 	leadership := cloudprovider.NewLeadership(client, opts.Identity, opts.CallTimeout)
 	cp := cloudprovider.New(client, opts, info, repairPolicies, leadership)
-	// GetInstanceTypes answers from the catalog this stream keeps current.
-	go cp.WatchCatalog(ctx)
 	// Core's own metrics of every call (karpenter_cloudprovider_duration_seconds,
 	// karpenter_cloudprovider_errors_total), as the upstream providers wire them.
 	metered := metrics.Decorate(cp)
 	decorated := overlay.Decorate(metered, op.GetClient(), op.InstanceTypeStore)
 	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated)
+	// Staged reserved capacity is news to consolidation (see
+	// OnReservedCapacityGrew); then GetInstanceTypes answers from the
+	// catalog this stream keeps current.
+	cp.OnReservedCapacityGrew(func() { cluster.MarkUnconsolidated() })
+	go cp.WatchCatalog(ctx)
 
 	go leadership.Run(ctx, elected(ctx, op))
 

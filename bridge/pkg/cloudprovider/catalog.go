@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
 	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
@@ -37,6 +38,9 @@ type catalog struct {
 	downSince time.Time
 	// changed is closed and replaced whenever a snapshot arrives.
 	changed chan struct{}
+	// onMoreReserved is called (outside mu) when a snapshot has more room
+	// in some reservation than the one before: see OnReservedCapacityGrew.
+	onMoreReserved func()
 }
 
 // kindElasticMetal is the NodeClass kind of a catalog whose node_class_kind
@@ -136,11 +140,49 @@ func convertSnapshot(msg *pb.WatchInstanceTypesResponse) (*catalogSnapshot, erro
 
 func (c *catalog) store(snap *catalogSnapshot) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	grew := c.snap != nil && reservedGrew(c.snap.reserved(), snap.reserved())
+	hook := c.onMoreReserved
 	c.snap = snap
 	c.downSince = time.Time{}
 	close(c.changed)
 	c.changed = make(chan struct{})
+	c.mu.Unlock()
+	if grew && hook != nil {
+		hook()
+	}
+}
+
+// reserved is the room left in every available reserved offering of the
+// snapshot, by instance type, zone and reservation id.
+func (s *catalogSnapshot) reserved() map[string]int {
+	out := map[string]int{}
+	add := func(its []*cloudprovider.InstanceType) {
+		for _, it := range its {
+			for _, o := range it.Offerings {
+				if o.CapacityType() == v1.CapacityTypeReserved && o.Available && o.ReservationCapacity > 0 {
+					out[it.Name+"/"+o.Zone()+"/"+o.ReservationID()] += o.ReservationCapacity
+				}
+			}
+		}
+	}
+	add(s.defaults)
+	for _, its := range s.perClass {
+		add(its)
+	}
+	for _, its := range s.kindDefaults {
+		add(its)
+	}
+	return out
+}
+
+// reservedGrew: some reservation has more room in after than in before.
+func reservedGrew(before, after map[string]int) bool {
+	for k, n := range after {
+		if n > before[k] {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *catalog) streamDown() {

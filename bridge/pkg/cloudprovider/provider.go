@@ -59,6 +59,19 @@ func New(client pb.CloudProviderClient, opts Options, info *pb.InfoResponse, rep
 	}
 }
 
+// OnReservedCapacityGrew sets what to call when a catalog snapshot arrives
+// with more room in some reservation than the one before (a standby server
+// became idle). main wires it to core's Cluster.MarkUnconsolidated: core
+// re-evaluates consolidation only when the cluster's objects change, or
+// every 5 minutes otherwise, and new reserved capacity changes no object;
+// without the call, VMs would wait up to 5 minutes for metal that is ready.
+// Call it before WatchCatalog.
+func (c *CloudProvider) OnReservedCapacityGrew(hook func()) {
+	c.catalog.mu.Lock()
+	defer c.catalog.mu.Unlock()
+	c.catalog.onMoreReserved = hook
+}
+
 // WatchCatalog keeps the instance-type catalog current from the provider's
 // WatchInstanceTypes stream until ctx ends (run it in its own goroutine).
 // GetInstanceTypes serves that catalog from memory.

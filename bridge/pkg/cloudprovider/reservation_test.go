@@ -413,3 +413,42 @@ func nodeClaimKinds(t *testing.T, res scheduling.Results) []string {
 	slices.Sort(kinds)
 	return kinds
 }
+
+// New room in a reservation (a standby server became idle) calls the hook
+// main wires to core's MarkUnconsolidated; the same room again, less room,
+// or the first snapshot do not.
+func TestReservedCapacityGrowthCallsTheHook(t *testing.T) {
+	isolateReservationGlobals(t)
+	if _, err := Register(runtime.NewScheme(), reservationInfo()); err != nil {
+		t.Fatal(err)
+	}
+	c := newCatalog(time.Minute)
+	calls := 0
+	c.onMoreReserved = func() { calls++ }
+	snapshot := func(capacity int32, available bool) *catalogSnapshot {
+		snap, err := convertSnapshot(&pb.WatchInstanceTypesResponse{
+			DefaultCatalog: []*pb.InstanceType{reservedInstanceType(capacity, available)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap
+	}
+	for i, step := range []struct {
+		capacity  int32
+		available bool
+		calls     int
+	}{
+		{0, false, 0}, // the first snapshot: nothing to compare with
+		{1, true, 1},  // a standby became idle
+		{1, true, 1},  // unchanged
+		{0, false, 1}, // adopted: less room
+		{2, true, 2},  // two idle now
+		{3, false, 2}, // not available: no room
+	} {
+		c.store(snapshot(step.capacity, step.available))
+		if calls != step.calls {
+			t.Fatalf("step %d (capacity %d, available %v): %d calls, want %d", i, step.capacity, step.available, calls, step.calls)
+		}
+	}
+}

@@ -1,0 +1,214 @@
+//! Helpers of the hybrid scenarios (VMs first, then bare metal staged by the
+//! demand planner): prices read from emsim's public API, the cost per hour
+//! of the nodes there are, a watch that counts a Deployment's running pods at
+//! every change, and the planner's NodeClass status.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
+use serde_json::Value;
+
+use crate::scenario::APP_NAMESPACE;
+use crate::stack::{SECRET_KEY, Stack, ZONE};
+
+/// EUR per hour by instance type (Elastic Metal offers and Instance
+/// commercial types) in the stack's zone, as emsim's public API answers
+/// them: what a user's bill says, not what the provider computed.
+pub async fn prices(stack: &Stack) -> Result<BTreeMap<String, f64>> {
+    let http = reqwest::Client::new();
+    let base = stack.emsim.base();
+    let get = |path: String| {
+        let http = http.clone();
+        async move {
+            let v: Value = http
+                .get(path)
+                .header("X-Auth-Token", SECRET_KEY)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            anyhow::Ok(v)
+        }
+    };
+    let mut out = BTreeMap::new();
+    let offers = get(format!("{base}/baremetal/v1/zones/{ZONE}/offers?subscription_period=hourly")).await?;
+    for o in offers["offers"].as_array().context("offers")? {
+        let p = &o["price_per_hour"];
+        let euros = p["units"].as_f64().unwrap_or(0.0) + p["nanos"].as_f64().unwrap_or(0.0) / 1e9;
+        out.insert(o["name"].as_str().context("offer name")?.to_string(), euros);
+    }
+    for page in 1..=20 {
+        let products = get(format!(
+            "{base}/instance/v1/zones/{ZONE}/products/servers?per_page=100&page={page}"
+        ))
+        .await?;
+        let servers = products["servers"].as_object().context("servers")?;
+        if servers.is_empty() {
+            break;
+        }
+        for (name, p) in servers {
+            out.insert(name.clone(), p["hourly_price"].as_f64().context("hourly_price")?);
+        }
+    }
+    Ok(out)
+}
+
+/// The provider's nodes by `karpenter.sh/nodepool`: (node, instance type).
+pub async fn nodes_by_pool(stack: &Stack) -> Result<BTreeMap<String, Vec<(String, String)>>> {
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for n in nodes.list(&ListParams::default()).await?.items {
+        let labels = n.labels();
+        let (Some(pool), Some(kind)) = (
+            labels.get("karpenter.sh/nodepool"),
+            labels.get("node.kubernetes.io/instance-type"),
+        ) else {
+            continue;
+        };
+        out.entry(pool.clone())
+            .or_default()
+            .push((n.name_any(), kind.clone()));
+    }
+    Ok(out)
+}
+
+/// EUR per hour of every server billed now (live Elastic Metal servers,
+/// standby ones included, and live VMs), at the hourly prices: what the
+/// bill would say, read from emsim's records.
+pub async fn billed_per_hour(stack: &Stack, prices: &BTreeMap<String, f64>) -> Result<f64> {
+    let mut total = 0.0;
+    let price = |kind: &str, id: &Value| {
+        prices
+            .get(kind)
+            .copied()
+            .with_context(|| format!("no price for {kind} (server {id})"))
+    };
+    for s in stack.emsim.servers_including_deleted().await? {
+        if s["deleted_at"].is_null() {
+            total += price(s["offer_name"].as_str().unwrap_or_default(), &s["id"])?;
+        }
+    }
+    for s in stack.emsim.instance_servers_including_deleted().await? {
+        if s["deleted_at"].is_null() {
+            total += price(s["commercial_type"].as_str().unwrap_or_default(), &s["id"])?;
+        }
+    }
+    Ok(total)
+}
+
+/// Counts the running pods of app `app` at every change the API server
+/// reports (a watch, not polling: no change is missed), and keeps the least
+/// count seen once armed.
+pub struct RunningWatch {
+    state: Arc<Mutex<WatchState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    /// pod → running (phase Running, not being deleted, bound).
+    pods: BTreeMap<String, bool>,
+    armed: bool,
+    least: Option<usize>,
+    changes: u64,
+}
+
+impl WatchState {
+    fn running(&self) -> usize {
+        self.pods.values().filter(|r| **r).count()
+    }
+
+    fn note(&mut self) {
+        self.changes += 1;
+        if self.armed {
+            let now = self.running();
+            self.least = Some(self.least.map_or(now, |l| l.min(now)));
+        }
+    }
+}
+
+fn is_running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+impl RunningWatch {
+    pub fn start(stack: &Stack, app: &str) -> Self {
+        let api: Api<Pod> = Api::namespaced(stack.client.clone(), APP_NAMESPACE);
+        let state: Arc<Mutex<WatchState>> = Arc::default();
+        let s = state.clone();
+        let config = watcher::Config::default().labels(&format!("app={app}"));
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(event) = stream.next().await {
+                let mut st = s.lock().unwrap_or_else(|p| p.into_inner());
+                match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                        st.pods.insert(p.name_any(), is_running(&p));
+                        st.note();
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        st.pods.remove(&p.name_any());
+                        st.note();
+                    }
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                    Err(error) => tracing::warn!(%error, "pod watch"),
+                }
+            }
+        });
+        RunningWatch { state, task }
+    }
+
+    /// Starts keeping the least count from now on.
+    pub fn arm(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.armed = true;
+        st.least = Some(st.running());
+    }
+
+    /// (running now, least since armed, changes seen).
+    pub fn read(&self) -> (usize, Option<usize>, u64) {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        (st.running(), st.least, st.changes)
+    }
+}
+
+impl Drop for RunningWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The NodeClass's `status.planner` entries.
+pub async fn planner_status(stack: &Stack, class: &str) -> Result<Vec<Value>> {
+    let nc = crate::kubeutil::nodeclasses(&stack.client).get(class).await?;
+    Ok(nc.data["status"]["planner"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// Waits until the first planner entry of `class` satisfies `pred`.
+pub async fn wait_planner(
+    stack: &Stack,
+    class: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let pred = &pred;
+    crate::wait::until(what, timeout, Duration::from_millis(500), || async move {
+        let list = planner_status(stack, class).await?;
+        Ok(list.first().filter(|s| pred(s)).cloned())
+    })
+    .await
+}

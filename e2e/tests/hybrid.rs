@@ -1,0 +1,315 @@
+//! Issue 14: sustained load moves from VMs to bare metal by itself. A VM
+//! NodePool (weight 10) and an Elastic Metal NodePool limited to reserved
+//! capacity (weight 50) share the work; the metal NodeClass's standby pool
+//! has a demand planner counting the VM NodePool's load. A Deployment lands
+//! on VMs first (nothing is reserved yet); once its load has stayed for the
+//! planner's window, the planner stages one server, Karpenter core's own
+//! consolidation replaces the VMs by that server (an adoption, seconds),
+//! a PodDisruptionBudget holds all along, the VMs and their volumes go, and
+//! the cost per hour (from emsim's public prices) is lower. When the
+//! Deployment scales to zero, the server goes back to standby, the planner
+//! lowers its target after its hold, and the server is released at the end
+//! of its paid hour.
+//!
+//! Planner windows are the cluster's time (real seconds here); emsim runs at
+//! the suite's time scale, so a paid hour lasts 36 s.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use e2e::hybrid::{self, RunningWatch};
+use e2e::stack::Stack;
+use e2e::standby::{self, Pool};
+use e2e::{kubeutil, scenario, wait};
+
+use crate::instances::{nothing_billed_left, opts};
+
+const OFFER: &str = "EM-A115X-SSD";
+const VM: &str = "POP2-2C-8G";
+const METAL: &str = "metal";
+const VMS: &str = "vms";
+const APP: &str = "steady";
+const REPLICAS: u32 = 3;
+/// One pod per POP2-2C-8G (2 vCPU less the kubelet's reservations), all
+/// three on one EM-A115X-SSD (4 cores).
+const POD_CPU: &str = "1100m";
+const WINDOW_S: u64 = 40;
+const HOLD_S: u64 = 20;
+
+fn pdb_yaml() -> String {
+    format!(
+        r#"apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {APP}
+  namespace: {ns}
+spec:
+  minAvailable: {min}
+  selector:
+    matchLabels: {{app: {APP}}}
+"#,
+        ns = scenario::APP_NAMESPACE,
+        min = REPLICAS - 1
+    )
+}
+
+/// The metal NodeClass: a standby pool of `OFFER` with no standing server
+/// (`min: 0`) and a planner counting the VM NodePool.
+fn metal_nodeclass_yaml(stack: &Stack) -> String {
+    let plain = standby::nodeclass_yaml(
+        stack,
+        METAL,
+        "hourly",
+        &[Pool {
+            offer: OFFER,
+            min: 0,
+            max: 2,
+            idle_hourly_keep: None,
+        }],
+    );
+    let pool_end = "min: 0, max: 2}\n";
+    assert!(plain.contains(pool_end), "{plain}");
+    plain.replace(
+        pool_end,
+        &format!(
+            "min: 0, max: 2, planner: {{nodePools: [{VMS}], window: \"{WINDOW_S}s\", hold: \"{HOLD_S}s\"}}}}\n"
+        ),
+    )
+}
+
+/// Waits until every pod of the app runs on a node of NodePool `pool`.
+async fn wait_pods_on_pool(stack: &Stack, pool: &str, timeout: Duration) -> Result<()> {
+    wait::until(
+        &format!("{REPLICAS} pods of {APP} running on NodePool {pool}"),
+        timeout,
+        Duration::from_secs(1),
+        || async {
+            let placed =
+                scenario::wait_pods_running(stack, APP, REPLICAS as usize, Duration::from_secs(5))
+                    .await
+                    .ok();
+            let Some(placed) = placed else {
+                return Ok(None);
+            };
+            let by_pool = hybrid::nodes_by_pool(stack).await?;
+            let nodes: Vec<&String> = by_pool
+                .get(pool)
+                .map(|n| n.iter().map(|(name, _)| name).collect())
+                .unwrap_or_default();
+            Ok(placed.values().all(|n| nodes.contains(&n)).then_some(()))
+        },
+    )
+    .await
+}
+
+async fn live_vms(stack: &Stack) -> Result<usize> {
+    Ok(stack
+        .emsim
+        .instance_servers_including_deleted()
+        .await?
+        .iter()
+        .filter(|s| s["deleted_at"].is_null())
+        .count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hybrid_sustained_load_moves_from_vms_to_staged_metal_and_back() -> Result<()> {
+    let mut options = opts("hybrid")?;
+    options.provider_args.extend([
+        "--standby-interval=1s".to_string(),
+        "--standby-release-margin=300s".to_string(),
+    ]);
+    scenario::with_stack(options, run).await
+}
+
+async fn run(stack: &mut Stack) -> Result<()> {
+    stack
+        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack))
+        .await?;
+    let class = stack
+        .create_instance_nodeclass(&stack.instance_nodeclass_yaml(VMS, &stack.opts.talos_version))
+        .await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &standby::reserved_nodepool_yaml(METAL, METAL, 50, &[OFFER]),
+    )
+    .await?;
+    let vm_pool = Stack::instance_nodepool_yaml(
+        VMS,
+        &class,
+        10,
+        &scenario::instance_types_requirement(&[VM]),
+        "",
+    );
+    ensure!(vm_pool.contains("consolidationPolicy: WhenEmpty\n"));
+    kubeutil::apply_yaml(
+        &stack.client,
+        &vm_pool.replace(
+            "consolidationPolicy: WhenEmpty\n",
+            "consolidationPolicy: WhenEmptyOrUnderutilized\n",
+        ),
+    )
+    .await?;
+    kubeutil::apply_yaml(&stack.client, &pdb_yaml()).await?;
+
+    // 1. The burst lands on VMs: nothing is reserved, and the metal
+    //    NodePool takes reserved capacity only.
+    let burst = Instant::now();
+    kubeutil::apply_yaml(
+        &stack.client,
+        &scenario::inflate_yaml(APP, REPLICAS, POD_CPU),
+    )
+    .await?;
+    scenario::wait_pods_running(stack, APP, REPLICAS as usize, Duration::from_secs(240)).await?;
+    let burst_s = burst.elapsed().as_secs_f64();
+    let by_pool = hybrid::nodes_by_pool(stack).await?;
+    ensure!(
+        by_pool.keys().collect::<Vec<_>>() == [VMS]
+            && by_pool[VMS].len() == REPLICAS as usize
+            && by_pool[VMS].iter().all(|(_, kind)| kind == VM),
+        "the burst should run on {REPLICAS} {VM} VMs: {by_pool:?}"
+    );
+    let prices = hybrid::prices(stack).await?;
+    let before = hybrid::billed_per_hour(stack, &prices).await?;
+
+    // Every change of the app's pods from now on.
+    let watch = RunningWatch::start(stack, APP);
+    wait::until(
+        "the pod watch sees the running pods",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async { Ok((watch.read().0 == REPLICAS as usize).then_some(())) },
+    )
+    .await?;
+    watch.arm();
+
+    // 2. After the window, the planner stages one server for the sustained
+    //    3300m (the VMs' own nodes cost nothing in this count: pods only).
+    let staged = hybrid::wait_planner(
+        stack,
+        METAL,
+        "the planner's target at 1",
+        Duration::from_secs(WINDOW_S + 60),
+        |s| s["target"] == 1,
+    )
+    .await?;
+    let staged_after_s = burst.elapsed().as_secs_f64();
+    ensure!(
+        staged_after_s >= WINDOW_S as f64,
+        "staged {staged_after_s:.1}s after the burst, before the {WINDOW_S}s window"
+    );
+    ensure!(
+        staged["needed"] == 1 && staged["sustainedCpu"] == "3300m",
+        "planner status: {staged}"
+    );
+    let raised = scenario::provider_events(stack, "PlannerTargetRaised").await?;
+    let note = raised
+        .first()
+        .and_then(|e| e.note.clone())
+        .context("no PlannerTargetRaised Event")?;
+    for part in [
+        "from 0 to 1 server(s)",
+        "sustained load 3300m CPU",
+        "NodePools vms cost 0.2205 EUR/h",
+        "1 server(s) of EM-A115X-SSD cost 0.0910 EUR/h",
+    ] {
+        ensure!(note.contains(part), "{part:?} not in the Event: {note}");
+    }
+    standby::wait_idle(stack, METAL, 1, Duration::from_secs(180)).await?;
+    let ready_s = burst.elapsed().as_secs_f64();
+
+    // 3. Karpenter consolidates the VMs onto the reserved server; the PDB
+    //    holds, the VMs and their volumes go.
+    wait_pods_on_pool(stack, METAL, Duration::from_secs(300)).await?;
+    let moved_s = burst.elapsed().as_secs_f64();
+    wait::until(
+        "every VM deleted",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || async { Ok((live_vms(stack).await? == 0).then_some(())) },
+    )
+    .await?;
+    wait::until(
+        "every SBS volume deleted",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async { Ok(stack.emsim.instance_volumes().await?.is_empty().then_some(())) },
+    )
+    .await?;
+    let (running, least, changes) = watch.read();
+    ensure!(
+        running == REPLICAS as usize && least.is_some_and(|l| l >= REPLICAS as usize - 1),
+        "pods running now {running}, least during the move {least:?} (PDB minAvailable {}), {changes} changes seen",
+        REPLICAS - 1
+    );
+    ensure!(changes > 0, "the watch saw no change: it proves nothing");
+    let after = hybrid::billed_per_hour(stack, &prices).await?;
+    ensure!(
+        after < before,
+        "cost per hour after ({after:.4} EUR) not below before ({before:.4} EUR)"
+    );
+    let servers = stack.emsim.servers_including_deleted().await?;
+    ensure!(
+        servers.len() == 1,
+        "exactly one Elastic Metal order expected, got {}",
+        servers.len()
+    );
+    let status = hybrid::wait_planner(
+        stack,
+        METAL,
+        "planner: 1 adopted, no standby",
+        Duration::from_secs(30),
+        |s| s["target"] == 1 && s["adopted"] == 1 && s["standby"] == 0,
+    )
+    .await?;
+    println!(
+        "hybrid: burst on VMs in {burst_s:.1}s; target raised at {staged_after_s:.1}s; standby idle at {ready_s:.1}s; pods on metal at {moved_s:.1}s; least running {least:?} of {REPLICAS}; cost {before:.4} -> {after:.4} EUR/h; status {status}"
+    );
+
+    // 4. Scaled to zero: the emptied metal node goes, its server back to
+    //    standby (wiped); the planner lowers its target after the hold, and
+    //    the server is released at the end of its paid hour.
+    scenario::scale(stack, APP, 0).await?;
+    standby::wait_nodes_gone(stack, Duration::from_secs(180)).await?;
+    wait::until(
+        "the node's server recycled to standby",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let recycled = scenario::provider_metric(
+                stack,
+                "karpenter_scaleway_standby_recycling_total",
+                &[("decision", "recycled")],
+            )
+            .await?;
+            Ok((recycled >= 1.0).then_some(()))
+        },
+    )
+    .await?;
+    hybrid::wait_planner(
+        stack,
+        METAL,
+        "the planner's target back at 0",
+        Duration::from_secs(HOLD_S + 60),
+        |s| s["target"] == 0,
+    )
+    .await?;
+    ensure!(
+        !scenario::provider_events(stack, "PlannerTargetLowered")
+            .await?
+            .is_empty(),
+        "no PlannerTargetLowered Event"
+    );
+    standby::wait_no_live_servers(stack, Duration::from_secs(180)).await?;
+    ensure!(
+        !scenario::provider_events(stack, "StandbyReleased")
+            .await?
+            .is_empty(),
+        "no StandbyReleased Event"
+    );
+    ensure!(
+        stack.emsim.servers_including_deleted().await?.len() == 1,
+        "a second server was ordered"
+    );
+    nothing_billed_left(stack).await
+}
