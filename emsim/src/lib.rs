@@ -17,6 +17,7 @@ pub mod ratelimit;
 pub mod sim;
 pub mod ssh_key;
 pub mod state;
+pub mod timings;
 
 pub use api::app;
 pub use state::{AppState, Config};

@@ -10,6 +10,7 @@ use emsim::catalog::Catalog;
 use emsim::instance::InstanceCatalog;
 use emsim::sim::IpRange;
 use emsim::state::{DEFAULT_PROJECT_ID, DEFAULT_SECRET_KEY};
+use emsim::timings::{Profile, Span, TimingOverrides};
 use emsim::{AppState, Config};
 use tracing_subscriber::EnvFilter;
 
@@ -57,6 +58,36 @@ struct Args {
     /// Calls per second allowed per endpoint before answering 429 (default: no limit).
     #[arg(long, env = "EMSIM_RATE_LIMIT")]
     rate_limit: Option<f64>,
+    /// Timings profile. `default`: the catalogs' own (what the test suites
+    /// expect: EM boots 12 s, VM boots 10 s, each offer's delivery). `real`:
+    /// Scaleway's figures for runs at time scale 1: every EM delivery
+    /// 225-287 s, EM boots (reboot or start, into rescue or normal) 180-300 s,
+    /// VM poweron/reboot to running 45-75 s. The three flags below override it.
+    #[arg(long, env = "EMSIM_TIMINGS", default_value = "default", value_parser = str::parse::<Profile>)]
+    timings: Profile,
+    /// Every Elastic Metal delivery, in simulated seconds (`240` or a range
+    /// `180-300`, drawn with the seed), replacing the offers' own.
+    #[arg(long, env = "EMSIM_DELIVERY_SECONDS", value_parser = str::parse::<Span>)]
+    delivery_seconds: Option<Span>,
+    /// Every Elastic Metal reboot or start, in simulated seconds (`180-300`),
+    /// replacing the offers' `boot` (default 12).
+    #[arg(long, env = "EMSIM_BOOT_SECONDS", value_parser = str::parse::<Span>)]
+    boot_seconds: Option<Span>,
+    /// An Instance's poweron or reboot until it runs, in simulated seconds
+    /// (`45-75`; default 10).
+    #[arg(long, env = "EMSIM_VM_BOOT_SECONDS", value_parser = str::parse::<Span>)]
+    vm_boot_seconds: Option<Span>,
+}
+
+impl Args {
+    fn timing_overrides(&self) -> TimingOverrides {
+        TimingOverrides {
+            delivery: self.delivery_seconds,
+            boot: self.boot_seconds,
+            vm_boot: self.vm_boot_seconds,
+        }
+        .or(self.timings.overrides())
+    }
 }
 
 #[tokio::main]
@@ -79,6 +110,8 @@ async fn main() -> anyhow::Result<()> {
         None => InstanceCatalog::seeded(),
     };
     let instance_types = instance_catalog.types.len();
+    let timings = args.timing_overrides();
+    let shown = |span: Option<Span>| span.map_or_else(|| "catalog".into(), |s| s.to_string());
     let state = AppState::new(Config {
         time_scale: args.time_scale,
         seed: args.seed,
@@ -90,6 +123,7 @@ async fn main() -> anyhow::Result<()> {
         catalog,
         instance_catalog,
         sim_start: None,
+        timings,
     })?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -102,6 +136,10 @@ async fn main() -> anyhow::Result<()> {
         instance_types,
         ip_range = %args.ip_range,
         project_id = %args.project_id,
+        timings = ?args.timings,
+        delivery = %shown(timings.delivery),
+        boot = %shown(timings.boot),
+        vm_boot = %shown(timings.vm_boot),
         "emsim listening"
     );
     tokio::select! {
@@ -109,4 +147,35 @@ async fn main() -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted, exiting"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overrides(args: &[&str]) -> TimingOverrides {
+        Args::try_parse_from(std::iter::once("emsim").chain(args.iter().copied()))
+            .expect("valid flags")
+            .timing_overrides()
+    }
+
+    #[test]
+    fn timings_flags_override_the_profile() {
+        assert_eq!(overrides(&[]), TimingOverrides::default());
+        let real = overrides(&["--timings", "real"]);
+        assert_eq!(real.delivery, Some(Span::Between(225.0, 287.0)));
+        assert_eq!(real.boot, Some(Span::Between(180.0, 300.0)));
+        assert_eq!(real.vm_boot, Some(Span::Between(45.0, 75.0)));
+        let mixed = overrides(&["--timings", "real", "--boot-seconds", "60"]);
+        assert_eq!(mixed.boot, Some(Span::Fixed(60.0)));
+        assert_eq!(mixed.vm_boot, real.vm_boot);
+        let alone = overrides(&["--vm-boot-seconds", "50-70", "--delivery-seconds", "240"]);
+        assert_eq!(alone.vm_boot, Some(Span::Between(50.0, 70.0)));
+        assert_eq!(alone.delivery, Some(Span::Fixed(240.0)));
+        assert_eq!(alone.boot, None);
+        for bad in [["--timings", "fast"], ["--boot-seconds", "300-180"]] {
+            let args = std::iter::once("emsim").chain(bad);
+            assert!(Args::try_parse_from(args).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -14,9 +14,10 @@ use crate::clock::{SimClock, SimTime};
 use crate::counters::Counters;
 use crate::error::ApiError;
 use crate::faults::Faults;
-use crate::instance::InstanceCatalog;
+use crate::instance::{InstanceCatalog, InstanceTimings};
 use crate::ratelimit::RateLimiter;
 use crate::sim::{IpRange, Timings, World, WorldConfig};
+use crate::timings::TimingOverrides;
 
 /// Everything a simulator instance is built from (the binary fills it from flags).
 #[derive(Debug, Clone)]
@@ -37,6 +38,9 @@ pub struct Config {
     pub instance_catalog: InstanceCatalog,
     /// Where the simulated clock starts; `None`: the real time at start-up.
     pub sim_start: Option<SimTime>,
+    /// Durations replacing the catalogs' (`--timings real`, `--boot-seconds`...);
+    /// none by default.
+    pub timings: TimingOverrides,
 }
 
 pub const DEFAULT_SECRET_KEY: &str = "11111111-1111-4111-8111-111111111111";
@@ -55,6 +59,7 @@ impl Default for Config {
             catalog: Catalog::seeded(),
             instance_catalog: InstanceCatalog::seeded(),
             sim_start: None,
+            timings: TimingOverrides::default(),
         }
     }
 }
@@ -103,6 +108,8 @@ impl AppState {
             check_rate_limit(rate).map_err(anyhow::Error::msg)?;
         }
         let wake = Arc::new(Notify::new());
+        let mut catalog = config.catalog;
+        catalog.apply(&config.timings);
         let world = World::with_instances(
             WorldConfig {
                 seed: config.seed,
@@ -113,9 +120,10 @@ impl AppState {
                 project_id: config.project_id.clone(),
                 ip_range: config.ip_range,
                 timings: Timings::default(),
+                instance_timings: InstanceTimings::default().with_boot(config.timings.vm_boot),
                 rescue_user: "rescue".into(),
             },
-            config.catalog,
+            catalog,
             config.instance_catalog,
             wake.clone(),
         );

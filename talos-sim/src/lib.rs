@@ -21,6 +21,7 @@ pub mod records;
 pub mod shell;
 pub mod ssh;
 pub mod talos_api;
+pub mod timings;
 pub mod validator;
 
 /// Makes ring the process' rustls provider. Several providers end up linked

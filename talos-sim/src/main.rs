@@ -14,6 +14,7 @@ use talos_sim::image::{self, Compression};
 use talos_sim::instance::metadata::Metadata;
 use talos_sim::manager::Simulator;
 use talos_sim::os::Settings;
+use talos_sim::timings::{Profile, WriteRate};
 use talos_sim::validator::ConfigValidator;
 use talos_sim::{admin, follower};
 
@@ -64,6 +65,24 @@ struct RunArgs {
     /// in milliseconds.
     #[arg(long, default_value_t = 500)]
     instance_poll_ms: u64,
+    /// Timings profile. `default`: disk writes as fast as the host allows
+    /// (what the test suites expect). `real`: a real machine's, for runs at
+    /// emsim's time scale 1 next to `emsim --timings real`: rescue writes to
+    /// the disk (`dd of=`, `tee`) at 150 MB/s. `--disk-write-mb-per-s`
+    /// overrides it.
+    #[arg(long, env = "TALOS_SIM_TIMINGS", default_value = "default", value_parser = str::parse::<Profile>)]
+    timings: Profile,
+    /// Rate of the rescue system's disk writes in MB/s (10^6 bytes), e.g.
+    /// 150 for an SSD or NVMe; default: unpaced.
+    #[arg(long, env = "TALOS_SIM_DISK_WRITE_MB_PER_S", value_parser = str::parse::<WriteRate>)]
+    disk_write_mb_per_s: Option<WriteRate>,
+}
+
+impl RunArgs {
+    /// The flag, or else the profile's rate.
+    fn disk_write_rate(&self) -> Option<WriteRate> {
+        self.disk_write_mb_per_s.or(self.timings.disk_write_rate())
+    }
 }
 
 #[derive(Args)]
@@ -131,6 +150,7 @@ fn make_image(args: &MakeImageArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let disk_write_rate = args.disk_write_rate();
     let emsim_url = args
         .emsim_url
         .context("--emsim-url is required (or use `talos-sim make-image`)")?;
@@ -151,6 +171,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         install_delay: Duration::from_millis(args.install_delay_ms),
         config_validator,
         metadata: Some(Metadata::new(&emsim_url)?),
+        disk_write_rate,
         ..Settings::new(args.state_dir)
     });
     let listener = tokio::net::TcpListener::bind(args.admin_listen)
@@ -160,6 +181,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         admin = %args.admin_listen,
         %emsim_url,
         config_validator = %validator_path,
+        timings = ?args.timings,
+        disk_write_mb_per_s = disk_write_rate.map(|r| r.bytes_per_s() / 1e6),
         "talos-sim started"
     );
     let app = admin::app(sim.clone());
@@ -182,4 +205,33 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     sim.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(args: &[&str]) -> Option<WriteRate> {
+        let cli = Cli::try_parse_from(
+            ["talos-sim", "--emsim-url", "http://e"]
+                .into_iter()
+                .chain(args.iter().copied()),
+        )
+        .expect("valid flags");
+        cli.run.disk_write_rate()
+    }
+
+    #[test]
+    fn the_real_profile_writes_at_150_mb_per_s_unless_told_otherwise() {
+        assert_eq!(rate(&[]), None);
+        assert_eq!(
+            rate(&["--timings", "real"]),
+            Some(WriteRate::mb_per_s(150.0))
+        );
+        assert_eq!(
+            rate(&["--timings", "real", "--disk-write-mb-per-s", "40"]),
+            Some(WriteRate::mb_per_s(40.0))
+        );
+        assert!(Cli::try_parse_from(["talos-sim", "--disk-write-mb-per-s", "0"]).is_err());
+    }
 }

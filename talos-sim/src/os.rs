@@ -24,6 +24,7 @@ use crate::records::{OsState, Record};
 use crate::shell::{FaultHooks, ShellEnv};
 use crate::ssh::{RescueSsh, parse_authorized_keys};
 use crate::talos_api::MaintenanceApi;
+use crate::timings::WriteRate;
 use crate::validator::ConfigValidator;
 
 /// How long the kubelet waits for its CSR to be signed before it tries
@@ -51,6 +52,9 @@ pub struct Settings {
     /// Where VMs read their user data (emsim's admin API); without it a VM
     /// stays in maintenance mode.
     pub metadata: Option<Metadata>,
+    /// How fast rescue writes reach a disk (`dd of=`, `tee`); `None`: as
+    /// fast as the host allows.
+    pub disk_write_rate: Option<WriteRate>,
 }
 
 impl Settings {
@@ -65,6 +69,7 @@ impl Settings {
             faults: Arc::default(),
             config_validator: None,
             metadata: None,
+            disk_write_rate: None,
         }
     }
 }
@@ -152,12 +157,13 @@ impl Boot {
             faults: self.settings.faults.clone(),
             link_down: Arc::new(Notify::new()),
         };
-        let env = ShellEnv::with_faults(
-            self.disk.clone(),
-            self.on.machine.clone(),
+        let env = Arc::new(ShellEnv {
+            disk: self.disk.clone(),
+            machine: self.on.machine.clone(),
             hostname,
-            hooks.clone(),
-        );
+            hooks: hooks.clone(),
+            disk_write_rate: self.settings.disk_write_rate,
+        });
         let mut listener = listener;
         loop {
             let ssh = RescueSsh {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::model::{Cpu, Disk, Gpu, Memory, Money, Offer};
+use crate::timings::{DEFAULT_BOOT, STANDARD_DELIVERY, Span, TimingOverrides};
 
 pub mod extras;
 
@@ -79,12 +80,7 @@ impl Stock {
 }
 
 /// How long delivery takes, in simulated seconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Delivery {
-    Fixed(f64),
-    /// Uniformly drawn from the range with the seeded RNG.
-    Between(f64, f64),
-}
+pub type Delivery = Span;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(untagged)]
@@ -107,7 +103,7 @@ impl From<DeliverySpec> for Delivery {
         match spec {
             DeliverySpec::Seconds(s) => Delivery::Fixed(s),
             DeliverySpec::Kind(DeliveryKind::Instant) => Delivery::Between(5.0, 12.0),
-            DeliverySpec::Kind(DeliveryKind::Standard) => Delivery::Between(225.0, 287.0),
+            DeliverySpec::Kind(DeliveryKind::Standard) => STANDARD_DELIVERY,
         }
     }
 }
@@ -124,6 +120,9 @@ struct OfferSpec {
     stock_by_zone: BTreeMap<String, Stock>,
     #[serde(default = "default_delivery")]
     delivery: DeliverySpec,
+    /// A reboot or start: seconds or a `"180-300"` range (default 12).
+    #[serde(default = "default_boot")]
+    boot: Span,
     /// Servers of this quota name a project may hold; absent means unlimited.
     #[serde(default)]
     quota: Option<u64>,
@@ -159,6 +158,9 @@ fn default_stock() -> Stock {
 fn default_delivery() -> DeliverySpec {
     DeliverySpec::Kind(DeliveryKind::Standard)
 }
+fn default_boot() -> Span {
+    DEFAULT_BOOT
+}
 fn default_bandwidth() -> u64 {
     1_000_000_000
 }
@@ -179,6 +181,8 @@ pub struct CatalogOffer {
     pub offer: Offer,
     pub stock: Stock,
     pub delivery: Delivery,
+    /// From a reboot or start call to the power-on (normal or rescue).
+    pub boot: Span,
     pub quota: Option<u64>,
 }
 
@@ -206,6 +210,19 @@ impl Catalog {
             offers.extend(expand(&spec)?);
         }
         Ok(Self { offers })
+    }
+
+    /// Replaces every offer's delivery and boot time with the overrides
+    /// that are set (`--timings`, `--delivery-seconds`, `--boot-seconds`).
+    pub fn apply(&mut self, overrides: &TimingOverrides) {
+        for offer in &mut self.offers {
+            if let Some(delivery) = overrides.delivery {
+                offer.delivery = delivery;
+            }
+            if let Some(boot) = overrides.boot {
+                offer.boot = boot;
+            }
+        }
     }
 
     pub fn find(&self, zone: &str, offer_id: &str) -> Option<&CatalogOffer> {
@@ -273,6 +290,7 @@ fn expand(spec: &OfferSpec) -> anyhow::Result<Vec<CatalogOffer>> {
             offer,
             stock,
             delivery: spec.delivery.into(),
+            boot: spec.boot,
             quota: spec.quota,
         };
         if let (Some(monthly), Some(id)) = (spec.price_per_month, monthly_id) {
@@ -385,6 +403,32 @@ mod tests {
         let err =
             Catalog::parse("offers: [{name: X, zones: [mars-1], price_per_hour: 1}]").unwrap_err();
         assert!(err.to_string().contains("unknown zone"), "{err}");
+    }
+
+    #[test]
+    fn the_real_profile_replaces_every_delivery_and_boot() {
+        let mut c = Catalog::seeded();
+        let instant = hourly(&c, "fr-par-2", "EM-A115X-SSD");
+        assert_eq!(instant.delivery, Delivery::Between(5.0, 12.0));
+        assert_eq!(instant.boot, Span::Fixed(12.0));
+        let standard = hourly(&c, "fr-par-2", "EM-I215E-NVME");
+        assert_eq!(standard.delivery, STANDARD_DELIVERY);
+
+        c.apply(&crate::timings::Profile::Real.overrides());
+        for o in &c.offers {
+            assert_eq!(o.delivery, Span::Between(225.0, 287.0), "{}", o.offer.name);
+            assert_eq!(o.boot, Span::Between(180.0, 300.0), "{}", o.offer.name);
+        }
+
+        let own = Catalog::parse(
+            r#"{"offers":[{"name":"EM-TEST","zones":["fr-par-1"],"boot":"60-90","price_per_hour":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(own.offers[0].boot, Span::Between(60.0, 90.0));
+        let err =
+            Catalog::parse("offers: [{name: X, zones: [fr-par-1], boot: soon, price_per_hour: 1}]")
+                .unwrap_err();
+        assert!(format!("{err:#}").contains("soon"), "{err:#}");
     }
 
     #[test]

@@ -11,4 +11,4 @@ pub mod world;
 
 pub use catalog::{Availability, INSTANCE_ZONES, InstanceCatalog};
 pub use server::{VmAction, VmState};
-pub use world::{InstanceWorld, NewVm, VmPatch, VolumeRequest};
+pub use world::{InstanceTimings, InstanceWorld, NewVm, VmPatch, VolumeRequest};

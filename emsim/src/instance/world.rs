@@ -15,6 +15,7 @@ use crate::clock::{SimTime, secs};
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::sim::IpPool;
+use crate::timings::Span;
 
 /// Keeps the Instance ids apart from the Elastic Metal ones, so adding
 /// Instance calls to a scenario does not change its bare-metal ids.
@@ -25,9 +26,11 @@ const RNG_SALT: u64 = 0x696e_7374_616e_6365;
 /// 5–15 s; allocation and reboot are INFERENCE).
 #[derive(Debug, Clone, Copy)]
 pub struct InstanceTimings {
-    pub allocate: f64,
+    /// `poweron` to running (GPU types: to `provisioning node`).
+    pub allocate: Span,
     pub provision_gpu: f64,
-    pub reboot: f64,
+    /// `reboot` to running.
+    pub reboot: Span,
     pub stop: f64,
     pub terminate: (f64, f64),
 }
@@ -35,11 +38,26 @@ pub struct InstanceTimings {
 impl Default for InstanceTimings {
     fn default() -> Self {
         Self {
-            allocate: 10.0,
+            allocate: Span::Fixed(10.0),
             provision_gpu: 20.0,
-            reboot: 10.0,
+            reboot: Span::Fixed(10.0),
             stop: 45.0,
             terminate: (5.0, 15.0),
+        }
+    }
+}
+
+impl InstanceTimings {
+    /// These timings with `vm_boot` (`--vm-boot-seconds`) as the time from
+    /// `poweron` or `reboot` to running, when it is set.
+    pub fn with_boot(self, vm_boot: Option<Span>) -> Self {
+        match vm_boot {
+            Some(boot) => Self {
+                allocate: boot,
+                reboot: boot,
+                ..self
+            },
+            None => self,
         }
     }
 }
@@ -484,6 +502,13 @@ impl InstanceWorld {
         let terminate_after = self
             .rng
             .random_range(timings.terminate.0..=timings.terminate.1);
+        // After the terminate draw, and none at all for a fixed span, so
+        // that the default timings replay the ids they always gave.
+        let boot_after = match action {
+            VmAction::Poweron => timings.allocate.draw(&mut self.rng),
+            VmAction::Reboot => timings.reboot.draw(&mut self.rng),
+            VmAction::Poweroff | VmAction::Terminate => 0.0,
+        };
         let out_of_stock = action == VmAction::Poweron && {
             let server = &self.servers[id];
             let spec = self
@@ -501,16 +526,11 @@ impl InstanceWorld {
             VmAction::Poweron => (
                 VmState::Starting,
                 "allocating node",
-                timings.allocate,
+                boot_after,
                 Step::Allocated { out_of_stock },
             ),
             VmAction::Poweroff => (VmState::Stopping, "stopping", timings.stop, Step::Stopped),
-            VmAction::Reboot => (
-                VmState::Starting,
-                "rebooting",
-                timings.reboot,
-                Step::Rebooted,
-            ),
+            VmAction::Reboot => (VmState::Starting, "rebooting", boot_after, Step::Rebooted),
             VmAction::Terminate => (
                 VmState::Stopping,
                 "terminating",

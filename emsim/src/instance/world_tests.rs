@@ -2,6 +2,7 @@ use super::*;
 use chrono::{TimeZone, Utc};
 
 use crate::sim::IpRange;
+use crate::timings::REAL_VM_BOOT;
 
 const CATALOG: &str = r#"
 types:
@@ -378,4 +379,46 @@ fn reboot_passes_through_starting_and_keeps_the_dynamic_ip() {
         Some((VmState::Running, "booting kernel"))
     );
     assert_eq!(f.world.server(ZONE, &id).unwrap().dynamic_ip_id, ip);
+}
+
+/// Seconds from the action at `from` until the VM runs.
+fn seconds_to_running(f: &mut Fixture, from: f64, id: &str) -> f64 {
+    let pending = f
+        .world
+        .server(ZONE, id)
+        .unwrap()
+        .pending
+        .as_ref()
+        .unwrap()
+        .at;
+    let after = (pending - at(from)).as_seconds_f64();
+    assert_eq!(f.state(pending, id).unwrap().0, VmState::Running);
+    after
+}
+
+#[test]
+fn real_vm_boots_take_about_a_minute_and_replay_with_the_seed() {
+    let run = || {
+        let mut f = fixture();
+        f.world.timings = InstanceTimings::default().with_boot(Some(REAL_VM_BOOT));
+        let id = f.create(vm("CPU-1")).unwrap();
+        f.act(t0(), &id, VmAction::Poweron).unwrap();
+        let poweron = seconds_to_running(&mut f, 0.0, &id);
+        f.act(at(200.0), &id, VmAction::Reboot).unwrap();
+        let reboot = seconds_to_running(&mut f, 200.0, &id);
+        (poweron, reboot)
+    };
+    let (poweron, reboot) = run();
+    for s in [poweron, reboot] {
+        assert!((45.0..=75.0).contains(&s), "{s} s");
+    }
+    assert_eq!(run(), (poweron, reboot), "the same seed, the same boots");
+
+    // Without the option: 10 s each, as the suites expect.
+    let mut f = fixture();
+    let id = f.create(vm("CPU-1")).unwrap();
+    f.act(t0(), &id, VmAction::Poweron).unwrap();
+    assert_eq!(seconds_to_running(&mut f, 0.0, &id), 10.0);
+    f.act(at(20.0), &id, VmAction::Reboot).unwrap();
+    assert_eq!(seconds_to_running(&mut f, 20.0, &id), 10.0);
 }

@@ -22,20 +22,20 @@ pub use server::{
     InstallRecord, InstallStatus, Pending, Request, ServerRecord, Status,
 };
 
-use crate::catalog::{Catalog, CatalogOffer, Delivery, Stock, extras};
+use crate::catalog::{Catalog, CatalogOffer, Stock, extras};
 use crate::clock::{SimTime, format_time, secs};
 use crate::error::ApiError;
 use crate::events::{Event, EventKind};
 use crate::faults::{Faults, Order};
-use crate::instance::{InstanceCatalog, InstanceWorld};
+use crate::instance::{InstanceCatalog, InstanceTimings, InstanceWorld};
 use crate::model::{self, RescueServer};
+use crate::timings::DEFAULT_BOOT;
 
-/// Simulated durations of the power transitions, in seconds. From the
-/// recordings: stop < 15 s, reboot "ready at the next poll", delete ~5 s.
+/// Simulated durations of the quick power transitions, in seconds. From the
+/// recordings: stop < 15 s, delete ~5 s. Boots and deliveries are the
+/// offer's (`CatalogOffer::boot`, `delivery`).
 #[derive(Debug, Clone, Copy)]
 pub struct Timings {
-    pub reboot: f64,
-    pub start: f64,
     pub stop: f64,
     pub delete: f64,
 }
@@ -43,8 +43,6 @@ pub struct Timings {
 impl Default for Timings {
     fn default() -> Self {
         Self {
-            reboot: 12.0,
-            start: 12.0,
             stop: 8.0,
             delete: 5.0,
         }
@@ -59,6 +57,7 @@ pub struct WorldConfig {
     pub organization_id: String,
     pub ip_range: IpRange,
     pub timings: Timings,
+    pub instance_timings: InstanceTimings,
     pub rescue_user: String,
 }
 
@@ -154,12 +153,13 @@ impl World {
         wake: Arc<Notify>,
     ) -> Self {
         let (events, _) = broadcast::channel(4096);
-        let instance = InstanceWorld::new(
+        let mut instance = InstanceWorld::new(
             instance_catalog,
             config.seed,
             &config.organization_id,
             &config.project_id,
         );
+        instance.timings = config.instance_timings;
         let mut world = Self {
             instance,
             rng: StdRng::seed_from_u64(config.seed),
@@ -342,10 +342,7 @@ impl World {
         let ip_ids = [self.uuid(), self.uuid()];
         // Drawn even when a fault overrides it, so that arming a fault does not
         // shift the ids and times of the orders after it.
-        let drawn = match catalog_offer.delivery {
-            Delivery::Fixed(s) => s,
-            Delivery::Between(lo, hi) => self.rng.random_range(lo..=hi),
-        };
+        let drawn = catalog_offer.delivery.draw(&mut self.rng);
         let effects = faults.take_order(Order {
             offer_id: &offer.id,
             offer_name: &offer.name,
@@ -453,10 +450,13 @@ impl World {
             }
         };
         let password = (boot_type == BootType::Rescue).then(|| self.password());
-        let duration = match request {
-            Request::Start => self.config.timings.start,
-            _ => self.config.timings.reboot,
-        };
+        let boot = self
+            .catalog
+            .find(zone, &self.servers[id].offer_id)
+            .map_or(DEFAULT_BOOT, |o| o.boot);
+        // Drawn after the password, so that a fixed boot time (no draw)
+        // keeps the ids and passwords of the runs before boot ranges.
+        let duration = boot.draw(&mut self.rng);
         let rescue_user = self.config.rescue_user.clone();
         let server = self.servers.get_mut(id).expect("checked above");
         server.status = match request {
@@ -493,7 +493,7 @@ impl World {
         if was_on {
             self.emit(EventKind::PowerOff, now, &server, None, None);
         }
-        tracing::info!(server_id = %id, ?request, boot_type = boot_type.as_str(), "boot requested");
+        tracing::info!(server_id = %id, ?request, boot_type = boot_type.as_str(), boot_s = duration, "boot requested");
         self.wake.notify_one();
         Ok(server.to_wire())
     }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::catalog::StockLevel;
+use crate::timings::{Profile, Span, TimingOverrides};
 use chrono::{TimeZone, Utc};
 
 const CATALOG: &str = r#"
@@ -22,19 +23,20 @@ fn t0() -> SimTime {
 }
 
 fn world() -> World {
+    world_with(Catalog::parse(CATALOG).unwrap())
+}
+
+fn world_with(catalog: Catalog) -> World {
     let config = WorldConfig {
         seed: 7,
         project_id: "22222222-2222-4222-8222-222222222222".into(),
         organization_id: "33333333-3333-4333-8333-333333333333".into(),
         ip_range: "127.77.0.0/16".parse().unwrap(),
         timings: Timings::default(),
+        instance_timings: InstanceTimings::default(),
         rescue_user: "rescue".into(),
     };
-    World::new(
-        config,
-        Catalog::parse(CATALOG).unwrap(),
-        Arc::new(Notify::new()),
-    )
+    World::new(config, catalog, Arc::new(Notify::new()))
 }
 
 fn offer_id(w: &World, name: &str) -> String {
@@ -376,4 +378,89 @@ fn stuck_delivery_and_delivery_seconds() {
         Status::Ready
     );
     assert_eq!(faults.list()[0].fired, 1);
+}
+
+/// Seconds from `from` to the server's next transition.
+fn pending_after(w: &World, id: &str, from: SimTime) -> f64 {
+    let pending = w.server("fr-par-1", id).unwrap().pending.as_ref().unwrap();
+    (pending.at - from).as_seconds_f64()
+}
+
+fn reboot(w: &mut World, id: &str, now: SimTime, boot_type: BootType) -> f64 {
+    w.advance(now);
+    w.boot(now, "fr-par-1", id, Request::Reboot, boot_type, vec![])
+        .unwrap();
+    pending_after(w, id, now)
+}
+
+#[test]
+fn boots_take_twelve_seconds_unless_the_offer_or_the_timings_say_otherwise() {
+    let mut w = world();
+    let s = order(&mut w, "EM-FAST", t0()).unwrap();
+    assert_eq!(
+        reboot(&mut w, &s.id, t0() + secs(10.0), BootType::Rescue),
+        12.0
+    );
+    assert_eq!(
+        reboot(&mut w, &s.id, t0() + secs(30.0), BootType::Normal),
+        12.0
+    );
+
+    let mut catalog = Catalog::parse(&CATALOG.replace(
+        "delivery: 10\n    quota",
+        "delivery: 10\n    boot: 30\n    quota",
+    ))
+    .unwrap();
+    assert_eq!(catalog.offers[0].boot, Span::Fixed(30.0));
+    let mut w = world_with(catalog.clone());
+    let s = order(&mut w, "EM-FAST", t0()).unwrap();
+    assert_eq!(
+        reboot(&mut w, &s.id, t0() + secs(10.0), BootType::Rescue),
+        30.0
+    );
+
+    // The flag or profile replaces what the offer says.
+    catalog.apply(&TimingOverrides {
+        boot: Some(Span::Fixed(100.0)),
+        ..TimingOverrides::default()
+    });
+    let mut w = world_with(catalog);
+    let s = order(&mut w, "EM-FAST", t0()).unwrap();
+    w.advance(t0() + secs(10.0));
+    w.stop(t0() + secs(10.0), "fr-par-1", &s.id).unwrap();
+    w.advance(t0() + secs(20.0));
+    w.boot(
+        t0() + secs(20.0),
+        "fr-par-1",
+        &s.id,
+        Request::Start,
+        BootType::Normal,
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(pending_after(&w, &s.id, t0() + secs(20.0)), 100.0);
+}
+
+#[test]
+fn real_timings_deliver_in_about_four_minutes_and_boot_in_three_to_five() {
+    let run = || {
+        let mut catalog = Catalog::parse(CATALOG).unwrap();
+        catalog.apply(&Profile::Real.overrides());
+        let mut w = world_with(catalog);
+        let s = order(&mut w, "EM-FAST", t0()).unwrap();
+        let delivery = pending_after(&w, &s.id, t0());
+        let ready = t0() + secs(delivery);
+        let rescue = reboot(&mut w, &s.id, ready, BootType::Rescue);
+        let back = reboot(&mut w, &s.id, ready + secs(rescue + 60.0), BootType::Normal);
+        let boots = w.server("fr-par-1", &s.id).unwrap().boot_history.len();
+        (s.id, delivery, rescue, back, boots)
+    };
+    let (id, delivery, rescue, back, boots) = run();
+    assert!((225.0..=287.0).contains(&delivery), "delivery {delivery} s");
+    for s in [rescue, back] {
+        assert!((180.0..=300.0).contains(&s), "boot {s} s");
+    }
+    assert_ne!(rescue, back, "each boot draws its own time");
+    assert_eq!(boots, 2);
+    assert_eq!(run(), (id, delivery, rescue, back, boots), "a seed replays");
 }

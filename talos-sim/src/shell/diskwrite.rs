@@ -12,6 +12,7 @@ use super::FaultHooks;
 use crate::disk::Disk;
 use crate::faults::FaultKind;
 use crate::image::{HEADER_LEN, ImageHeader};
+use crate::timings::{Throttle, WriteRate};
 
 /// Zero runs shorter than this are written rather than checked: checking
 /// costs a read, and holes are only worth keeping when large.
@@ -42,6 +43,7 @@ pub(crate) struct DiskWriter {
     corrupt_at: Option<u64>,
     drop_at: Option<u64>,
     scratch: Vec<u8>,
+    throttle: Option<Throttle>,
 }
 
 impl DiskWriter {
@@ -61,7 +63,14 @@ impl DiskWriter {
             corrupt_at: None,
             drop_at: None,
             scratch: Vec::new(),
+            throttle: None,
         })
+    }
+
+    /// Paces the writes to `rate` (a real disk's speed), when one is set.
+    pub fn throttled(mut self, rate: Option<WriteRate>) -> Self {
+        self.throttle = rate.map(Throttle::new);
+        self
     }
 
     pub fn sync(&self) -> io::Result<()> {
@@ -122,6 +131,9 @@ impl DiskWriter {
             }
         }
         self.put(&block).map_err(WriteError::Io)?;
+        if let Some(throttle) = &mut self.throttle {
+            throttle.wrote(block.len() as u64);
+        }
         if fits < data.len() {
             return Err(WriteError::NoSpace {
                 written: fits as u64,
@@ -286,6 +298,26 @@ mod tests {
         assert!(
             futures::FutureExt::now_or_never(hooks.link_down.notified()).is_some(),
             "link_down was not notified"
+        );
+    }
+
+    #[test]
+    fn a_write_rate_paces_the_writes() {
+        let (_dir, disk) = disk(4 << 20);
+        let started = std::time::Instant::now();
+        let mut w = DiskWriter::open(&disk, 0, hooks(None))
+            .unwrap()
+            .throttled(Some(WriteRate::mb_per_s(8.0)));
+        for _ in 0..4 {
+            w.write(&[3u8; 500_000]).unwrap();
+        }
+        // 2 MB at 8 MB/s; unpaced, this takes a few milliseconds.
+        let took = started.elapsed();
+        assert!(took >= std::time::Duration::from_millis(250), "{took:?}");
+        assert!(
+            std::fs::read(&disk.path).unwrap()[..2_000_000]
+                .iter()
+                .all(|b| *b == 3)
         );
     }
 

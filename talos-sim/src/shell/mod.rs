@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use crate::disk::Disk;
 use crate::faults::{FaultKind, Faults};
 use crate::model::Machine;
+use crate::timings::WriteRate;
 
 pub use exec::{Options, run_line};
 
@@ -45,6 +46,9 @@ pub struct ShellEnv {
     pub machine: Machine,
     pub hostname: String,
     pub hooks: FaultHooks,
+    /// How fast the disk takes writes (`--disk-write-mb-per-s`); `None`: as
+    /// fast as the host's file system.
+    pub disk_write_rate: Option<WriteRate>,
 }
 
 impl ShellEnv {
@@ -64,6 +68,7 @@ impl ShellEnv {
             machine,
             hostname: hostname.into(),
             hooks,
+            disk_write_rate: None,
         })
     }
 

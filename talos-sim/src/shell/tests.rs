@@ -201,6 +201,31 @@ async fn dd_reports_records_and_bytes() {
 }
 
 #[tokio::test]
+async fn dd_and_tee_write_at_the_disk_write_rate() {
+    let env = std::sync::Arc::new(super::ShellEnv {
+        disk_write_rate: Some(crate::timings::WriteRate::mb_per_s(10.0)),
+        ..(*env_with("NVMe", 8 << 20)).clone()
+    });
+    let started = std::time::Instant::now();
+    let (status, _, err) = run_input(&env, "dd of=/dev/nvme0n1 bs=1M", vec![7u8; 3_000_000]).await;
+    assert_eq!(status, 0, "{err}");
+    // 3 MB at 10 MB/s: dd's own report shows the rate.
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    let report = err.lines().nth(2).unwrap();
+    let rate: f64 = report
+        .strip_suffix(" MB/s")
+        .and_then(|r| r.rsplit(", ").next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(rate <= 10.0, "{report}");
+
+    let started = std::time::Instant::now();
+    let (status, _, err) = run_input(&env, "tee /dev/nvme0n1", vec![1u8; 1_000_000]).await;
+    assert_eq!((status, err.as_str()), (0, ""));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(100));
+}
+
+#[tokio::test]
 async fn dd_stops_at_the_end_of_the_disk() {
     let env = env_with("SSD", 8192);
     let (status, _, err) = run_input(&env, "dd of=/dev/sda bs=4096", vec![1u8; 12_288]).await;

@@ -12,6 +12,7 @@ use crate::disk::Disk;
 use crate::shell::diskwrite::{DiskWriter, WriteError};
 use crate::shell::io::{Input, Output, SIGPIPE_STATUS, Stdio, hung_up_by_link_down};
 use crate::shell::{Device, FaultHooks, ShellEnv};
+use crate::timings::WriteRate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Status {
@@ -142,8 +143,11 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
     };
     let disk = env.disk.clone();
     let hooks = env.hooks.clone();
+    let write_rate = env.disk_write_rate;
     let stderr = io.stderr.clone();
-    let job = tokio::task::spawn_blocking(move || copy(&args, input, output, &disk, hooks, io));
+    let job = tokio::task::spawn_blocking(move || {
+        copy(&args, input, output, &disk, hooks, write_rate, io)
+    });
     match job.await {
         Ok(status) => status,
         Err(e) => {
@@ -241,6 +245,7 @@ fn copy(
     output: Option<Device>,
     disk: &Disk,
     hooks: FaultHooks,
+    write_rate: Option<WriteRate>,
     io: Stdio,
 ) -> i32 {
     let Stdio {
@@ -298,7 +303,7 @@ fn copy(
         Some(Device::Null) => Sink::Null,
         Some(Device::Zero) => Sink::Null,
         Some(Device::Disk) => match DiskWriter::open(disk, args.seek * args.bs, hooks) {
-            Ok(writer) => Sink::Disk(writer),
+            Ok(writer) => Sink::Disk(writer.throttled(write_rate)),
             Err(e) => return fail(format!("failed to open '{out_name}': {e}"), &counters),
         },
     };

@@ -54,6 +54,7 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
     let files = flags.operands();
     let disk = env.disk.clone();
     let hooks = env.hooks.clone();
+    let write_rate = env.disk_write_rate;
     let devices: Vec<(String, Option<Device>)> = files
         .into_iter()
         .map(|f| (f.clone(), env.device(&f)))
@@ -65,7 +66,7 @@ pub async fn run(env: &ShellEnv, args: &[String], io: Stdio) -> i32 {
         for (name, device) in devices {
             let target = match device {
                 Some(Device::Disk) => match DiskWriter::open(&disk, 0, hooks.clone()) {
-                    Ok(w) => Target::Disk(w),
+                    Ok(w) => Target::Disk(w.throttled(write_rate)),
                     Err(e) => {
                         io.stderr.blocking_say(format!("tee: {name}: {e}\n"));
                         status = 1;
