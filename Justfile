@@ -152,3 +152,10 @@ demo *ARGS: build
 # Warm metal: a standby's adoption against a cold install of the same offer at time scale 1 (emsim's own timings), docs/figures.md "Warm metal"
 standby-figures: build
     KPS_TIME_SCALE=1 cargo test -p e2e --test scenarios -- --ignored --nocapture standby::standby_figures_adoption_against_a_cold_install
+
+# Issue 14's soak at real Scaleway timings (about an hour and a quarter, by
+# hand, not in CI): the warm path (planner, standby, consolidation onto it)
+# and the cold path (on-demand metal replacing VMs); prints the timelines
+# recorded in docs/figures.md, "The hybrid soak".
+soak: build
+    cargo test -p e2e --test scenarios -- --ignored --nocapture --test-threads 2 soak::

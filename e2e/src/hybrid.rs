@@ -39,7 +39,10 @@ pub async fn prices(stack: &Stack) -> Result<BTreeMap<String, f64>> {
         }
     };
     let mut out = BTreeMap::new();
-    let offers = get(format!("{base}/baremetal/v1/zones/{ZONE}/offers?subscription_period=hourly")).await?;
+    let offers = get(format!(
+        "{base}/baremetal/v1/zones/{ZONE}/offers?subscription_period=hourly"
+    ))
+    .await?;
     for o in offers["offers"].as_array().context("offers")? {
         let p = &o["price_per_hour"];
         let euros = p["units"].as_f64().unwrap_or(0.0) + p["nanos"].as_f64().unwrap_or(0.0) / 1e9;
@@ -55,7 +58,10 @@ pub async fn prices(stack: &Stack) -> Result<BTreeMap<String, f64>> {
             break;
         }
         for (name, p) in servers {
-            out.insert(name.clone(), p["hourly_price"].as_f64().context("hourly_price")?);
+            out.insert(
+                name.clone(),
+                p["hourly_price"].as_f64().context("hourly_price")?,
+            );
         }
     }
     Ok(out)
@@ -190,7 +196,9 @@ impl Drop for RunningWatch {
 
 /// The NodeClass's `status.planner` entries.
 pub async fn planner_status(stack: &Stack, class: &str) -> Result<Vec<Value>> {
-    let nc = crate::kubeutil::nodeclasses(&stack.client).get(class).await?;
+    let nc = crate::kubeutil::nodeclasses(&stack.client)
+        .get(class)
+        .await?;
     Ok(nc.data["status"]["planner"]
         .as_array()
         .cloned()
@@ -211,4 +219,226 @@ pub async fn wait_planner(
         Ok(list.first().filter(|s| pred(s)).cloned())
     })
     .await
+}
+
+/// One look at the cluster and the bill (for runs by hand: the soak).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Look {
+    /// Running pods of the app by NodePool of their node.
+    pub pods: BTreeMap<String, usize>,
+    /// NodeClaims by NodePool: (launched, initialized, deleting).
+    pub claims: BTreeMap<String, (usize, usize, usize)>,
+    pub vms: usize,
+    /// Live Elastic Metal servers by what they are: `node`, `standby/<state>`
+    /// or `other`.
+    pub metal: BTreeMap<String, usize>,
+    /// EUR per hour billed ([`billed_per_hour`]).
+    pub euros_per_hour: f64,
+}
+
+impl Look {
+    pub async fn take(stack: &Stack, app: &str, prices: &BTreeMap<String, f64>) -> Result<Look> {
+        let pods: Api<Pod> = Api::namespaced(stack.client.clone(), APP_NAMESPACE);
+        let mut node_pool: BTreeMap<String, String> = BTreeMap::new();
+        for (pool, nodes) in nodes_by_pool(stack).await? {
+            for (n, _) in nodes {
+                node_pool.insert(n, pool.clone());
+            }
+        }
+        let mut by_pool = BTreeMap::new();
+        for p in pods
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await?
+            .items
+            .iter()
+            .filter(|p| is_running(p))
+        {
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            let pool = node_pool.get(&node).cloned().unwrap_or_else(|| "?".into());
+            *by_pool.entry(pool).or_default() += 1;
+        }
+        let mut claims: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+        for c in crate::scenario::nodeclaim_objects(stack).await? {
+            let pool = c
+                .labels()
+                .get("karpenter.sh/nodepool")
+                .cloned()
+                .unwrap_or_default();
+            let e = claims.entry(pool).or_default();
+            let conditions = c.data["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let is = |t: &str| {
+                conditions
+                    .iter()
+                    .any(|x| x["type"] == t && x["status"] == "True")
+            };
+            if c.metadata.deletion_timestamp.is_some() {
+                e.2 += 1;
+            } else if is("Initialized") {
+                e.1 += 1;
+            } else if is("Launched") {
+                e.0 += 1;
+            }
+        }
+        let mut metal = BTreeMap::new();
+        for s in stack.emsim.servers_including_deleted().await? {
+            if !s["deleted_at"].is_null() {
+                continue;
+            }
+            let what = if crate::standby::tag(&s, "karpenter.sh/nodeclaim").is_some() {
+                "node".to_string()
+            } else if let Some(state) = crate::standby::state(&s) {
+                format!("standby/{state}")
+            } else {
+                "other".to_string()
+            };
+            *metal.entry(what).or_default() += 1;
+        }
+        let vms = stack
+            .emsim
+            .instance_servers_including_deleted()
+            .await?
+            .iter()
+            .filter(|s| s["deleted_at"].is_null())
+            .count();
+        Ok(Look {
+            pods: by_pool,
+            claims,
+            vms,
+            metal,
+            euros_per_hour: billed_per_hour(stack, prices).await?,
+        })
+    }
+
+    /// One Markdown table row, `t` seconds into the run.
+    pub fn row(&self, t: f64) -> String {
+        let map = |m: &BTreeMap<String, usize>| {
+            m.iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let claims = self
+            .claims
+            .iter()
+            .map(|(k, (l, i, d))| format!("{k}: {l} launched, {i} initialized, {d} deleting"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        format!(
+            "| {:.0} min {:02.0} s | {} | {} | {} | {} | {:.4} |",
+            (t / 60.0).floor(),
+            t % 60.0,
+            map(&self.pods),
+            claims,
+            self.vms,
+            map(&self.metal),
+            self.euros_per_hour
+        )
+    }
+}
+
+/// The looks of a run that differ from the one before, with their time
+/// (seconds since [`Timeline::new`]); printed as they come.
+pub struct Timeline {
+    started: std::time::Instant,
+    rows: Vec<(f64, Look)>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline {
+            started: std::time::Instant::now(),
+            rows: Vec::new(),
+        }
+    }
+}
+
+impl Timeline {
+    pub fn elapsed(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Looks every 10 s (recording what changed) until `pred` holds of a
+    /// look; fails after `timeout`.
+    pub async fn until(
+        &mut self,
+        stack: &Stack,
+        app: &str,
+        prices: &BTreeMap<String, f64>,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Look) -> bool,
+    ) -> Result<Look> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let look = Look::take(stack, app, prices).await?;
+            if self.rows.last().is_none_or(|(_, l)| *l != look) {
+                let t = self.elapsed();
+                println!("{}", look.row(t));
+                self.rows.push((t, look.clone()));
+            }
+            if pred(&look) {
+                return Ok(look);
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!(
+                    "timed out after {timeout:?} waiting for {what}; last look: {look:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+    }
+
+    /// The table so far.
+    pub fn table(&self) -> String {
+        let mut out = String::from(
+            "| time | running pods by NodePool | NodeClaims | VMs | Elastic Metal servers | EUR/h billed |\n|---|---|---|---|---|---|\n",
+        );
+        for (t, look) in &self.rows {
+            out.push_str(&look.row(*t));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Core's disruption commands from its log: (time, message) of every
+/// `disrupting node(s)`, `command succeeded` and failure line.
+pub fn disruption_log(stack: &Stack) -> Result<Vec<(String, String)>> {
+    let log = std::fs::read_to_string(
+        stack
+            .opts
+            .work_dir
+            .join("logs")
+            .join(format!("{}.log", crate::stack::BRIDGE)),
+    )?;
+    let mut out = Vec::new();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let message = v["message"].as_str().unwrap_or_default();
+        let text = match message {
+            "disrupting node(s)" => v["command"].as_str().unwrap_or_default().to_string(),
+            "command succeeded" => format!(
+                "command succeeded: {} node(s) disrupted, {} replacement(s)",
+                v["disrupted-node-count"], v["replacement-node-count"]
+            ),
+            "failed terminating nodes while executing a disruption command" => {
+                format!(
+                    "command failed: {}",
+                    v["error"].as_str().unwrap_or_default()
+                )
+            }
+            _ => continue,
+        };
+        out.push((v["time"].as_str().unwrap_or_default().to_string(), text));
+    }
+    Ok(out)
 }

@@ -233,7 +233,14 @@ async fn run(stack: &mut Stack) -> Result<()> {
         "every SBS volume deleted",
         Duration::from_secs(60),
         Duration::from_millis(500),
-        || async { Ok(stack.emsim.instance_volumes().await?.is_empty().then_some(())) },
+        || async {
+            Ok(stack
+                .emsim
+                .instance_volumes()
+                .await?
+                .is_empty()
+                .then_some(()))
+        },
     )
     .await?;
     let (running, least, changes) = watch.read();

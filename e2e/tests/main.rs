@@ -23,6 +23,7 @@ mod instances;
 mod leadership;
 mod list_faults;
 mod orphans;
+mod soak;
 mod standby;
 mod standby_crash;
 mod standby_monthly;
