@@ -269,6 +269,36 @@ async fn run(stack: &mut Stack) -> Result<()> {
         |s| s["target"] == 1 && s["adopted"] == 1 && s["standby"] == 0,
     )
     .await?;
+    // The CLI view, against the real API server: the leader's status and the
+    // load now, read by the command itself.
+    let plan = std::process::Command::new(
+        std::env::var_os("KPS_RUST_BIN_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| e2e::stack::repo_root().join("target/debug"))
+            .join("karpenter-scaleway"),
+    )
+    .arg("plan")
+    .env("KUBECONFIG", stack.cp.kubeconfig_path())
+    .output()?;
+    let table = String::from_utf8_lossy(&plan.stdout).to_string();
+    println!("karpenter-scaleway plan:\n{table}");
+    ensure!(
+        plan.status.success(),
+        "plan failed: {}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(METAL))
+        .with_context(|| format!("no row for {METAL}: {table}"))?;
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    ensure!(
+        cells[1] == OFFER
+            && cells[3] == "1"
+            && cells[5] == "1"
+            && row.contains("3300m/768Mi (3 pods)"),
+        "plan row (target 1, adopted 1, 3 pods now): {row}"
+    );
     println!(
         "hybrid: burst on VMs in {burst_s:.1}s; target raised at {staged_after_s:.1}s; standby idle at {ready_s:.1}s; pods on metal at {moved_s:.1}s; least running {least:?} of {REPLICAS}; cost {before:.4} -> {after:.4} EUR/h; status {status}"
     );
