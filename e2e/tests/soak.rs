@@ -224,7 +224,7 @@ async fn warm(stack: &mut Stack) -> Result<()> {
             &prices,
             "the metal node gone, its server standby",
             Duration::from_secs(20 * MIN),
-            |l| l.metal.get("node").is_none() && l.metal.keys().any(|k| k.starts_with("standby/")),
+            |l| !l.metal.contains_key("node") && l.metal.keys().any(|k| k.starts_with("standby/")),
         )
         .await?;
     let recycled_at = timeline.elapsed();
@@ -320,7 +320,7 @@ async fn cold(stack: &mut Stack) -> Result<()> {
     );
     report(stack, &timeline)?;
     ensure!(
-        look.metal.get("other").is_none(),
+        !look.metal.contains_key("other"),
         "a live server is neither a node's nor a standby one: {look:?}"
     );
     Ok(())

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::catalog::{LABEL_RESERVATION_ID, parse_quantity_milli};
 use crate::nodeclass::{PlannerStatus, ScalewayElasticMetalNodeClass};
-use crate::provider::standby::planner::{NodeView, PodView};
+use crate::provider::standby::planner::{NodeView, Observed, PodView};
 use crate::provider::standby::{LoadSource, PlannerStatusSink};
 
 const NODEPOOL: &str = "karpenter.sh/nodepool";
@@ -124,7 +124,7 @@ impl KubePlannerLoad {
 
 #[async_trait]
 impl LoadSource for KubePlannerLoad {
-    async fn observe(&self) -> Result<(Vec<NodeView>, Vec<PodView>), String> {
+    async fn observe(&self) -> Result<Observed, String> {
         let nodes = self
             .nodes
             .list(&ListParams::default())

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
 use super::planner::{
-    self, Change, Decision, NodeView, PlannerConfig, PlannerSpec, PodView, Sample,
+    self, Change, Decision, NodeView, Observed, PlannerConfig, PlannerSpec, Sample,
 };
 use super::{PoolKey, PoolSpec, StandbyServer, TAG_RESERVATION};
 use crate::catalog::{
@@ -29,7 +29,7 @@ use crate::scaleway::{Server, ServerStatus};
 /// The nodes and the running pods of the cluster, as the planner sees them.
 #[async_trait]
 pub trait LoadSource: Send + Sync + 'static {
-    async fn observe(&self) -> Result<(Vec<NodeView>, Vec<PodView>), String>;
+    async fn observe(&self) -> Result<Observed, String>;
 }
 
 /// Where the planner's view of each NodeClass is written

@@ -3,12 +3,12 @@
 
 use super::*;
 use crate::nodeclass::{PlannerStatus, StandbyPlanner};
-use crate::provider::standby::planner::{NodeView, PodView};
+use crate::provider::standby::planner::{NodeView, Observed, PodView};
 use crate::provider::standby::{Demand, LoadSource, PlannerPorts, PlannerStatusSink};
 
 struct FakeLoad {
     /// What `observe` answers; `Err` = the API server cannot be read.
-    now: Mutex<Result<(Vec<NodeView>, Vec<PodView>), String>>,
+    now: Mutex<Result<Observed, String>>,
 }
 
 impl Default for FakeLoad {
@@ -21,7 +21,7 @@ impl Default for FakeLoad {
 
 #[async_trait]
 impl LoadSource for FakeLoad {
-    async fn observe(&self) -> Result<(Vec<NodeView>, Vec<PodView>), String> {
+    async fn observe(&self) -> Result<Observed, String> {
         self.now.lock().unwrap().clone()
     }
 }

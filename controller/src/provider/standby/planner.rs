@@ -146,7 +146,7 @@ fn stretches(
 /// The highest level the resource stayed at or above for `at_least` of the
 /// stretches in all.
 fn level_held(mut levels: Vec<(u64, chrono::Duration)>, at_least: chrono::Duration) -> u64 {
-    levels.sort_by(|a, b| b.0.cmp(&a.0));
+    levels.sort_by_key(|l| std::cmp::Reverse(l.0));
     let mut total = chrono::Duration::zero();
     for (level, length) in levels {
         total += length;
@@ -302,6 +302,9 @@ pub fn decide(
         reason,
     }
 }
+
+/// The cluster's nodes and running pods, as the planner sees them.
+pub type Observed = (Vec<NodeView>, Vec<PodView>);
 
 /// A node as the planner sees it (from its labels).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
