@@ -350,3 +350,114 @@ async fn run(stack: &mut Stack) -> Result<()> {
     );
     nothing_billed_left(stack).await
 }
+
+/// A burst shorter than the window stages nothing; a dry run says what it
+/// would stage and orders nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hybrid_short_burst_stages_nothing_and_dry_run_only_explains() -> Result<()> {
+    let mut options = opts("hybrid-safe")?;
+    options
+        .provider_args
+        .extend(["--standby-interval=1s".to_string()]);
+    scenario::with_stack(options, safe).await
+}
+
+async fn safe(stack: &mut Stack) -> Result<()> {
+    stack
+        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack))
+        .await?;
+    let class = stack
+        .create_instance_nodeclass(&stack.instance_nodeclass_yaml(VMS, &stack.opts.talos_version))
+        .await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &standby::reserved_nodepool_yaml(METAL, METAL, 50, &[OFFER]),
+    )
+    .await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &Stack::instance_nodepool_yaml(
+            VMS,
+            &class,
+            10,
+            &scenario::instance_types_requirement(&[VM]),
+            "",
+        ),
+    )
+    .await?;
+
+    // 1. A burst that ends before the window: its load never counts.
+    let burst = Instant::now();
+    kubeutil::apply_yaml(
+        &stack.client,
+        &scenario::inflate_yaml(APP, REPLICAS, POD_CPU),
+    )
+    .await?;
+    scenario::wait_pods_running(stack, APP, REPLICAS as usize, Duration::from_secs(120)).await?;
+    scenario::scale(stack, APP, 0).await?;
+    let lasted = burst.elapsed();
+    ensure!(
+        lasted < Duration::from_secs(WINDOW_S),
+        "the burst lasted {lasted:?}, not shorter than the {WINDOW_S}s window: inconclusive"
+    );
+    // Well past the window after the burst ended, and a watched window
+    // fully covered by the samples.
+    let status = hybrid::wait_planner(
+        stack,
+        METAL,
+        "the planner's decision over a whole window",
+        Duration::from_secs(WINDOW_S + 60),
+        |s| s["needed"].is_number() && burst.elapsed() > Duration::from_secs(WINDOW_S + 10),
+    )
+    .await?;
+    ensure!(
+        status["target"] == 0 && status["needed"] == 0,
+        "a burst shorter than the window staged metal: {status}"
+    );
+    ensure!(
+        stack.emsim.servers_including_deleted().await?.is_empty(),
+        "an Elastic Metal server was ordered for a short burst"
+    );
+    ensure!(
+        scenario::provider_events(stack, "PlannerTargetRaised")
+            .await?
+            .is_empty(),
+        "a PlannerTargetRaised Event for a short burst"
+    );
+
+    // 2. Dry run: sustained load, explained, nothing ordered.
+    let dry = metal_nodeclass_yaml(stack).replace("hold: \"", "dryRun: true, hold: \"");
+    ensure!(dry.contains("dryRun: true"), "{dry}");
+    stack.apply_nodeclass(METAL, &dry).await?;
+    scenario::scale(stack, APP, REPLICAS).await?;
+    scenario::wait_pods_running(stack, APP, REPLICAS as usize, Duration::from_secs(120)).await?;
+    let status = hybrid::wait_planner(
+        stack,
+        METAL,
+        "the dry run's target at 1",
+        Duration::from_secs(WINDOW_S + 60),
+        |s| s["target"] == 1,
+    )
+    .await?;
+    ensure!(
+        status["dryRun"] == true && status["standby"] == 0,
+        "dry run status: {status}"
+    );
+    let events = scenario::provider_events(stack, "PlannerDryRun").await?;
+    let note = events
+        .first()
+        .and_then(|e| e.note.clone())
+        .context("no PlannerDryRun Event")?;
+    ensure!(
+        note.starts_with("dry run: would have raised the target of EM-A115X-SSD"),
+        "{note}"
+    );
+    // A few passes later, still nothing ordered.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure!(
+        stack.emsim.servers_including_deleted().await?.is_empty(),
+        "a dry run ordered an Elastic Metal server"
+    );
+    scenario::scale(stack, APP, 0).await?;
+    nothing_billed_left(stack).await
+}
