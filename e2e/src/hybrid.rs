@@ -442,3 +442,88 @@ pub fn disruption_log(stack: &Stack) -> Result<Vec<(String, String)>> {
     }
     Ok(out)
 }
+
+/// A PodDisruptionBudget for app `app` in the apps' namespace.
+pub fn pdb_yaml(app: &str, min_available: u32) -> String {
+    format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: {app}\n  namespace: {APP_NAMESPACE}\nspec:\n  minAvailable: {min_available}\n  selector:\n    matchLabels: {{app: {app}}}\n"
+    )
+}
+
+/// The scenarios' hourly NodeClass `name` with one standby pool of `offer`
+/// (`min: 0`, `max`), and `planner` (a YAML flow mapping such as
+/// `{nodePools: [vms], window: "40s"}`) when given.
+pub fn planner_nodeclass_yaml(
+    stack: &Stack,
+    name: &str,
+    offer: &str,
+    max: u32,
+    planner: Option<&str>,
+) -> String {
+    let plain = crate::standby::nodeclass_yaml(
+        stack,
+        name,
+        "hourly",
+        &[crate::standby::Pool {
+            offer,
+            min: 0,
+            max,
+            idle_hourly_keep: None,
+        }],
+    );
+    let Some(planner) = planner else {
+        return plain;
+    };
+    let end = format!("min: 0, max: {max}}}\n");
+    assert!(plain.contains(&end), "{plain}");
+    plain.replace(&end, &format!("min: 0, max: {max}, planner: {planner}}}\n"))
+}
+
+/// The Instance NodeClass `name` and its NodePool `name` (weight `weight`,
+/// VMs of `vm_type` only; consolidating under-used VMs when
+/// `underutilized`, else only empty ones).
+pub async fn vm_pool(
+    stack: &Stack,
+    name: &str,
+    vm_type: &str,
+    weight: u32,
+    underutilized: bool,
+) -> Result<()> {
+    let class = stack
+        .create_instance_nodeclass(&stack.instance_nodeclass_yaml(name, &stack.opts.talos_version))
+        .await?;
+    let pool = Stack::instance_nodepool_yaml(
+        name,
+        &class,
+        weight,
+        &crate::scenario::instance_types_requirement(&[vm_type]),
+        "",
+    );
+    anyhow::ensure!(pool.contains("consolidationPolicy: WhenEmpty\n"), "{pool}");
+    let pool = if underutilized {
+        pool.replace(
+            "consolidationPolicy: WhenEmpty\n",
+            "consolidationPolicy: WhenEmptyOrUnderutilized\n",
+        )
+    } else {
+        pool
+    };
+    crate::kubeutil::apply_yaml(&stack.client, &pool).await?;
+    Ok(())
+}
+
+impl RunningWatch {
+    /// Started, seen `n` running pods, and armed.
+    pub async fn armed(stack: &Stack, app: &str, n: usize) -> Result<Self> {
+        let watch = RunningWatch::start(stack, app);
+        crate::wait::until(
+            "the pod watch sees the running pods",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async { Ok((watch.read().0 == n).then_some(())) },
+        )
+        .await?;
+        watch.arm();
+        Ok(watch)
+    }
+}

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use e2e::hybrid::{self, RunningWatch};
 use e2e::stack::Stack;
-use e2e::standby::{self, Pool};
+use e2e::standby;
 use e2e::{kubeutil, scenario, wait};
 
 use crate::instances::{nothing_billed_left, opts};
@@ -36,45 +36,32 @@ const POD_CPU: &str = "1100m";
 const WINDOW_S: u64 = 40;
 const HOLD_S: u64 = 20;
 
-fn pdb_yaml() -> String {
-    format!(
-        r#"apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata:
-  name: {APP}
-  namespace: {ns}
-spec:
-  minAvailable: {min}
-  selector:
-    matchLabels: {{app: {APP}}}
-"#,
-        ns = scenario::APP_NAMESPACE,
-        min = REPLICAS - 1
+/// The metal NodeClass: a standby pool of `OFFER` with no standing server
+/// (`min: 0`) and a planner counting the VM NodePool; `dry_run` as given.
+fn metal_nodeclass_yaml(stack: &Stack, dry_run: bool) -> String {
+    hybrid::planner_nodeclass_yaml(
+        stack,
+        METAL,
+        OFFER,
+        2,
+        Some(&format!(
+            "{{nodePools: [{VMS}], window: \"{WINDOW_S}s\", hold: \"{HOLD_S}s\", dryRun: {dry_run}}}"
+        )),
     )
 }
 
-/// The metal NodeClass: a standby pool of `OFFER` with no standing server
-/// (`min: 0`) and a planner counting the VM NodePool.
-fn metal_nodeclass_yaml(stack: &Stack) -> String {
-    let plain = standby::nodeclass_yaml(
-        stack,
-        METAL,
-        "hourly",
-        &[Pool {
-            offer: OFFER,
-            min: 0,
-            max: 2,
-            idle_hourly_keep: None,
-        }],
-    );
-    let pool_end = "min: 0, max: 2}\n";
-    assert!(plain.contains(pool_end), "{plain}");
-    plain.replace(
-        pool_end,
-        &format!(
-            "min: 0, max: 2, planner: {{nodePools: [{VMS}], window: \"{WINDOW_S}s\", hold: \"{HOLD_S}s\"}}}}\n"
-        ),
+/// The metal NodeClass and its reserved-only NodePool (weight 50), and the
+/// VM NodePool (weight 10).
+async fn pools(stack: &Stack, underutilized: bool) -> Result<()> {
+    stack
+        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack, false))
+        .await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &standby::reserved_nodepool_yaml(METAL, METAL, 50, &[OFFER]),
     )
+    .await?;
+    hybrid::vm_pool(stack, VMS, VM, 10, underutilized).await
 }
 
 /// Waits until every pod of the app runs on a node of NodePool `pool`.
@@ -123,34 +110,8 @@ async fn hybrid_sustained_load_moves_from_vms_to_staged_metal_and_back() -> Resu
 }
 
 async fn run(stack: &mut Stack) -> Result<()> {
-    stack
-        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack))
-        .await?;
-    let class = stack
-        .create_instance_nodeclass(&stack.instance_nodeclass_yaml(VMS, &stack.opts.talos_version))
-        .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &standby::reserved_nodepool_yaml(METAL, METAL, 50, &[OFFER]),
-    )
-    .await?;
-    let vm_pool = Stack::instance_nodepool_yaml(
-        VMS,
-        &class,
-        10,
-        &scenario::instance_types_requirement(&[VM]),
-        "",
-    );
-    ensure!(vm_pool.contains("consolidationPolicy: WhenEmpty\n"));
-    kubeutil::apply_yaml(
-        &stack.client,
-        &vm_pool.replace(
-            "consolidationPolicy: WhenEmpty\n",
-            "consolidationPolicy: WhenEmptyOrUnderutilized\n",
-        ),
-    )
-    .await?;
-    kubeutil::apply_yaml(&stack.client, &pdb_yaml()).await?;
+    pools(stack, true).await?;
+    kubeutil::apply_yaml(&stack.client, &hybrid::pdb_yaml(APP, REPLICAS - 1)).await?;
 
     // 1. The burst lands on VMs: nothing is reserved, and the metal
     //    NodePool takes reserved capacity only.
@@ -173,15 +134,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let before = hybrid::billed_per_hour(stack, &prices).await?;
 
     // Every change of the app's pods from now on.
-    let watch = RunningWatch::start(stack, APP);
-    wait::until(
-        "the pod watch sees the running pods",
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        || async { Ok((watch.read().0 == REPLICAS as usize).then_some(())) },
-    )
-    .await?;
-    watch.arm();
+    let watch = RunningWatch::armed(stack, APP, REPLICAS as usize).await?;
 
     // 2. After the window, the planner stages one server for the sustained
     //    3300m (the VMs' own nodes cost nothing in this count: pods only).
@@ -363,28 +316,7 @@ async fn hybrid_short_burst_stages_nothing_and_dry_run_only_explains() -> Result
 }
 
 async fn safe(stack: &mut Stack) -> Result<()> {
-    stack
-        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack))
-        .await?;
-    let class = stack
-        .create_instance_nodeclass(&stack.instance_nodeclass_yaml(VMS, &stack.opts.talos_version))
-        .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &standby::reserved_nodepool_yaml(METAL, METAL, 50, &[OFFER]),
-    )
-    .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &Stack::instance_nodepool_yaml(
-            VMS,
-            &class,
-            10,
-            &scenario::instance_types_requirement(&[VM]),
-            "",
-        ),
-    )
-    .await?;
+    pools(stack, false).await?;
 
     // 1. A burst that ends before the window: its load never counts.
     let burst = Instant::now();
@@ -426,9 +358,9 @@ async fn safe(stack: &mut Stack) -> Result<()> {
     );
 
     // 2. Dry run: sustained load, explained, nothing ordered.
-    let dry = metal_nodeclass_yaml(stack).replace("hold: \"", "dryRun: true, hold: \"");
-    ensure!(dry.contains("dryRun: true"), "{dry}");
-    stack.apply_nodeclass(METAL, &dry).await?;
+    stack
+        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack, true))
+        .await?;
     scenario::scale(stack, APP, REPLICAS).await?;
     scenario::wait_pods_running(stack, APP, REPLICAS as usize, Duration::from_secs(120)).await?;
     let status = hybrid::wait_planner(

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use e2e::hybrid::{self, RunningWatch, Timeline};
 use e2e::stack::{Stack, StackOptions};
-use e2e::standby::{self, Pool};
-use e2e::{kubeutil, scenario, wait};
+use e2e::standby;
+use e2e::{kubeutil, scenario};
 
 use crate::instances::opts;
 
@@ -51,34 +51,12 @@ fn real(name: &str) -> Result<StackOptions> {
     Ok(o)
 }
 
-fn pdb_yaml() -> String {
-    format!(
-        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: {APP}\n  namespace: {}\nspec:\n  minAvailable: {}\n  selector:\n    matchLabels: {{app: {APP}}}\n",
-        scenario::APP_NAMESPACE,
-        REPLICAS - 1
-    )
-}
-
 /// The VM NodeClass and NodePool (weight 10, consolidating when
 /// underutilized), the PDB and the Deployment; returns once its pods run on
 /// VMs, with the seconds that took.
 async fn burst_on_vms(stack: &Stack, timeline: &mut Timeline) -> Result<f64> {
-    let class = stack
-        .create_instance_nodeclass(&stack.instance_nodeclass_yaml(VMS, &stack.opts.talos_version))
-        .await?;
-    let vm_pool = Stack::instance_nodepool_yaml(
-        VMS,
-        &class,
-        10,
-        &scenario::instance_types_requirement(&[VM]),
-        "",
-    )
-    .replace(
-        "consolidationPolicy: WhenEmpty\n",
-        "consolidationPolicy: WhenEmptyOrUnderutilized\n",
-    );
-    kubeutil::apply_yaml(&stack.client, &vm_pool).await?;
-    kubeutil::apply_yaml(&stack.client, &pdb_yaml()).await?;
+    hybrid::vm_pool(stack, VMS, VM, 10, true).await?;
+    kubeutil::apply_yaml(&stack.client, &hybrid::pdb_yaml(APP, REPLICAS - 1)).await?;
     let t = Instant::now();
     kubeutil::apply_yaml(
         &stack.client,
@@ -124,22 +102,14 @@ async fn soak_warm_metal_takes_the_sustained_load_at_real_timings() -> Result<()
 }
 
 async fn warm(stack: &mut Stack) -> Result<()> {
-    let yaml = standby::nodeclass_yaml(
+    let yaml = hybrid::planner_nodeclass_yaml(
         stack,
         METAL,
-        "hourly",
-        &[Pool {
-            offer: OFFER,
-            min: 0,
-            max: 2,
-            idle_hourly_keep: None,
-        }],
-    )
-    .replace(
-        "min: 0, max: 2}\n",
-        &format!(
-            "min: 0, max: 2, planner: {{nodePools: [{VMS}], window: \"10m\", hold: \"10m\"}}}}\n"
-        ),
+        OFFER,
+        2,
+        Some(&format!(
+            "{{nodePools: [{VMS}], window: \"10m\", hold: \"10m\"}}"
+        )),
     );
     stack.apply_nodeclass(METAL, &yaml).await?;
     kubeutil::apply_yaml(
@@ -151,15 +121,7 @@ async fn warm(stack: &mut Stack) -> Result<()> {
     let burst_s = burst_on_vms(stack, &mut timeline).await?;
     let prices = hybrid::prices(stack).await?;
     let before = hybrid::billed_per_hour(stack, &prices).await?;
-    let watch = RunningWatch::start(stack, APP);
-    wait::until(
-        "the pod watch sees the running pods",
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        || async { Ok((watch.read().0 == REPLICAS as usize).then_some(())) },
-    )
-    .await?;
-    watch.arm();
+    let watch = RunningWatch::armed(stack, APP, REPLICAS as usize).await?;
 
     let staged = timeline
         .until(
@@ -259,17 +221,7 @@ async fn soak_cold_metal_replacement_outlasts_cores_window() -> Result<()> {
 async fn cold(stack: &mut Stack) -> Result<()> {
     // A standby pool that orders nothing (min 0) and takes back the servers
     // of deleted nodes (max 1).
-    let yaml = standby::nodeclass_yaml(
-        stack,
-        METAL,
-        "hourly",
-        &[Pool {
-            offer: OFFER,
-            min: 0,
-            max: 1,
-            idle_hourly_keep: None,
-        }],
-    );
+    let yaml = hybrid::planner_nodeclass_yaml(stack, METAL, OFFER, 1, None);
     stack.apply_nodeclass(METAL, &yaml).await?;
     let mut timeline = Timeline::default();
     let burst_s = burst_on_vms(stack, &mut timeline).await?;
