@@ -190,6 +190,8 @@ impl Provider {
         }
         if planned.is_empty() {
             planner_metrics().set_pools(BTreeMap::new());
+            self.publish_planner_status(ports, classes, BTreeMap::new())
+                .await;
             return out;
         }
         let observed = match ports.load.observe().await {
@@ -337,7 +339,7 @@ impl Provider {
             statuses.entry(class.clone()).or_default().push(status);
         }
         planner_metrics().set_pools(figures);
-        self.publish_planner_status(ports, statuses).await;
+        self.publish_planner_status(ports, classes, statuses).await;
         out
     }
 
@@ -390,11 +392,35 @@ impl Provider {
         }
     }
 
+    /// Writes each NodeClass's `status.planner` when it changed; a NodeClass
+    /// whose pools lost their planner gets an empty list once.
     async fn publish_planner_status(
         &self,
         ports: &PlannerPorts,
-        statuses: BTreeMap<String, Vec<PlannerStatus>>,
+        classes: &BTreeMap<String, NodeClassRecord>,
+        mut statuses: BTreeMap<String, Vec<PlannerStatus>>,
     ) {
+        let stale: Vec<String> = ports
+            .demand
+            .published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .filter(|c| !statuses.contains_key(*c))
+            .cloned()
+            .collect();
+        for class in stale {
+            if classes.contains_key(&class) {
+                statuses.insert(class, Vec::new());
+            } else {
+                ports
+                    .demand
+                    .published
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&class);
+            }
+        }
         for (class, list) in statuses {
             let unchanged = ports
                 .demand
@@ -408,12 +434,16 @@ impl Provider {
             }
             match ports.status.publish(&class, list.clone()).await {
                 Ok(()) => {
-                    ports
+                    let mut published = ports
                         .demand
                         .published
                         .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(class, list);
+                        .unwrap_or_else(|p| p.into_inner());
+                    if list.is_empty() {
+                        published.remove(&class);
+                    } else {
+                        published.insert(class, list);
+                    }
                 }
                 Err(error) => warn!(nodeclass = %class, %error, "planner: cannot write status"),
             }

@@ -410,6 +410,20 @@ async fn a_new_leader_starts_from_the_servers_the_pool_has() {
     );
 }
 
+#[tokio::test]
+async fn a_planner_removed_empties_the_status_once() {
+    let p = planned(3, false);
+    two_servers_on_vms(&p);
+    p.pass_at("2026-11-24T08:00:00Z").await;
+    assert_eq!(p.status.written.lock().unwrap().len(), 1);
+    set_pools(&p.w.f, vec![pool(OFFER, 0, 3, None)]);
+    p.pass_at("2026-11-24T08:01:00Z").await;
+    p.pass_at("2026-11-24T08:02:00Z").await;
+    let written = p.status.written.lock().unwrap().clone();
+    assert_eq!(written.len(), 2, "{written:?}");
+    assert_eq!(written[1], (CLASS.to_string(), Vec::new()));
+}
+
 #[test]
 fn samples_keep_only_what_the_window_needs() {
     use crate::provider::standby::demand::push_sample;
