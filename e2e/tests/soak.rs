@@ -7,7 +7,8 @@
 //! - `soak_warm_*`: VM NodePool (weight 10), reserved-only metal NodePool
 //!   (weight 50) and a planner with a 10-minute window: the burst on VMs,
 //!   the staging, core's consolidation onto the staged server (inside its
-//!   10 minutes: `karpenter_disruption_queue_failures_total` stays 0), pod
+//!   10 minutes: `karpenter_voluntary_disruption_queue_failures_total`, the
+//!   v1.14 name of `karpenter_disruption_queue_failures_total`, stays 0), pod
 //!   availability under a PodDisruptionBudget, EUR per hour before and after,
 //!   then the way back (recycled to standby, target lowered, released at
 //!   the end of the paid hour).
@@ -77,13 +78,17 @@ async fn burst_on_vms(stack: &Stack, timeline: &mut Timeline) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// Core's failed disruption commands (replacements not initialized in
+/// time): `karpenter_voluntary_disruption_queue_failures_total` in v1.14
+/// (the family is declared even before its first sample).
 async fn queue_failures(stack: &Stack) -> Result<f64> {
+    const NAME: &str = "karpenter_voluntary_disruption_queue_failures_total";
     let text = stack.bridge_metrics(0).await?;
-    Ok(scenario::metric_sum(
-        &text,
-        "karpenter_disruption_queue_failures_total",
-        &[],
-    ))
+    ensure!(
+        text.contains(&format!("# HELP {NAME} ")),
+        "core exports no {NAME}: wrong name for this version?"
+    );
+    Ok(scenario::metric_sum(&text, NAME, &[]))
 }
 
 fn report(stack: &Stack, timeline: &Timeline) -> Result<()> {
@@ -255,6 +260,23 @@ async fn cold(stack: &mut Stack) -> Result<()> {
         )
         .await;
     let end = timeline.elapsed();
+    // Then until every server is a node with pods or a standby one (a late
+    // replacement core deleted empty goes back to the pool), or gone.
+    let settled = timeline
+        .until(
+            stack,
+            APP,
+            &prices,
+            "every server a node or standby",
+            Duration::from_secs(30 * MIN),
+            |l| {
+                l.metal.get("node") == Some(&1)
+                    && l.claims.values().map(|c| c.0 + c.2).sum::<usize>() == 0
+                    && l.vms == 0
+            },
+        )
+        .await;
+    let settled_at = timeline.elapsed();
     let after = hybrid::billed_per_hour(stack, &prices).await?;
     let failures = queue_failures(stack).await?;
     let orders = stack.emsim.servers_including_deleted().await?;
@@ -269,6 +291,15 @@ async fn cold(stack: &mut Stack) -> Result<()> {
         },
         end / 60.0,
         orders.len(),
+    );
+    println!(
+        "soak cold: {} at {:.1} min",
+        if settled.is_ok() {
+            "one metal node, nothing launching"
+        } else {
+            "not settled"
+        },
+        settled_at / 60.0
     );
     report(stack, &timeline)?;
     ensure!(
