@@ -47,7 +47,7 @@ pub fn parse_authorized_keys(server_id: &str, lines: &[String]) -> Vec<PublicKey
 impl RescueSsh {
     /// Accepts connections on `listener` until `cancel` fires; every session
     /// and command dies with it.
-    pub async fn serve(self, listener: TcpListener, cancel: CancellationToken) {
+    pub async fn serve(self, listener: &TcpListener, cancel: CancellationToken) {
         let config = Arc::new(russh::server::Config {
             server_id: russh::SshId::Standard("SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13.5".into()),
             // Only the listed keys open the rescue system.
