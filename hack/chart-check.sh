@@ -313,7 +313,7 @@ allowed=(
 	"get,list,watch scalewayinstancenodeclasses.karpenter.scaleway.com"
 	"patch scalewayinstancenodeclasses.karpenter.scaleway.com --subresource=status"
 	"get,list,patch,delete nodeclaims.karpenter.sh"
-	"get,list,create nodes"
+	"get,list,create,patch nodes"
 	"get secrets -n $namespace"
 	"list,watch secrets --all-namespaces"
 	"list,create,delete secrets -n kube-system"

@@ -332,6 +332,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         // List proves absence against the NodeClaims (never a partial list).
         .with_node_claims(Arc::new(node_claims.clone()))
+        // Orders an idle sibling can take are refused during a disruption.
+        .with_churn_guard(Arc::new(
+            karpenter_scaleway::churn::hold::KubeSiblingNodes::new(client.clone()),
+        ))
         .with_standby(karpenter_scaleway::provider::standby::StandbyPorts {
             book: Arc::default(),
             engine: standby_engine,

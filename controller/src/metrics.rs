@@ -236,6 +236,13 @@ pub struct ChurnCounts {
     pub euros: BTreeMap<(String, String), f64>,
     /// nodepool → 1 when set up to churn (absent: not an EM NodePool).
     pub at_risk: BTreeMap<String, bool>,
+    /// (nodepool, offer) → orders refused by the churn guard.
+    pub refused: BTreeMap<(String, String), u64>,
+    /// Nodes held from disruption by the churn guard, at the last pass.
+    pub held: u64,
+    /// Holds lifted, by outcome (`used`: the node runs pods; `expired`: its
+    /// paid hour ended first; `gone`: the node went).
+    pub released: BTreeMap<String, u64>,
 }
 
 impl ChurnMetrics {
@@ -245,6 +252,23 @@ impl ChurnMetrics {
         let key = (nodepool.to_string(), offer.to_string());
         *c.orders.entry(key.clone()).or_default() += 1;
         *c.euros.entry(key).or_default() += euros.unwrap_or(0.0);
+    }
+
+    /// One order refused by the churn guard.
+    pub fn refused(&self, nodepool: &str, offer: &str) {
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *c.refused
+            .entry((nodepool.to_string(), offer.to_string()))
+            .or_default() += 1;
+    }
+
+    pub fn set_held(&self, held: u64) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).held = held;
+    }
+
+    pub fn released(&self, outcome: &str) {
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *c.released.entry(outcome.to_string()).or_default() += 1;
     }
 
     pub fn set_risks(&self, risks: BTreeMap<String, bool>) {
@@ -289,6 +313,29 @@ pub fn render_churn(c: &ChurnCounts, out: &mut String) {
     );
     for (pool, risk) in &c.at_risk {
         let _ = writeln!(out, "{name}{{nodepool=\"{pool}\"}} {}", u8::from(*risk));
+    }
+    let name = "karpenter_scaleway_churn_refused_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Orders refused during a disruption command because an idle, Initialized node of the same NodePool, offer and zone could take their pods.\n# TYPE {name} counter"
+    );
+    for ((pool, offer), n) in &c.refused {
+        let _ = writeln!(out, "{name}{{nodepool=\"{pool}\",offer=\"{offer}\"}} {n}");
+    }
+    let name = "karpenter_scaleway_churn_held_nodes";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Idle nodes kept from disruption (karpenter.sh/do-not-disrupt) until consolidation moves pods onto them or their paid hour ends.\n# TYPE {name} gauge\n{name} {}",
+        c.held
+    );
+    let name = "karpenter_scaleway_churn_holds_released_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Holds lifted, by outcome: used (the node runs pods), expired (its paid hour ended first), gone (the node went).\n# TYPE {name} counter"
+    );
+    for outcome in ["used", "expired", "gone"] {
+        let n = c.released.get(outcome).copied().unwrap_or(0);
+        let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {n}");
     }
 }
 
@@ -674,6 +721,9 @@ mod churn_metrics_tests {
         let m = ChurnMetrics::default();
         m.count("metal", "EM-A115X-SSD", Some(0.091));
         m.count("metal", "EM-A115X-SSD", Some(0.091));
+        m.refused("metal", "EM-A115X-SSD");
+        m.set_held(1);
+        m.released("used");
         m.set_risks(BTreeMap::from([
             ("metal".to_string(), true),
             ("safe".to_string(), false),
@@ -682,6 +732,10 @@ mod churn_metrics_tests {
         render_churn(&m.snapshot(), &mut out);
         let has = |line: &str| assert!(out.lines().any(|l| l == line), "{line}\n{out}");
         has("# TYPE karpenter_scaleway_churn_orders_total counter");
+        has("karpenter_scaleway_churn_refused_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 1");
+        has("karpenter_scaleway_churn_held_nodes 1");
+        has("karpenter_scaleway_churn_holds_released_total{outcome=\"used\"} 1");
+        has("karpenter_scaleway_churn_holds_released_total{outcome=\"expired\"} 0");
         has("karpenter_scaleway_churn_orders_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 2");
         has(
             "karpenter_scaleway_churn_euros_total{nodepool=\"metal\",offer=\"EM-A115X-SSD\"} 0.182",

@@ -13,11 +13,13 @@
 //!   then the way back (recycled to standby, target lowered, released at
 //!   the end of the paid hour).
 //! - `soak_cold_*`: the same burst, then an on-demand metal NodePool
-//!   (weight 50) without any standby server: core's replacement is a cold
-//!   install that outlasts its 10 minutes. What core does is recorded; what
-//!   must hold is that no server is left billed without being a node or a
-//!   standby server (the NodeClass has a standby pool of `min: 0, max: 1`,
-//!   which takes back the servers of deleted nodes).
+//!   (weight 50) on a NodeClass without any standby pool: core's
+//!   replacement is a cold install that outlasts its 10 minutes. What core
+//!   does is recorded; what must hold is that the provider wastes nothing:
+//!   one server is ordered and it ends up running the pods (the churn guard
+//!   holds the late replacement and refuses core's further orders while it
+//!   stands idle, `churn/mod.rs`), and no server is left billed without
+//!   being a node.
 //!
 //! Each prints a timeline (every change, at most every 10 s) and core's
 //! disruption commands; docs/figures.md ("The hybrid soak") holds a run.
@@ -224,24 +226,18 @@ async fn soak_cold_metal_replacement_outlasts_cores_window() -> Result<()> {
 }
 
 async fn cold(stack: &mut Stack) -> Result<()> {
-    // A standby pool that orders nothing (min 0) and takes back the servers
-    // of deleted nodes (max 1).
-    let yaml = hybrid::planner_nodeclass_yaml(stack, METAL, OFFER, 1, None);
-    stack.apply_nodeclass(METAL, &yaml).await?;
+    // No standby pool: nothing takes back the server of a deleted node.
+    stack.create_nodeclass(METAL).await?;
     let mut timeline = Timeline::default();
     let burst_s = burst_on_vms(stack, &mut timeline).await?;
     let prices = hybrid::prices(stack).await?;
     let before = hybrid::billed_per_hour(stack, &prices).await?;
-    // Now a metal NodePool above the VMs, on demand (and reserved, to take
-    // recycled servers): consolidation replaces the VMs by a cold install.
+    // Now a metal NodePool above the VMs, on demand: consolidation replaces
+    // the VMs by a cold install.
     let pool = Stack::nodepool_yaml(
         METAL,
         METAL,
         &scenario::instance_types_requirement(&[OFFER]),
-    )
-    .replace(
-        "values: [\"on-demand\"]",
-        "values: [\"on-demand\", \"reserved\"]",
     )
     .replace("spec:\n  template:\n", "spec:\n  weight: 50\n  template:\n")
     .replace("consolidateAfter: 5s", "consolidateAfter: 30s");
@@ -260,8 +256,7 @@ async fn cold(stack: &mut Stack) -> Result<()> {
         )
         .await;
     let end = timeline.elapsed();
-    // Then until every server is a node with pods or a standby one (a late
-    // replacement core deleted empty goes back to the pool), or gone.
+    // Then until every server is a node with pods, or gone.
     let settled = timeline
         .until(
             stack,
@@ -305,6 +300,12 @@ async fn cold(stack: &mut Stack) -> Result<()> {
     ensure!(
         !look.metal.contains_key("other"),
         "a live server is neither a node's nor a standby one: {look:?}"
+    );
+    ensure!(moved.is_ok(), "the pods never moved onto metal: {look:?}");
+    ensure!(
+        orders.len() == 1,
+        "{} Elastic Metal servers ordered for one server's worth of pods: the late replacement was not used",
+        orders.len()
     );
     Ok(())
 }

@@ -343,13 +343,48 @@ impl CatalogStore {
         self.mark_unavailable_at(offer, zone, reason, Instant::now())
     }
 
+    /// Like [`mark_unavailable_for`](Self::mark_unavailable_for) for `ttl`
+    /// (at most the store's TTL), and never shortening a longer mark: a
+    /// refusal by the churn guard, which only needs core to stop asking for a
+    /// while.
+    pub fn mark_unavailable_until(
+        &self,
+        offer: &str,
+        zone: &str,
+        reason: &str,
+        ttl: Duration,
+    ) -> u64 {
+        let ttl = ttl.min(self.unavailable_ttl);
+        let now = Instant::now();
+        let longer = self
+            .lock()
+            .unavailable
+            .get(&(offer.to_string(), zone.to_string()))
+            .is_some_and(|r| r.until > now + ttl);
+        if longer {
+            return self.snapshot().revision;
+        }
+        self.mark_unavailable_ttl(offer, zone, reason, now, ttl)
+    }
+
     fn mark_unavailable_at(&self, offer: &str, zone: &str, reason: &str, now: Instant) -> u64 {
+        self.mark_unavailable_ttl(offer, zone, reason, now, self.unavailable_ttl)
+    }
+
+    fn mark_unavailable_ttl(
+        &self,
+        offer: &str,
+        zone: &str,
+        reason: &str,
+        now: Instant,
+        ttl: Duration,
+    ) -> u64 {
         let mut inputs = self.lock();
         inputs.unavailable.insert(
             (offer.to_string(), zone.to_string()),
             Refusal {
-                until: now + self.unavailable_ttl,
-                until_wall: SystemTime::now() + self.unavailable_ttl,
+                until: now + ttl,
+                until_wall: SystemTime::now() + ttl,
                 reason: reason.to_string(),
             },
         );
@@ -357,7 +392,7 @@ impl CatalogStore {
             offer,
             zone,
             reason,
-            ttl_s = self.unavailable_ttl.as_secs(),
+            ttl_s = ttl.as_secs(),
             "offering marked unavailable"
         );
         let revision = self.publish(&inputs, now);

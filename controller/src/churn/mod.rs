@@ -11,20 +11,39 @@
 //! completes (docs/troubleshooting.md, "Servers ordered and deleted every 12
 //! minutes"; the measurements in docs/figures.md).
 //!
-//! Why report and not refuse: the provider could answer InsufficientCapacity
-//! to a Create it takes for a replacement (its candidate already carries
-//! `karpenter.sh/disrupted`), and core would drop the command at once. But
-//! nothing on a NodeClaim says it is a replacement, so a scale-up of the same
-//! NodePool during a consolidation would be refused too. The safe setting is
-//! the NodePool's (`WhenEmpty`), which the warning names.
+//! What the provider does about it, besides reporting:
+//!
+//! - **Refuse the order** ([`guard_candidates`], called by Create before it
+//!   orders): while a disruption command is in flight (a NodeClaim carries
+//!   core's `DisruptionReason` condition), an order whose whole request fits
+//!   an Initialized sibling of the same NodePool, offer and zone that runs no
+//!   pods is answered InsufficientCapacity, and the offering is marked
+//!   unavailable for [`REFUSAL_TTL`]. Core drops the command at once
+//!   ("replacement was deleted") instead of buying another server. Outside a
+//!   disruption an order is a scale-up, whose pods core would have placed on
+//!   the idle sibling had they fitted (it counts the pods nominated to it),
+//!   so nothing is refused then: that is why the guard asks for both.
+//! - **Hold the idle sibling** ([`hold_until`]): core never moves running
+//!   pods onto a node still inside its NodePool's `consolidateAfter`, and once
+//!   that has passed, Emptiness (the first method of every disruption pass)
+//!   would delete the idle node before consolidation could use it. So the
+//!   refused order's sibling, and any late replacement (Initialized 10 minutes
+//!   or more after it was ordered, idle, in a NodePool set up to churn), gets
+//!   `karpenter.sh/do-not-disrupt` until the end of a paid hour at least
+//!   [`HOLD_MIN`] away. Consolidation then moves the pods onto it (a plain
+//!   delete of the old nodes); the churn watch lifts the hold as soon as the
+//!   node runs pods, when the hour ends, or when the node goes.
 //!
 //! This module is pure: [`risk_of`] judges a NodePool's disruption settings,
-//! [`detect`] judges one new order against its NodePool's other NodeClaims.
-//! The kube side ([`watch`]) lists the objects, writes the Events and counts
-//! the metrics.
+//! [`detect`] judges one new order against its NodePool's other NodeClaims,
+//! [`guard_candidates`] and [`hold_until`] decide a refusal and its hold. The
+//! kube side ([`watch`], [`hold`]) lists the objects, writes the Events,
+//! places and lifts the holds and counts the metrics.
 
+pub mod hold;
 pub mod watch;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -218,8 +237,16 @@ pub struct ClaimView {
     pub node_name: Option<String>,
     /// The `Initialized` condition is True.
     pub initialized: bool,
+    /// When it became Initialized (the condition's `lastTransitionTime`).
+    pub initialized_at: Option<DateTime<Utc>>,
     pub deleting: bool,
     pub node_class: Option<String>,
+    /// Core's `DisruptionReason` condition, when True: the NodeClaim is the
+    /// candidate of a disruption command in flight (its reason, e.g.
+    /// `Underutilized`).
+    pub disruption: Option<String>,
+    /// `status.allocatable`, in thousandths of each resource's unit.
+    pub allocatable: BTreeMap<String, u128>,
 }
 
 impl ClaimView {
@@ -237,6 +264,28 @@ impl ClaimView {
             .with_timezone(&Utc);
         let status = claim.get("status").unwrap_or(&Value::Null);
         let initialized = crate::provider::nodeclaim::initialized(claim);
+        let condition = |kind: &str| {
+            status
+                .get("conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| {
+                    cs.iter().find(|c| {
+                        c.get("type").and_then(Value::as_str) == Some(kind)
+                            && c.get("status").and_then(Value::as_str) == Some("True")
+                    })
+                })
+        };
+        let initialized_at = condition("Initialized")
+            .and_then(|c| c.get("lastTransitionTime"))
+            .and_then(Value::as_str)
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&Utc));
+        let disruption = condition("DisruptionReason").map(|c| {
+            c.get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("Unknown")
+                .to_string()
+        });
         let class_ref = claim.pointer("/spec/nodeClassRef");
         let node_class = class_ref
             .filter(|r| {
@@ -267,10 +316,177 @@ impl ClaimView {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string),
             initialized,
+            initialized_at,
             deleting: meta.get("deletionTimestamp").is_some_and(|d| !d.is_null()),
             node_class,
+            disruption,
+            allocatable: quantities(status.get("allocatable")),
         })
     }
+}
+
+/// A map of Kubernetes quantities (`{"cpu": "8", "memory": "61Gi"}`) in
+/// thousandths of each unit; unreadable values are left out.
+pub fn quantities(map: Option<&Value>) -> BTreeMap<String, u128> {
+    map.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| {
+                    let q = crate::catalog::parse_quantity_milli(v.as_str()?)?;
+                    Some((k.clone(), q))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How long an offering stays unavailable after a refused churn order: long
+/// enough that core's next passes do not compute the same replace again
+/// (they run every 10 s), short enough that a scale-up after the move is not
+/// kept from the offering for the catalog's whole TTL.
+pub const REFUSAL_TTL: Duration = Duration::from_secs(5 * 60);
+/// A hold lasts until the end of a paid hour at least this far away: longer
+/// than the usual `consolidateAfter` (30 s to 5 min), after which core moves
+/// pods onto the held node.
+pub const HOLD_MIN: chrono::TimeDelta = chrono::TimeDelta::minutes(15);
+/// Elastic Metal bills hourly servers by the started hour.
+pub const PAID_PERIOD: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// An order Create is about to make, as the guard judges it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Order<'a> {
+    pub claim: &'a str,
+    pub nodepool: &'a str,
+    pub offer: &'a str,
+    pub zone: &'a str,
+    /// The NodeClaim's `spec.resources.requests`, in thousandths.
+    pub requests: &'a BTreeMap<String, u128>,
+}
+
+/// Whether `allocatable` holds every resource `requests` asks for.
+pub fn fits(requests: &BTreeMap<String, u128>, allocatable: &BTreeMap<String, u128>) -> bool {
+    !allocatable.is_empty()
+        && requests
+            .iter()
+            .all(|(k, want)| *want == 0 || allocatable.get(k).is_some_and(|have| have >= want))
+}
+
+/// The siblings that could take `order`'s pods instead, most recent first:
+/// NodeClaims of its NodePool, offer and zone, Initialized, with a Node, not
+/// being deleted, not themselves disruption candidates, whose allocatable
+/// holds the whole request. Empty unless a disruption command is in flight
+/// (some NodeClaim not being deleted carries `DisruptionReason`): see the
+/// module's documentation. Whether a candidate's Node runs pods, or is being
+/// disrupted, is read afterwards, for these only ([`NodeState`]).
+pub fn guard_candidates<'a>(order: &Order<'_>, claims: &'a [ClaimView]) -> Vec<&'a ClaimView> {
+    let in_flight = claims.iter().any(|c| c.disruption.is_some() && !c.deleting);
+    if !in_flight {
+        return Vec::new();
+    }
+    let mut out: Vec<&ClaimView> = claims
+        .iter()
+        .filter(|c| c.name != order.claim)
+        .filter(|c| {
+            c.nodepool.as_deref() == Some(order.nodepool)
+                && c.offer.as_deref() == Some(order.offer)
+                && c.zone.as_deref() == Some(order.zone)
+        })
+        .filter(|c| c.initialized && !c.deleting && c.disruption.is_none())
+        .filter(|c| c.node_name.is_some() && c.provider_id.is_some())
+        .filter(|c| fits(order.requests, &c.allocatable))
+        .collect();
+    out.sort_by_key(|c| std::cmp::Reverse(c.created));
+    out
+}
+
+/// What the guard reads of a candidate's Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeState {
+    /// It carries core's `karpenter.sh/disrupted` taint (being disrupted).
+    pub disrupted: bool,
+    /// A pod other than a DaemonSet's or a mirror pod runs on it ([`is_workload`]).
+    pub runs_work: bool,
+}
+
+impl NodeState {
+    /// Whether the node could take the pods of an order.
+    pub fn idle(&self) -> bool {
+        !self.disrupted && !self.runs_work
+    }
+}
+
+/// The end of the first paid hour of a server ordered at `created` that ends
+/// at least [`HOLD_MIN`] after `now`: holding the server until then costs
+/// nothing that is not already paid, except when the hour that ends just
+/// after `now` is too short to wait for, in which case one more hour is held
+/// in place of the server the refusal did not buy.
+pub fn hold_until(created: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
+    let target = now + HOLD_MIN;
+    if target <= created {
+        return created + PAID_PERIOD;
+    }
+    let elapsed = (target - created).num_seconds();
+    let hour = PAID_PERIOD.num_seconds();
+    let hours = (elapsed + hour - 1) / hour;
+    created + chrono::TimeDelta::seconds(hours.max(1) * hour)
+}
+
+/// A refused order: Create's answer and the hold it placed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub claim: String,
+    pub nodepool: String,
+    pub offer: String,
+    pub zone: String,
+    /// The idle sibling NodeClaim (and Node) that takes the pods instead.
+    pub sibling: String,
+    pub hold_until: DateTime<Utc>,
+}
+
+impl Refusal {
+    pub fn new(order: &Order<'_>, sibling: &ClaimView, now: DateTime<Utc>) -> Refusal {
+        Refusal {
+            claim: order.claim.to_string(),
+            nodepool: order.nodepool.to_string(),
+            offer: order.offer.to_string(),
+            zone: order.zone.to_string(),
+            sibling: sibling.name.clone(),
+            hold_until: hold_until(sibling.created, now),
+        }
+    }
+
+    /// Create's error text (core logs it with the NodeClaim).
+    pub fn message(&self) -> String {
+        format!(
+            "not ordering {offer} in {zone} for NodeClaim {claim}: NodeClaim {sibling} of NodePool {pool} \
+             ({offer}, Initialized, no pods) can take its pods; it is kept from disruption until {until} \
+             and the offering is unavailable for {ttl} min, so that consolidation moves the pods onto it \
+             instead of buying another server (docs/troubleshooting.md, consolidation churn)",
+            offer = self.offer,
+            zone = self.zone,
+            claim = self.claim,
+            sibling = self.sibling,
+            pool = self.nodepool,
+            until = self.hold_until.format("%H:%M:%SZ"),
+            ttl = REFUSAL_TTL.as_secs() / 60,
+        )
+    }
+}
+
+/// Whether `claim` is a late replacement worth holding: an Elastic Metal
+/// NodeClaim that became Initialized [`REPLACEMENT_WINDOW`] or more after it
+/// was ordered (core had given up on it), not being deleted nor disrupted.
+/// Whether it is idle and its NodePool set up to churn is the caller's.
+pub fn late_replacement(claim: &ClaimView) -> bool {
+    let window = chrono::TimeDelta::from_std(REPLACEMENT_WINDOW).unwrap_or(chrono::TimeDelta::MAX);
+    claim.node_class.is_some()
+        && claim.initialized
+        && !claim.deleting
+        && claim.disruption.is_none()
+        && claim.node_name.is_some()
+        && claim
+            .initialized_at
+            .is_some_and(|at| at - claim.created >= window)
 }
 
 /// A new order made while a sibling of the same NodePool and offer stood

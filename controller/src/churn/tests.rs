@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use chrono::{TimeDelta, TimeZone, Utc};
 use serde_json::{Value, json};
 
@@ -127,8 +129,15 @@ fn claim(name: &str, pool: &str, offer: &str, created_min: i64, initialized: boo
         provider_id: Some(format!("scaleway://baremetal/fr-par-2/{name}")),
         node_name: Some(name.into()),
         initialized,
+        initialized_at: initialized.then(|| at(created_min + 11)),
         deleting: false,
         node_class: Some("default".into()),
+        disruption: None,
+        allocatable: BTreeMap::from([
+            ("cpu".to_string(), 8_000),
+            ("memory".to_string(), 60 * (1u128 << 30) * 1000),
+            ("pods".to_string(), 110_000),
+        ]),
     }
 }
 
@@ -277,4 +286,175 @@ fn each_order_is_judged_once_and_a_restart_judges_only_fresh_ones() {
     // A NodeClaim gone is forgotten.
     forget_gone(&[fresh], &mut judged);
     assert_eq!(judged.iter().collect::<Vec<_>>(), ["u-fresh"]);
+}
+
+fn requests(cpu_milli: u128) -> BTreeMap<String, u128> {
+    BTreeMap::from([
+        ("cpu".to_string(), cpu_milli),
+        ("memory".to_string(), 2 * (1u128 << 30) * 1000),
+    ])
+}
+
+fn in_flight() -> ClaimView {
+    let mut c = claim("vms-x", "vms", "POP2-2C-8G", 0, true);
+    c.node_class = None;
+    c.disruption = Some("Underutilized".into());
+    c
+}
+
+#[test]
+fn the_guard_offers_idle_siblings_only_during_a_disruption() {
+    let late = claim("late", "metal", "EM-B", 40, true);
+    let older = claim("older", "metal", "EM-B", 10, true);
+    let r = requests(3300);
+    let order = Order {
+        claim: "new",
+        nodepool: "metal",
+        offer: "EM-B",
+        zone: "fr-par-2",
+        requests: &r,
+    };
+    let names = |v: Vec<&ClaimView>| v.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    // No command in flight: a scale-up, nothing offered.
+    assert!(guard_candidates(&order, &[late.clone(), older.clone()]).is_empty());
+    // A candidate being deleted is a command that is over.
+    let mut over = in_flight();
+    over.deleting = true;
+    assert!(guard_candidates(&order, &[late.clone(), over]).is_empty());
+    // In flight: the most recent sibling first.
+    let all = vec![older.clone(), late.clone(), in_flight()];
+    assert_eq!(names(guard_candidates(&order, &all)), ["late", "older"]);
+    // Siblings that cannot take the pods.
+    let mut excluded = Vec::new();
+    let mut other_offer = claim("a", "metal", "EM-A", 40, true);
+    other_offer.offer = Some("EM-A".into());
+    excluded.push(other_offer);
+    excluded.push(claim("b", "vms", "EM-B", 40, true));
+    let mut other_zone = claim("c", "metal", "EM-B", 40, true);
+    other_zone.zone = Some("nl-ams-1".into());
+    excluded.push(other_zone);
+    excluded.push(claim("d", "metal", "EM-B", 40, false));
+    let mut deleting = claim("e", "metal", "EM-B", 40, true);
+    deleting.deleting = true;
+    excluded.push(deleting);
+    let mut candidate = claim("f", "metal", "EM-B", 40, true);
+    candidate.disruption = Some("Underutilized".into());
+    excluded.push(candidate);
+    let mut small = claim("g", "metal", "EM-B", 40, true);
+    small.allocatable.insert("cpu".into(), 3_000);
+    excluded.push(small);
+    let mut unknown = claim("h", "metal", "EM-B", 40, true);
+    unknown.allocatable.clear();
+    excluded.push(unknown);
+    let mut no_node = claim("i", "metal", "EM-B", 40, true);
+    no_node.node_name = None;
+    excluded.push(no_node);
+    excluded.push(in_flight());
+    assert!(
+        guard_candidates(&order, &excluded).is_empty(),
+        "{:?}",
+        names(guard_candidates(&order, &excluded))
+    );
+    // The order itself is never its own sibling.
+    let mut itself = claim("new", "metal", "EM-B", 40, true);
+    itself.name = "new".into();
+    assert!(guard_candidates(&order, &[itself, in_flight()]).is_empty());
+}
+
+#[test]
+fn a_request_fits_when_every_resource_it_asks_for_is_allocatable() {
+    let alloc = BTreeMap::from([
+        ("cpu".to_string(), 3_800u128),
+        ("pods".to_string(), 110_000),
+    ]);
+    assert!(fits(&BTreeMap::from([("cpu".to_string(), 3_800)]), &alloc));
+    assert!(!fits(&BTreeMap::from([("cpu".to_string(), 3_801)]), &alloc));
+    // A resource the node does not have, unless nothing of it is asked.
+    assert!(!fits(
+        &BTreeMap::from([("nvidia.com/gpu".to_string(), 1_000)]),
+        &alloc
+    ));
+    assert!(fits(
+        &BTreeMap::from([("nvidia.com/gpu".to_string(), 0)]),
+        &alloc
+    ));
+    // Nothing known of the node: no.
+    assert!(!fits(&BTreeMap::new(), &BTreeMap::new()));
+}
+
+#[test]
+fn a_hold_lasts_to_the_end_of_a_paid_hour_at_least_fifteen_minutes_away() {
+    // Ordered at 06:00, refused at 06:13: the first hour ends at 07:00.
+    assert_eq!(hold_until(at(0), at(13)), at(60));
+    // At 06:50 the first hour ends too soon: the second one is held.
+    assert_eq!(hold_until(at(0), at(50)), at(120));
+    // Exactly 15 minutes before the hour: that hour.
+    assert_eq!(hold_until(at(0), at(45)), at(60));
+    // Hours after the order: the hour under way (or the next).
+    assert_eq!(hold_until(at(0), at(130)), at(180));
+    // A clock skew that puts the order in the future: its first hour.
+    assert_eq!(hold_until(at(30), at(0)), at(90));
+    let r = requests(1000);
+    let order = Order {
+        claim: "new",
+        nodepool: "metal",
+        offer: "EM-B",
+        zone: "fr-par-2",
+        requests: &r,
+    };
+    let refusal = Refusal::new(&order, &claim("late", "metal", "EM-B", 0, true), at(13));
+    assert_eq!(refusal.hold_until, at(60));
+    let msg = refusal.message();
+    assert!(
+        msg.contains("not ordering EM-B in fr-par-2 for NodeClaim new"),
+        "{msg}"
+    );
+    assert!(msg.contains("NodeClaim late of NodePool metal"), "{msg}");
+    assert!(msg.contains("until 07:00:00Z"), "{msg}");
+    assert!(msg.contains("for 5 min"), "{msg}");
+}
+
+#[test]
+fn a_late_replacement_became_initialized_past_the_window() {
+    // The helper makes Initialized 11 minutes after the order.
+    let late = claim("late", "metal", "EM-B", 40, true);
+    assert!(late_replacement(&late));
+    let mut quick = late.clone();
+    quick.initialized_at = Some(at(49));
+    assert!(!late_replacement(&quick), "9 minutes: core waited for it");
+    let mut exactly = late.clone();
+    exactly.initialized_at = Some(at(50));
+    assert!(late_replacement(&exactly));
+    let mut foreign = late.clone();
+    foreign.node_class = None;
+    assert!(!late_replacement(&foreign));
+    let mut deleting = late.clone();
+    deleting.deleting = true;
+    assert!(!late_replacement(&deleting));
+    let mut disrupted = late.clone();
+    disrupted.disruption = Some("Empty".into());
+    assert!(!late_replacement(&disrupted));
+    assert!(!late_replacement(&claim("x", "metal", "EM-B", 40, false)));
+}
+
+#[test]
+fn claim_views_read_the_disruption_reason_and_the_allocatable() {
+    let v = json!({
+        "metadata": {"name": "metal-abc", "uid": "u1", "creationTimestamp": "2026-11-24T06:40:49Z",
+            "labels": {"karpenter.sh/nodepool": "metal"}},
+        "status": {"allocatable": {"cpu": "3800m", "memory": "28Gi", "pods": "110", "bad": "x"},
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-11-24T06:52:00Z"},
+                {"type": "DisruptionReason", "status": "True", "reason": "Underutilized"}]}
+    });
+    let c = ClaimView::parse(&v).unwrap();
+    assert_eq!(c.disruption.as_deref(), Some("Underutilized"));
+    assert_eq!(c.initialized_at, Some(at(52)));
+    assert_eq!(c.allocatable["cpu"], 3_800);
+    assert_eq!(c.allocatable["memory"], 28 * (1u128 << 30) * 1000);
+    assert_eq!(c.allocatable["pods"], 110_000);
+    assert!(!c.allocatable.contains_key("bad"));
+    let mut cleared = v.clone();
+    cleared["status"]["conditions"][1]["status"] = json!("False");
+    assert_eq!(ClaimView::parse(&cleared).unwrap().disruption, None);
 }

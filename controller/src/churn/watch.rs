@@ -4,7 +4,10 @@
 //! again when the settings change or after [`RISK_REPEAT`]); every new order
 //! is checked against its NodePool's idle siblings and a churning one gets a
 //! Warning Event on its NodeClaim and counts in
-//! `karpenter_scaleway_churn_orders_total` / `_euros_total`.
+//! `karpenter_scaleway_churn_orders_total` / `_euros_total`. It also keeps
+//! the guard's holds (`hold.rs`): a late replacement idle in a NodePool set
+//! up to churn is held, every held Node gets one Event, and a hold is lifted
+//! once the Node runs pods, its time is up, or its NodeClaim goes.
 //!
 //! A pass lists objects instead of watching them: a few lists every
 //! [`DEFAULT_INTERVAL`] cost little next to an install, and a pass that fails
@@ -19,9 +22,12 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use super::{ClaimView, detect, is_workload, order_cost, parse_pool, risk_of};
+use super::hold::KubeSiblingNodes;
+use super::{
+    ClaimView, detect, hold_until, is_workload, late_replacement, order_cost, parse_pool, risk_of,
+};
 use crate::catalog::{CatalogStore, ClassKind};
 use crate::k8s::events::{EventRecorder, NewEvent};
 use crate::k8s::nodes::NodeClaimList;
@@ -51,7 +57,18 @@ pub struct ChurnWatch {
     /// NodePool → (warning given, when).
     warned: HashMap<String, (String, Instant)>,
     first_pass: bool,
+    siblings: KubeSiblingNodes,
+    /// NodePools set up to churn, at the last NodePool pass.
+    at_risk: BTreeSet<String>,
+    /// Late replacements already judged for a hold (by uid).
+    late_judged: BTreeSet<String>,
+    /// Holds already announced by an Event: (node, until).
+    announced: BTreeSet<(String, String)>,
 }
+
+/// A late replacement is held only if it became Initialized this recently:
+/// older ones were judged by an earlier pass or leader, or are in use.
+pub const LATE_FRESH: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 
 impl ChurnWatch {
     pub fn new(client: Client, catalog: Arc<CatalogStore>, classes: Arc<dyn NodeClasses>) -> Self {
@@ -59,12 +76,16 @@ impl ChurnWatch {
             pools: Api::all_with(client.clone(), &node_pool_resource()),
             claims: NodeClaimList::new(client.clone()),
             pods: Api::all(client.clone()),
+            siblings: KubeSiblingNodes::new(client.clone()),
             events: EventRecorder::new(client),
             catalog,
             classes,
             judged: BTreeSet::new(),
             warned: HashMap::new(),
             first_pass: true,
+            at_risk: BTreeSet::new(),
+            late_judged: BTreeSet::new(),
+            announced: BTreeSet::new(),
         }
     }
 
@@ -90,8 +111,18 @@ impl ChurnWatch {
             if let Err(e) = self.pools_pass().await {
                 warn!(error = %e, "churn watch: listing NodePools failed; next pass retries");
             }
-            if let Err(e) = self.orders_pass().await {
-                warn!(error = %e, "churn watch: listing NodeClaims failed; next pass retries");
+            let claims: Vec<ClaimView> = match self.claims.list().await {
+                Ok(list) => list.iter().filter_map(ClaimView::parse).collect(),
+                Err(e) => {
+                    warn!(error = %e, "churn watch: listing NodeClaims failed; next pass retries");
+                    continue;
+                }
+            };
+            if let Err(e) = self.orders_pass(&claims).await {
+                warn!(error = %e, "churn watch: reading pods failed; next pass retries");
+            }
+            if let Err(e) = self.holds_pass(&claims).await {
+                warn!(error = %e, "churn watch: keeping the holds failed; next pass retries");
             }
         }
     }
@@ -168,23 +199,21 @@ impl ChurnWatch {
             }
         }
         self.warned.retain(|name, _| present.contains(name));
+        self.at_risk = risks
+            .iter()
+            .filter(|(_, r)| **r)
+            .map(|(n, _)| n.clone())
+            .collect();
         churn_metrics().set_risks(risks);
         Ok(())
     }
 
     /// Judges every order not judged yet.
-    async fn orders_pass(&mut self) -> Result<(), kube::Error> {
-        let claims: Vec<ClaimView> = self
-            .claims
-            .list()
-            .await?
-            .iter()
-            .filter_map(ClaimView::parse)
-            .collect();
+    async fn orders_pass(&mut self, claims: &[ClaimView]) -> Result<(), kube::Error> {
         let now = chrono::Utc::now();
         let first = std::mem::replace(&mut self.first_pass, false);
         let mut idle_cache: HashMap<String, bool> = HashMap::new();
-        for new in super::new_orders(&claims, &mut self.judged, first, now) {
+        for new in super::new_orders(claims, &mut self.judged, first, now) {
             // Which siblings could make it churn; their pods are read only then.
             let mut busy: HashMap<String, bool> = HashMap::new();
             for sib in claims.iter().filter(|c| {
@@ -206,8 +235,7 @@ impl ChurnWatch {
                 };
                 busy.insert(node.clone(), runs);
             }
-            let Some(churn) = detect(new, &claims, &|n| busy.get(n).copied().unwrap_or(true))
-            else {
+            let Some(churn) = detect(new, claims, &|n| busy.get(n).copied().unwrap_or(true)) else {
                 continue;
             };
             let monthly = new
@@ -245,7 +273,101 @@ impl ChurnWatch {
                 warn!(nodeclaim = %new.name, error = %e, "churn watch: Event not written");
             }
         }
-        super::forget_gone(&claims, &mut self.judged);
+        super::forget_gone(claims, &mut self.judged);
+        Ok(())
+    }
+
+    /// Holds late replacements idle in NodePools set up to churn, announces
+    /// every hold once, and lifts the holds whose work is done.
+    async fn holds_pass(&mut self, claims: &[ClaimView]) -> Result<(), kube::Error> {
+        let now = chrono::Utc::now();
+        for c in claims.iter().filter(|c| late_replacement(c)) {
+            if self.late_judged.contains(&c.uid)
+                || !c
+                    .nodepool
+                    .as_ref()
+                    .is_some_and(|p| self.at_risk.contains(p))
+                || c.initialized_at.is_none_or(|at| now - at > LATE_FRESH)
+            {
+                continue;
+            }
+            let Some(node) = c.node_name.as_deref() else {
+                continue;
+            };
+            if !self.siblings.runs_work(node).await? {
+                let until = hold_until(c.created, now);
+                let late = c
+                    .initialized_at
+                    .map_or(0, |at| (at - c.created).num_minutes());
+                let reason = format!(
+                    "late replacement: Initialized {late} min after it was ordered, past Karpenter's \
+                     10-minute window; kept for consolidation to move pods onto"
+                );
+                if self.siblings.place(node, until, &reason).await? {
+                    info!(nodeclaim = %c.name, node, %until, "churn watch: holding a late replacement");
+                }
+            }
+            self.late_judged.insert(c.uid.clone());
+        }
+        let live: BTreeSet<&String> = claims.iter().map(|c| &c.uid).collect();
+        self.late_judged.retain(|uid| live.contains(uid));
+
+        let mut kept = 0u64;
+        for held in self.siblings.held().await? {
+            let claim = claims
+                .iter()
+                .find(|c| c.node_name.as_deref() == Some(held.node.as_str()));
+            let outcome = match claim {
+                None => Some("gone"),
+                Some(c) if c.deleting => Some("gone"),
+                Some(_) if self.siblings.runs_work(&held.node).await? => Some("used"),
+                Some(_) if held.until.is_none_or(|u| now >= u) => Some("expired"),
+                Some(_) => None,
+            };
+            if let Some(outcome) = outcome {
+                self.siblings.release(&held.node).await?;
+                churn_metrics().released(outcome);
+                info!(node = %held.node, outcome, "churn watch: hold lifted");
+                continue;
+            }
+            kept += 1;
+            let (Some(c), Some(until)) = (claim, held.until) else {
+                continue;
+            };
+            let key = (held.node.clone(), until.to_rfc3339());
+            if self.announced.contains(&key) {
+                continue;
+            }
+            let note = format!(
+                "Node {} is kept from disruption (karpenter.sh/do-not-disrupt) until {}, or until it runs pods: {}.",
+                held.node,
+                until.format("%H:%M:%SZ"),
+                held.reason
+            );
+            let event = NewEvent {
+                regarding: ObjectReference {
+                    api_version: Some("karpenter.sh/v1".into()),
+                    kind: Some("NodeClaim".into()),
+                    name: Some(c.name.clone()),
+                    uid: Some(c.uid.clone()),
+                    ..Default::default()
+                },
+                warning: false,
+                action: "Hold".into(),
+                reason: "ConsolidationChurnHeld".into(),
+                note,
+                series_key: format!("churn-hold/{}/{}", c.uid, until.to_rfc3339()),
+            };
+            match self.events.record(event).await {
+                Ok(()) => {
+                    self.announced.insert(key);
+                }
+                Err(e) => warn!(nodeclaim = %c.name, error = %e, "churn watch: Event not written"),
+            }
+        }
+        self.announced
+            .retain(|(node, _)| claims.iter().any(|c| c.node_name.as_deref() == Some(node)));
+        churn_metrics().set_held(kept);
         Ok(())
     }
 

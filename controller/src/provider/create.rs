@@ -14,6 +14,7 @@ use super::{
     TAG_NODECLASS, TAG_NODEPOOL, candidates, provider_id, tag, tag_value,
 };
 use crate::catalog::{Billing, ClassKind, InstanceType, KubeletReservations, Snapshot};
+use crate::churn;
 use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
 use crate::nodeclass::{self, NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, CreateServerRequest, Server, ServerFilter, ServerStatus};
@@ -453,6 +454,7 @@ impl Provider {
                 view.name
             )));
         };
+        self.guard_churn(view, &it.name, &offering.zone).await?;
         let mut tags = self.ownership_tags(view, &class.name, &class.spec.tags);
         tags.push(tag(
             super::standby::TAG_BILLING,
@@ -479,6 +481,92 @@ impl Provider {
             // NotFound: the offer vanished since the catalog was read.
             Err(e) => Err(self.order_refused(e, &view.name, &it.name, &offering.zone)),
         }
+    }
+
+    /// The consolidation churn guard (`churn/mod.rs`): while a disruption
+    /// command is in flight, an order whose whole request fits an idle,
+    /// Initialized sibling of the same NodePool, offer and zone is refused
+    /// (InsufficientCapacity; the offering unavailable for
+    /// [`churn::REFUSAL_TTL`]) and the sibling is held from disruption, so
+    /// that core's next pass moves the pods onto it instead of buying
+    /// another server. The guard never blocks an order it cannot judge: when
+    /// the cluster cannot be read, the order is made as before.
+    async fn guard_churn(
+        &self,
+        view: &NodeClaimView,
+        offer: &str,
+        zone: &str,
+    ) -> Result<(), ProviderError> {
+        let (Some(siblings), Some(source)) = (&self.siblings, &self.node_claims) else {
+            return Ok(());
+        };
+        let Some(nodepool) = view.labels.get(TAG_NODEPOOL) else {
+            return Ok(());
+        };
+        let claims = match source.list().await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(nodeclaim = %view.name, error = %e,
+                    "churn guard: NodeClaims not readable; ordering unguarded");
+                return Ok(());
+            }
+        };
+        let requests = claims
+            .iter()
+            .find(|c| c.pointer("/metadata/name").and_then(Value::as_str) == Some(&view.name))
+            .map(|c| churn::quantities(c.pointer("/spec/resources/requests")))
+            .unwrap_or_default();
+        let claims: Vec<churn::ClaimView> =
+            claims.iter().filter_map(churn::ClaimView::parse).collect();
+        let order = churn::Order {
+            claim: &view.name,
+            nodepool,
+            offer,
+            zone,
+            requests: &requests,
+        };
+        for sibling in churn::guard_candidates(&order, &claims) {
+            let Some(node) = sibling.node_name.as_deref() else {
+                continue;
+            };
+            let state = match siblings.state(node).await {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!(nodeclaim = %view.name, node, error = %e,
+                        "churn guard: Node not readable; ordering unguarded");
+                    return Ok(());
+                }
+            };
+            if !state.idle() {
+                continue;
+            }
+            let refusal = churn::Refusal::new(&order, sibling, chrono::Utc::now());
+            let reason = format!(
+                "took the place of NodeClaim {} ({offer}), refused while {} stood idle",
+                view.name, sibling.name
+            );
+            match siblings.hold(node, refusal.hold_until, &reason).await {
+                Ok(true) => {}
+                Ok(false) => info!(
+                    node,
+                    "churn guard: the idle Node carries someone else's do-not-disrupt; not held"
+                ),
+                Err(e) => warn!(node, error = %e, "churn guard: the idle Node could not be held"),
+            }
+            self.catalog.mark_unavailable_until(
+                offer,
+                zone,
+                &format!("NodeClaim {} stands idle", sibling.name),
+                churn::REFUSAL_TTL,
+            );
+            crate::metrics::churn_metrics().refused(nodepool, offer);
+            let message = refusal.message();
+            warn!(nodeclaim = %view.name, nodepool = %nodepool, offer, zone,
+                sibling = %sibling.name, "consolidation churn refused: {message}");
+            return Err(ProviderError::InsufficientCapacity(message));
+        }
+        Ok(())
     }
 
     /// The tags that prove a machine is this cluster's and whose it is

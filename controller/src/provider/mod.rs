@@ -241,6 +241,23 @@ pub trait NodeClaimSource: Send + Sync + 'static {
     async fn list(&self) -> Result<Vec<serde_json::Value>, KubeError>;
 }
 
+/// What Create reads and writes of the Nodes of idle siblings before it
+/// orders an Elastic Metal server (the consolidation churn guard,
+/// `churn/mod.rs`).
+#[async_trait]
+pub trait SiblingNodes: Send + Sync + 'static {
+    /// The Node's state; `None` when it does not exist.
+    async fn state(&self, node: &str) -> Result<Option<crate::churn::NodeState>, KubeError>;
+    /// Keeps the Node from being disrupted until `until`. `Ok(false)`: the
+    /// Node is gone or someone else's `do-not-disrupt` is on it.
+    async fn hold(
+        &self,
+        node: &str,
+        until: chrono::DateTime<chrono::Utc>,
+        reason: &str,
+    ) -> Result<bool, KubeError>;
+}
+
 /// The Node object Create registers right after ordering (see
 /// `create.rs`, "Registration deadline").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,6 +308,9 @@ pub struct Provider {
     /// The demand planner of the standby pools, when served
     /// ([`Provider::with_planner`]).
     planner: Option<standby::PlannerPorts>,
+    /// The churn guard's view of Nodes ([`Provider::with_churn_guard`]);
+    /// without it (or without `node_claims`) Create orders unguarded.
+    siblings: Option<Arc<dyn SiblingNodes>>,
 }
 
 /// `list` in each of `zones` at once; the first error fails the whole.
@@ -334,6 +354,7 @@ impl Provider {
             vms: None,
             standby: None,
             planner: None,
+            siblings: None,
         }
     }
 
@@ -396,6 +417,14 @@ impl Provider {
         self
     }
 
+    /// Guards Elastic Metal orders against consolidation churn: an order
+    /// that an idle sibling can take is refused and the sibling held
+    /// (`create.rs`, `guard_churn`). Needs `with_node_claims` too.
+    pub fn with_churn_guard(mut self, siblings: Arc<dyn SiblingNodes>) -> Self {
+        self.siblings = Some(siblings);
+        self
+    }
+
     pub fn catalog(&self) -> &Arc<CatalogStore> {
         &self.catalog
     }
@@ -418,5 +447,7 @@ impl Provider {
     }
 }
 
+#[cfg(test)]
+mod churn_guard_tests;
 #[cfg(test)]
 pub(crate) mod tests;
