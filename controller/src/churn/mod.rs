@@ -29,8 +29,8 @@
 //!   would delete the idle node before consolidation could use it. So the
 //!   refused order's sibling, and any late replacement (Initialized 10 minutes
 //!   or more after it was ordered, idle, in a NodePool set up to churn), gets
-//!   `karpenter.sh/do-not-disrupt` until the end of a paid hour at least
-//!   [`HOLD_MIN`] away. Consolidation then moves the pods onto it (a plain
+//!   `karpenter.sh/do-not-disrupt` until [`HOLD_MARGIN`] before the end of a
+//!   paid hour, at least [`HOLD_MIN`] away. Consolidation then moves the pods onto it (a plain
 //!   delete of the old nodes); the churn watch lifts the hold as soon as the
 //!   node runs pods, when the hour ends, or when the node goes.
 //!
@@ -351,6 +351,11 @@ pub const REFUSAL_TTL: Duration = Duration::from_secs(5 * 60);
 pub const HOLD_MIN: chrono::TimeDelta = chrono::TimeDelta::minutes(15);
 /// Elastic Metal bills hourly servers by the started hour.
 pub const PAID_PERIOD: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// A hold ends this long before a paid hour does, so that core can delete
+/// the node still unused (Emptiness, its validation, the drain and the API
+/// call take a minute or two) before the next hour starts to be billed: the
+/// standby release's default margin.
+pub const HOLD_MARGIN: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
 /// An order Create is about to make, as the guard judges it.
 #[derive(Debug, Clone, PartialEq)]
@@ -415,20 +420,21 @@ impl NodeState {
     }
 }
 
-/// The end of the first paid hour of a server ordered at `created` that ends
-/// at least [`HOLD_MIN`] after `now`: holding the server until then costs
-/// nothing that is not already paid, except when the hour that ends just
-/// after `now` is too short to wait for, in which case one more hour is held
-/// in place of the server the refusal did not buy.
+/// When a hold of a server ordered at `created` ends: [`HOLD_MARGIN`] before
+/// the end of its first paid hour that leaves at least [`HOLD_MIN`] of hold
+/// from `now`. Holding the server until then costs nothing that is not
+/// already paid, except when the hour under way ends too soon to wait for,
+/// in which case one more hour is held in place of the server the refusal
+/// did not buy.
 pub fn hold_until(created: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
-    let target = now + HOLD_MIN;
+    let target = now + HOLD_MIN + HOLD_MARGIN;
     if target <= created {
-        return created + PAID_PERIOD;
+        return created + PAID_PERIOD - HOLD_MARGIN;
     }
     let elapsed = (target - created).num_seconds();
     let hour = PAID_PERIOD.num_seconds();
     let hours = (elapsed + hour - 1) / hour;
-    created + chrono::TimeDelta::seconds(hours.max(1) * hour)
+    created + chrono::TimeDelta::seconds(hours.max(1) * hour) - HOLD_MARGIN
 }
 
 /// A refused order: Create's answer and the hold it placed.

@@ -383,17 +383,18 @@ fn a_request_fits_when_every_resource_it_asks_for_is_allocatable() {
 }
 
 #[test]
-fn a_hold_lasts_to_the_end_of_a_paid_hour_at_least_fifteen_minutes_away() {
-    // Ordered at 06:00, refused at 06:13: the first hour ends at 07:00.
-    assert_eq!(hold_until(at(0), at(13)), at(60));
-    // At 06:50 the first hour ends too soon: the second one is held.
-    assert_eq!(hold_until(at(0), at(50)), at(120));
-    // Exactly 15 minutes before the hour: that hour.
-    assert_eq!(hold_until(at(0), at(45)), at(60));
+fn a_hold_ends_five_minutes_before_a_paid_hour_at_least_fifteen_minutes_away() {
+    // Ordered at 06:00, refused at 06:13: the first hour ends at 07:00, the
+    // hold 5 minutes before.
+    assert_eq!(hold_until(at(0), at(13)), at(55));
+    // At 06:41 that leaves 14 minutes: the second hour is held.
+    assert_eq!(hold_until(at(0), at(41)), at(115));
+    // At 06:40, exactly 15 minutes: that hour.
+    assert_eq!(hold_until(at(0), at(40)), at(55));
     // Hours after the order: the hour under way (or the next).
-    assert_eq!(hold_until(at(0), at(130)), at(180));
+    assert_eq!(hold_until(at(0), at(130)), at(175));
     // A clock skew that puts the order in the future: its first hour.
-    assert_eq!(hold_until(at(30), at(0)), at(90));
+    assert_eq!(hold_until(at(30), at(0)), at(85));
     let r = requests(1000);
     let order = Order {
         claim: "new",
@@ -403,14 +404,14 @@ fn a_hold_lasts_to_the_end_of_a_paid_hour_at_least_fifteen_minutes_away() {
         requests: &r,
     };
     let refusal = Refusal::new(&order, &claim("late", "metal", "EM-B", 0, true), at(13));
-    assert_eq!(refusal.hold_until, at(60));
+    assert_eq!(refusal.hold_until, at(55));
     let msg = refusal.message();
     assert!(
         msg.contains("not ordering EM-B in fr-par-2 for NodeClaim new"),
         "{msg}"
     );
     assert!(msg.contains("NodeClaim late of NodePool metal"), "{msg}");
-    assert!(msg.contains("until 07:00:00Z"), "{msg}");
+    assert!(msg.contains("until 06:55:00Z"), "{msg}");
     assert!(msg.contains("for 5 min"), "{msg}");
 }
 

@@ -203,11 +203,12 @@ async fn an_order_an_idle_sibling_can_take_is_refused_and_the_sibling_held() {
         "{msg}"
     );
     assert_eq!(g.api.count(Op::CreateServer), 0, "nothing ordered");
-    // Held until the end of its first paid hour (48 min away, more than 15).
+    // Held until 5 minutes before its first paid hour ends (43 min away,
+    // more than 15).
     let holds = g.siblings.holds.lock().unwrap().clone();
     assert_eq!(holds.len(), 1);
     assert_eq!(holds[0].0, "default-late");
-    assert_eq!(holds[0].1, ordered + TimeDelta::hours(1));
+    assert_eq!(holds[0].1, ordered + TimeDelta::minutes(55));
     assert!(holds[0].2.contains("default-second"), "{}", holds[0].2);
     // The offering is unavailable for the refusal's TTL, not the catalog's 30 min.
     let reason = g.catalog.refusal(OFFER, ZONE).expect("offering marked");
