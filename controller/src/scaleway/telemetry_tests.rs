@@ -2,6 +2,7 @@
 //! duration, the retries and the rate-limit figures of a 429 body.
 
 use super::*;
+use crate::scaleway::Server;
 use crate::scaleway::telemetry::{ApiLabel, CallLabels, FloatGauge, OperationLabels};
 
 const GET_SERVER: &str = "GET /servers/{server_id}";
@@ -45,15 +46,31 @@ fn counting(mock: &MockServer) -> (ScalewayClient, Arc<ApiTelemetry>) {
     (client(mock).with_telemetry(t.clone()), t)
 }
 
+/// `GET /servers/{server_id}` answered by `answers`, one per attempt in
+/// turn (an attempt beyond them gets wiremock's bare 404).
+async fn get_server(
+    answers: Vec<ResponseTemplate>,
+) -> (Result<Server, ApiError>, Arc<ApiTelemetry>) {
+    let mock = MockServer::start().await;
+    for answer in answers {
+        Mock::given(method("GET"))
+            .respond_with(answer)
+            .up_to_n_times(1)
+            .mount(&mock)
+            .await;
+    }
+    let (c, t) = counting(&mock);
+    (c.get_server(ZONE, "abc").await, t)
+}
+
+fn ready() -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(server_json("abc", &[]))
+}
+
 #[tokio::test]
 async fn an_answered_call_is_counted_once_as_ok_and_timed() {
-    let mock = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(server_json("abc", &[])))
-        .mount(&mock)
-        .await;
-    let (c, t) = counting(&mock);
-    c.get_server(ZONE, "abc").await.unwrap();
+    let (got, t) = get_server(vec![ready()]).await;
+    got.unwrap();
     assert_eq!(counted(&t, "ok"), 1);
     assert_eq!(timed(&t), 1);
     assert_eq!(retries(&t), 0);
@@ -61,14 +78,9 @@ async fn an_answered_call_is_counted_once_as_ok_and_timed() {
 
 #[tokio::test]
 async fn a_404_is_counted_as_not_found_and_not_retried() {
-    let mock = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"})))
-        .expect(1)
-        .mount(&mock)
-        .await;
-    let (c, t) = counting(&mock);
-    c.get_server(ZONE, "abc").await.unwrap_err();
+    let not_found = ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}));
+    let (got, t) = get_server(vec![not_found]).await;
+    got.unwrap_err();
     assert_eq!(counted(&t, "not_found"), 1);
     assert_eq!(counted(&t, "ok"), 0);
     assert_eq!(retries(&t), 0);
@@ -76,18 +88,9 @@ async fn a_404_is_counted_as_not_found_and_not_retried() {
 
 #[tokio::test]
 async fn a_retried_503_counts_both_attempts_and_one_retry() {
-    let mock = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"message": "busy"})))
-        .up_to_n_times(1)
-        .mount(&mock)
-        .await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(server_json("abc", &[])))
-        .mount(&mock)
-        .await;
-    let (c, t) = counting(&mock);
-    c.get_server(ZONE, "abc").await.unwrap();
+    let busy = ResponseTemplate::new(503).set_body_json(json!({"message": "busy"}));
+    let (got, t) = get_server(vec![busy, ready()]).await;
+    got.unwrap();
     assert_eq!(counted(&t, "unavailable"), 1);
     assert_eq!(counted(&t, "ok"), 1);
     assert_eq!(retries(&t), 1);
@@ -96,28 +99,18 @@ async fn a_retried_503_counts_both_attempts_and_one_retry() {
 
 #[tokio::test]
 async fn a_429_body_reports_the_rate_limit_and_one_without_leaves_it() {
-    let mock = MockServer::start().await;
     let throttled = json!({
         "type": "too_many_requests", "message": "rate limit exceeded",
         "limit": {"quota": 100, "window_seconds": 60}, "reset_seconds": 12
     });
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(429).set_body_json(throttled))
-        .up_to_n_times(1)
-        .mount(&mock)
-        .await;
-    // The historical 429: no body at all.
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(429))
-        .up_to_n_times(1)
-        .mount(&mock)
-        .await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(server_json("abc", &[])))
-        .mount(&mock)
-        .await;
-    let (c, t) = counting(&mock);
-    c.get_server(ZONE, "abc").await.unwrap();
+    let answers = vec![
+        ResponseTemplate::new(429).set_body_json(throttled),
+        // The historical 429: no body at all.
+        ResponseTemplate::new(429),
+        ready(),
+    ];
+    let (got, t) = get_server(answers).await;
+    got.unwrap();
     assert_eq!(counted(&t, "throttled"), 2);
     assert_eq!(counted(&t, "ok"), 1);
     assert_eq!(retries(&t), 2);
