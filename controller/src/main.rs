@@ -299,6 +299,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         nodes: standby_port.clone(),
         settings: engine_settings.clone(),
     }));
+    // Installs in progress for /metrics, both engines together.
+    let installs: metrics::InstallsByPhase = {
+        let (engine, standby_engine) = (engine.clone(), standby_engine.clone());
+        Arc::new(move || {
+            let mut by_phase = engine.installs_by_phase();
+            for (phase, n) in standby_engine.installs_by_phase() {
+                *by_phase.entry(phase).or_default() += n;
+            }
+            by_phase
+        })
+    };
     let node_claims = NodeClaimList::new(client.clone());
     let class_port = Arc::new(KubeNodeClasses::new(store, client.clone()));
     let churn_watch = tokio::spawn(
@@ -433,12 +444,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stopped(stop_rx.clone()),
     ));
     let metrics_server = args.metrics_listen.map(|addr| {
-        tokio::spawn(metrics::serve(
-            addr,
+        let sources = metrics::Sources {
             catalog,
             is_leader,
-            stopped(stop_rx.clone()),
-        ))
+            installs,
+        };
+        tokio::spawn(metrics::serve(addr, sources, stopped(stop_rx.clone())))
     });
 
     let stop_tx = Arc::new(stop_tx);

@@ -459,32 +459,55 @@ pub fn node_has_taint(node: &Node, key: &str) -> bool {
         .is_some_and(|t| t.iter().any(|t| t.key == key))
 }
 
-/// The sum of every series of metric `name` (Prometheus text format) whose
-/// labels include all of `labels`; 0 when there is none (a counter that was
-/// never incremented is often not exported at all).
+/// The sum of every series of metric `name` (Prometheus or OpenMetrics
+/// text) whose labels include all of `labels`; 0 when there is none (a
+/// counter that was never incremented is often not exported at all).
 pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let rest = l.strip_prefix(name)?;
             let (series_labels, value) = match rest.strip_prefix('{') {
-                Some(inner) => {
-                    let (ls, value) = inner.split_once('}')?;
-                    (ls, value)
-                }
-                None if rest.starts_with(' ') => ("", rest),
+                Some(inner) => label_pairs(inner)?,
+                None if rest.starts_with(' ') => (Vec::new(), rest),
                 None => return None,
             };
-            let wanted = labels.iter().all(|(k, v)| {
-                series_labels
-                    .split(',')
-                    .any(|p| p.trim() == format!("{k}=\"{v}\""))
-            });
+            let wanted = labels
+                .iter()
+                .all(|(k, v)| series_labels.iter().any(|(sk, sv)| sk == k && sv == v));
             let value: f64 = value.split_whitespace().next()?.parse().ok()?;
             wanted.then_some(value)
         })
         // A fold from +0.0: `sum` of no f64 is -0.0, printed "-0".
         .fold(0.0, |total, v| total + v)
+}
+
+/// The `key="value"` pairs after a series' `{`, values unescaped (they may
+/// hold `{`, `}` or `,`: the provider's `operation="GET /servers/{server_id}"`),
+/// and what follows the closing `}`.
+fn label_pairs(mut rest: &str) -> Option<(Vec<(String, String)>, &str)> {
+    let mut pairs = Vec::new();
+    loop {
+        rest = rest.trim_start_matches([',', ' ']);
+        if let Some(after) = rest.strip_prefix('}') {
+            return Some((pairs, after));
+        }
+        let (key, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        pairs.push((key.trim().to_string(), value));
+        rest = &after[end + 1..];
+    }
 }
 
 /// Passes of Karpenter core's NodeClaim garbage collector on the first
@@ -622,5 +645,61 @@ karpenter_scaleway_leader 1
         assert_eq!(metric_sum(text, "karpenter_scaleway_leader", &[]), 1.0);
         assert_eq!(metric_sum(text, "karpenter_scaleway_lead", &[]), 0.0);
         assert_eq!(metric_sum(text, "missing_total", &gc), 0.0);
+    }
+
+    /// Lines of the provider's `/metrics` (prometheus-client's OpenMetrics
+    /// text), as a scrape wrote them.
+    #[test]
+    fn reads_the_providers_openmetrics_text() {
+        let text = r#"# HELP karpenter_scaleway_leader 1 when the bridge reported this replica as leader.
+# TYPE karpenter_scaleway_leader gauge
+karpenter_scaleway_leader 1
+# TYPE karpenter_scaleway_api_requests counter
+karpenter_scaleway_api_requests_total{api="baremetal",operation="GET /servers/{server_id}",result="throttled"} 1
+karpenter_scaleway_api_requests_total{api="baremetal",operation="GET /servers/{server_id}",result="ok"} 3
+karpenter_scaleway_api_requests_total{api="iam",operation="GET /iam/v1alpha1/ssh-keys",result="ok"} 1
+karpenter_scaleway_api_request_duration_seconds_bucket{le="0.1",api="baremetal",operation="GET /servers/{server_id}"} 2
+karpenter_scaleway_api_rate_limit_quota{api="baremetal"} 50.0
+karpenter_scaleway_standby_servers{nodeclass="warm",offer="EM-A115X-SSD",zone="fr-par-2",state="idle"} 2
+karpenter_scaleway_catalog_unavailable_offerings{offer="a \"quoted\", name",zone="fr-par-2",reason="out_of_stock"} 1
+# EOF
+"#;
+        let requests = "karpenter_scaleway_api_requests_total";
+        let get_server = ("operation", "GET /servers/{server_id}");
+        assert_eq!(metric_sum(text, requests, &[get_server]), 4.0);
+        assert_eq!(
+            metric_sum(text, requests, &[get_server, ("result", "ok")]),
+            3.0
+        );
+        assert_eq!(metric_sum(text, requests, &[("result", "ok")]), 4.0);
+        assert_eq!(
+            metric_sum(
+                text,
+                "karpenter_scaleway_api_request_duration_seconds_bucket",
+                &[("le", "0.1"), get_server]
+            ),
+            2.0
+        );
+        assert_eq!(
+            metric_sum(text, "karpenter_scaleway_api_rate_limit_quota", &[]),
+            50.0
+        );
+        assert_eq!(
+            metric_sum(
+                text,
+                "karpenter_scaleway_standby_servers",
+                &[("nodeclass", "warm"), ("state", "idle")]
+            ),
+            2.0
+        );
+        assert_eq!(
+            metric_sum(
+                text,
+                "karpenter_scaleway_catalog_unavailable_offerings",
+                &[("offer", "a \"quoted\", name")]
+            ),
+            1.0
+        );
+        assert_eq!(metric_sum(text, "karpenter_scaleway_leader", &[]), 1.0);
     }
 }

@@ -23,7 +23,10 @@ pub use mapping::{Excluded, arch_of, instance_types, region_of};
 pub use resources::{
     KubeletReservations, Overhead, Resources, bytes_quantity, parse_quantity_milli,
 };
-pub use store::{CatalogStore, ClassView, ReservedPool, Snapshot, read_zone, run_refresher};
+pub use store::{
+    CatalogStore, ClassView, ReservedPool, Snapshot, Unavailability, UnavailableOffering,
+    read_zone, run_refresher,
+};
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -122,12 +122,64 @@ impl From<(Vec<String>, Billing)> for ClassView {
 /// (offer name, zone).
 type OfferingKey = (String, String);
 
+/// Why an offering is marked unavailable: a small set, so that it can label
+/// a metric (`karpenter_scaleway_catalog_unavailable_offerings{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unavailability {
+    /// An order was refused: out of stock.
+    OutOfStock,
+    /// An order was refused: the account's quota.
+    QuotaExceeded,
+    /// An order was refused: the offer (or its image) is gone.
+    NotFound,
+    /// A VM fell back to stopped after power-on (no capacity on the host).
+    StoppedAfterPowerOn,
+    /// The churn guard refused an order an idle sibling can take.
+    ChurnGuard,
+}
+
+impl Unavailability {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Unavailability::OutOfStock => "out_of_stock",
+            Unavailability::QuotaExceeded => "quota_exceeded",
+            Unavailability::NotFound => "not_found",
+            Unavailability::StoppedAfterPowerOn => "stopped_after_power_on",
+            Unavailability::ChurnGuard => "churn_guard",
+        }
+    }
+}
+
+/// What operators read (the offering's `unavailable_reason`, logs).
+impl std::fmt::Display for Unavailability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unavailability::OutOfStock => "out of stock",
+            Unavailability::QuotaExceeded => "quota exceeded",
+            Unavailability::NotFound => "not found",
+            Unavailability::StoppedAfterPowerOn => "fell back to stopped after power-on",
+            Unavailability::ChurnGuard => "an idle sibling can take the pods",
+        })
+    }
+}
+
+/// One offering marked unavailable now (for `/metrics`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnavailableOffering {
+    pub offer: String,
+    pub zone: String,
+    pub reason: &'static str,
+}
+
 /// An offering refused for lack of stock or quota.
 #[derive(Debug, Clone)]
 struct Refusal {
     until: Instant,
     /// The same moment on the wall clock, to show operators.
     until_wall: SystemTime,
+    kind: Unavailability,
+    /// What operators read: the kind, or the churn guard's details.
     reason: String,
 }
 
@@ -232,6 +284,24 @@ impl CatalogStore {
         self.unavailable_ttl
     }
 
+    /// The offerings marked unavailable now (expired marks left out), sorted.
+    pub fn unavailable_offerings(&self) -> Vec<UnavailableOffering> {
+        let now = Instant::now();
+        let mut out: Vec<UnavailableOffering> = self
+            .lock()
+            .unavailable
+            .iter()
+            .filter(|(_, r)| r.until > now)
+            .map(|((offer, zone), r)| UnavailableOffering {
+                offer: offer.clone(),
+                zone: zone.clone(),
+                reason: r.kind.label(),
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
         self.tx.subscribe()
     }
@@ -333,25 +403,25 @@ impl CatalogStore {
     /// An order of `offer` in `zone` failed for lack of capacity: the offering
     /// is unavailable until the TTL passes, so that Karpenter stops choosing it.
     pub fn mark_unavailable(&self, offer: &str, zone: &str) {
-        self.mark_unavailable_for(offer, zone, "out of stock");
+        self.mark_unavailable_for(offer, zone, Unavailability::OutOfStock);
     }
 
     /// Like [`mark_unavailable`](Self::mark_unavailable) with the reason shown
     /// to operators; returns the revision of the catalog that holds the mark,
     /// so that a caller can wait for a watcher to have seen it.
-    pub fn mark_unavailable_for(&self, offer: &str, zone: &str, reason: &str) -> u64 {
+    pub fn mark_unavailable_for(&self, offer: &str, zone: &str, reason: Unavailability) -> u64 {
         self.mark_unavailable_at(offer, zone, reason, Instant::now())
     }
 
-    /// Like [`mark_unavailable_for`](Self::mark_unavailable_for) for `ttl`
-    /// (at most the store's TTL), and never shortening a longer mark: a
-    /// refusal by the churn guard, which only needs core to stop asking for a
-    /// while.
+    /// A refusal by the churn guard ([`Unavailability::ChurnGuard`], `detail`
+    /// shown to operators), which only needs core to stop asking for a
+    /// while: for `ttl` (at most the store's TTL), never shortening a longer
+    /// mark.
     pub fn mark_unavailable_until(
         &self,
         offer: &str,
         zone: &str,
-        reason: &str,
+        detail: &str,
         ttl: Duration,
     ) -> u64 {
         let ttl = ttl.min(self.unavailable_ttl);
@@ -364,18 +434,27 @@ impl CatalogStore {
         if longer {
             return self.snapshot().revision;
         }
-        self.mark_unavailable_ttl(offer, zone, reason, now, ttl)
+        let refusal = (Unavailability::ChurnGuard, detail.to_string());
+        self.mark_unavailable_ttl(offer, zone, refusal, now, ttl)
     }
 
-    fn mark_unavailable_at(&self, offer: &str, zone: &str, reason: &str, now: Instant) -> u64 {
-        self.mark_unavailable_ttl(offer, zone, reason, now, self.unavailable_ttl)
+    fn mark_unavailable_at(
+        &self,
+        offer: &str,
+        zone: &str,
+        reason: Unavailability,
+        now: Instant,
+    ) -> u64 {
+        let refusal = (reason, reason.to_string());
+        self.mark_unavailable_ttl(offer, zone, refusal, now, self.unavailable_ttl)
     }
 
+    /// `(kind, reason)`: the mark's class and what operators read.
     fn mark_unavailable_ttl(
         &self,
         offer: &str,
         zone: &str,
-        reason: &str,
+        (kind, reason): (Unavailability, String),
         now: Instant,
         ttl: Duration,
     ) -> u64 {
@@ -385,13 +464,14 @@ impl CatalogStore {
             Refusal {
                 until: now + ttl,
                 until_wall: SystemTime::now() + ttl,
-                reason: reason.to_string(),
+                kind,
+                reason: reason.clone(),
             },
         );
         info!(
             offer,
             zone,
-            reason,
+            %reason,
             ttl_s = ttl.as_secs(),
             "offering marked unavailable"
         );

@@ -56,7 +56,7 @@ fn unavailable_offerings_expire() {
     let store = CatalogStore::new(Duration::from_secs(60));
     store.set_base(base());
     let t0 = Instant::now();
-    let rev = store.mark_unavailable_at("EM-A115X-SSD", "fr-par-2", "out of stock", t0);
+    let rev = store.mark_unavailable_at("EM-A115X-SSD", "fr-par-2", Unavailability::OutOfStock, t0);
     let s = store.snapshot();
     assert_eq!(s.revision, 2);
     assert_eq!(rev, 2, "the revision holding the mark is returned");
@@ -264,7 +264,7 @@ async fn concurrent_orders_for_one_offering_take_turns() {
         })
     };
     tokio::time::sleep(Duration::from_millis(20)).await;
-    store.mark_unavailable_for("EM-A115X-SSD", "fr-par-2", "out of stock");
+    store.mark_unavailable_for("EM-A115X-SSD", "fr-par-2", Unavailability::OutOfStock);
     drop(first);
     let (got_slot, refusal) = waiter.await.unwrap();
     assert!(got_slot);

@@ -22,12 +22,7 @@ fn standby_spec(key: &str) -> InstallSpec {
 
 /// How many installs ended with `result`, process-wide.
 fn outcomes(result: &str) -> u64 {
-    let mut out = String::new();
-    crate::metrics::install_metrics().render(&mut out);
-    let line = format!("karpenter_scaleway_install_outcomes_total{{result=\"{result}\"}} ");
-    out.lines()
-        .find_map(|l| l.strip_prefix(line.as_str()))
-        .map_or(0, |n| n.parse().unwrap())
+    crate::metrics::install_metrics().outcomes(result)
 }
 
 fn count(w: &World, reason: &str) -> usize {

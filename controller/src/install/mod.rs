@@ -590,6 +590,22 @@ impl InstallEngine {
             .map(|(_, phase)| *phase)
     }
 
+    /// The installs running now (not joined, failed or standby), by phase.
+    pub fn installs_by_phase(&self) -> BTreeMap<&'static str, usize> {
+        let mut by_phase = BTreeMap::new();
+        for (_, phase) in self
+            .phases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            if !phase.is_terminal() {
+                *by_phase.entry(phase.as_str()).or_default() += 1;
+            }
+        }
+        by_phase
+    }
+
     /// Drops what this engine knows of a server, so that the next
     /// [`Self::resume`] (or [`Self::start`]) of it runs again.
     fn forget(&self, server_id: &str) {

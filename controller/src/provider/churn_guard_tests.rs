@@ -191,7 +191,7 @@ fn cold_path(g: &Guarded) -> (Value, DateTime<Utc>) {
 async fn an_order_an_idle_sibling_can_take_is_refused_and_the_sibling_held() {
     let g = guarded();
     let (create, ordered) = cold_path(&g);
-    let before = crate::metrics::churn_metrics().snapshot();
+    let before = crate::metrics::churn_metrics().refused_count("default", OFFER);
     let err = g.provider.create(create).await.unwrap_err();
     let ProviderError::InsufficientCapacity(msg) = &err else {
         panic!("expected InsufficientCapacity, got {err:?}");
@@ -213,12 +213,8 @@ async fn an_order_an_idle_sibling_can_take_is_refused_and_the_sibling_held() {
     // The offering is unavailable for the refusal's TTL, not the catalog's 30 min.
     let reason = g.catalog.refusal(OFFER, ZONE).expect("offering marked");
     assert!(reason.contains("default-late"), "{reason}");
-    let after = crate::metrics::churn_metrics().snapshot();
-    let key = ("default".to_string(), OFFER.to_string());
-    assert_eq!(
-        after.refused.get(&key).copied().unwrap_or(0),
-        before.refused.get(&key).copied().unwrap_or(0) + 1
-    );
+    let after = crate::metrics::churn_metrics().refused_count("default", OFFER);
+    assert_eq!(after, before + 1);
 }
 
 #[tokio::test]

@@ -13,7 +13,9 @@ use super::{
     KubeError, NodeClassRecord, NodeRegistration, Provider, ProviderError, TAG_NODECLAIM,
     TAG_NODECLASS, TAG_NODEPOOL, candidates, provider_id, tag, tag_value,
 };
-use crate::catalog::{Billing, ClassKind, InstanceType, KubeletReservations, Snapshot};
+use crate::catalog::{
+    Billing, ClassKind, InstanceType, KubeletReservations, Snapshot, Unavailability,
+};
 use crate::churn;
 use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
 use crate::nodeclass::{self, NodeClassSpec, SecretKeyRef};
@@ -618,9 +620,9 @@ impl Provider {
         zone: &str,
     ) -> ProviderError {
         let reason = match err {
-            ApiError::OutOfStock(_) => "out of stock",
-            ApiError::QuotaExceeded(_) => "quota exceeded",
-            ApiError::NotFound(_) => "not found",
+            ApiError::OutOfStock(_) => Unavailability::OutOfStock,
+            ApiError::QuotaExceeded(_) => Unavailability::QuotaExceeded,
+            ApiError::NotFound(_) => Unavailability::NotFound,
             other => return order_error(other),
         };
         warn!(nodeclaim = claim, zone, offer, error = %err,

@@ -138,16 +138,7 @@ fn claim_for(name: &str, zone: &str, id: &str) -> Value {
 }
 
 fn failures(reason: ListFailureReason) -> u64 {
-    let mut out = String::new();
-    safety_metrics().render(&mut out);
-    let line = format!(
-        "karpenter_scaleway_list_failures_total{{reason=\"{}\"}} ",
-        reason.as_str()
-    );
-    out.lines()
-        .find_map(|l| l.strip_prefix(&line))
-        .and_then(|v| v.parse().ok())
-        .expect("the counter is rendered")
+    safety_metrics().list_failures(reason.as_str())
 }
 
 fn provider_ids(listed: &[Value]) -> Vec<String> {

@@ -1,3 +1,4 @@
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -5,6 +6,7 @@ use wiremock::matchers::{body_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::*;
+use crate::scaleway::telemetry::{ApiTelemetry, EndpointLabel};
 use crate::scaleway::{ServerStatus, SubscriptionPeriod};
 
 const ZONE: &str = "fr-par-2";
@@ -381,13 +383,15 @@ async fn a_paced_call_that_cannot_wait_its_turn_is_not_sent() {
         .await;
     // One call every 4 s: the second list's turn is further away than a
     // call made for a Karpenter RPC may wait.
-    let c = client(&mock).with_pacing(Some(0.25));
+    let t = Arc::new(ApiTelemetry::default());
+    let c = client(&mock)
+        .with_pacing(Some(0.25))
+        .with_telemetry(t.clone());
     let filter = ServerFilter::default();
     assert!(c.list_servers(ZONE, &filter).await.unwrap().is_empty());
     let err = c.list_servers(ZONE, &filter).await.unwrap_err();
     assert_eq!(err, ApiError::Throttled);
-    let refused = crate::scaleway::pacer::stats()["GET /servers"].refused;
-    assert!(refused >= 1, "{refused}");
+    assert_eq!(by_endpoint(&t.refused, "GET /servers"), 1);
 }
 
 #[tokio::test]
@@ -401,10 +405,28 @@ async fn a_read_made_only_if_idle_is_skipped_when_no_turn_is_free() {
         .await;
     // One call every 4 s: the first read takes the free turn, the second
     // finds none and is not sent.
-    let c = client(&mock).with_pacing(Some(0.25));
+    let t = Arc::new(ApiTelemetry::default());
+    let c = client(&mock)
+        .with_pacing(Some(0.25))
+        .with_telemetry(t.clone());
     let first = c.get_server_if_idle(ZONE, "abc").await.unwrap();
     assert_eq!(first.map(|s| s.id), Some("abc".to_string()));
     assert_eq!(c.get_server_if_idle(ZONE, "abc").await.unwrap(), None);
-    let skipped = crate::scaleway::pacer::stats()["GET /servers/{server_id}"].skipped;
-    assert!(skipped >= 1, "{skipped}");
+    assert_eq!(by_endpoint(&t.skipped, "GET /servers/{server_id}"), 1);
 }
+
+/// A per-endpoint counter's value (0 when never counted).
+fn by_endpoint(
+    family: &prometheus_client::metrics::family::Family<
+        EndpointLabel,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    endpoint: &'static str,
+) -> u64 {
+    family
+        .get(&EndpointLabel { endpoint })
+        .map_or(0, |c| c.get())
+}
+
+#[path = "telemetry_tests.rs"]
+mod telemetry;

@@ -9,7 +9,8 @@
 //! rebooting, power actions) are only retried when the API certainly did not
 //! act on them.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use reqwest::Method;
@@ -20,7 +21,8 @@ use tracing::{debug, warn};
 
 use super::ApiError;
 use super::errors::classify;
-use super::pacer::{self as pacing, Pacer, Turn};
+use super::pacer::{Pacer, Turn};
+use super::telemetry::{ApiTelemetry, api_telemetry};
 
 /// The largest page the APIs serve (`page_size` of EM/IAM, `per_page` of
 /// Instance).
@@ -93,6 +95,8 @@ pub struct ScalewayClient {
     /// Calls per endpoint per second (`None`: unpaced).
     pacer: Option<Pacer>,
     request_timeout: Duration,
+    /// Where calls, retries and pacing are counted.
+    telemetry: Arc<ApiTelemetry>,
 }
 
 /// Which API answers: the error bodies and the paging differ between them.
@@ -244,6 +248,7 @@ impl ScalewayClient {
             retry: config.retry,
             pacer: None,
             request_timeout: config.request_timeout,
+            telemetry: api_telemetry().clone(),
         })
     }
 
@@ -257,6 +262,12 @@ impl ScalewayClient {
         self
     }
 
+    /// Counts into `telemetry` instead of the process-wide counters.
+    pub fn with_telemetry(mut self, telemetry: Arc<ApiTelemetry>) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// Takes a turn of `endpoint` only if one is free now: `false` (and the
     /// skip counted) when the caller would have to wait. Unpaced: always.
     pub(super) async fn idle_turn(&self, endpoint: &'static str) -> bool {
@@ -264,7 +275,7 @@ impl ScalewayClient {
             return true;
         };
         if pacer.turn(endpoint, Duration::ZERO).await == Turn::Refused {
-            pacing::record_skipped(endpoint);
+            self.telemetry.skipped(endpoint);
             return false;
         }
         true
@@ -281,7 +292,7 @@ impl ScalewayClient {
             Patience::Long | Patience::Taken => self.request_timeout,
         };
         let turn = pacer.turn(endpoint, limit).await;
-        pacing::record(endpoint, turn);
+        self.telemetry.paced(endpoint, turn);
         match turn {
             Turn::Refused => {
                 debug!(
@@ -306,13 +317,18 @@ impl ScalewayClient {
             if !(attempt == 0 && req.patience == Patience::Taken) {
                 self.wait_turn(req.endpoint, req.patience).await?;
             }
-            let err = match self.send_once(req, &url).await {
+            let started = Instant::now();
+            let outcome = self.send_once(req, &url).await;
+            self.telemetry.attempt(
+                req.api,
+                req.endpoint,
+                started.elapsed(),
+                outcome.as_ref().map(|_| ()),
+            );
+            let err = match outcome {
                 Ok(reply) => return Ok(reply),
                 Err(err) => err,
             };
-            if err == ApiError::Throttled {
-                pacing::record_throttled(req.endpoint);
-            }
             attempt += 1;
             let may_retry = match req.idempotency {
                 Idempotency::Idempotent => err.is_retryable(),
@@ -327,6 +343,7 @@ impl ScalewayClient {
             let delay = self.retry.delay(attempt - 1);
             warn!(%method, path, attempt, error = %err, delay_ms = delay.as_millis() as u64,
                 "retrying Scaleway API call");
+            self.telemetry.retry(req.api, req.endpoint);
             tokio::time::sleep(delay).await;
         }
     }
@@ -364,10 +381,13 @@ impl ScalewayClient {
         }
         let bytes = resp.bytes().await.map_err(transport_error)?;
         if status.is_success() {
-            Ok(Reply { headers, bytes })
-        } else {
-            Err(classify(req.api, status, &bytes))
+            return Ok(Reply { headers, bytes });
         }
+        let err = classify(req.api, status, &bytes);
+        if err == ApiError::Throttled {
+            self.telemetry.throttled(req.api, req.endpoint, &bytes);
+        }
+        Err(err)
     }
 
     /// Reads every page of a list endpoint whose items are the array

@@ -16,6 +16,7 @@ mod http;
 pub mod instance;
 mod model;
 pub mod pacer;
+pub mod telemetry;
 
 pub use errors::classify;
 pub use http::{Api, ClientConfig, RetryPolicy, ScalewayClient, SecretKey};
@@ -76,6 +77,23 @@ impl ApiError {
                 | ApiError::Timeout(_)
                 | ApiError::Inconsistent(_)
         )
+    }
+
+    /// The class as a metric label (`result` of
+    /// `karpenter_scaleway_api_requests_total`).
+    pub fn class(&self) -> &'static str {
+        match self {
+            ApiError::NotFound(_) => "not_found",
+            ApiError::OutOfStock(_) => "out_of_stock",
+            ApiError::QuotaExceeded(_) => "quota_exceeded",
+            ApiError::TransientState(_) => "transient_state",
+            ApiError::Throttled => "throttled",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Timeout(_) => "timeout",
+            ApiError::Inconsistent(_) => "inconsistent",
+            ApiError::Invalid(_) => "invalid",
+            ApiError::Unauthorized(_) => "unauthorized",
+        }
     }
 
     /// The order could not be placed for lack of capacity (stock or quota).

@@ -17,8 +17,8 @@
 //! Create that must answer within seconds fails back to Karpenter (which
 //! calls it again) rather than outliving its caller's deadline.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{LazyLock, Mutex};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -83,56 +83,6 @@ impl Pacer {
             }
         }
     }
-}
-
-/// What pacing did, per endpoint, process-wide (for `/metrics`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Stats {
-    /// Calls that waited for their turn.
-    pub waited: u64,
-    /// Their waits, summed.
-    pub wait_seconds: f64,
-    /// Calls not sent: their turn was further away than they could wait.
-    pub refused: u64,
-    /// Reads made only if idle that were not made: no turn was free.
-    pub skipped: u64,
-    /// 429 answers received anyway (another client of the same account, or
-    /// a limit lower than the pace).
-    pub throttled: u64,
-}
-
-static STATS: LazyLock<Mutex<BTreeMap<&'static str, Stats>>> = LazyLock::new(Mutex::default);
-
-fn with_stats(endpoint: &'static str, f: impl FnOnce(&mut Stats)) {
-    let mut all = STATS.lock().unwrap_or_else(|e| e.into_inner());
-    f(all.entry(endpoint).or_default());
-}
-
-/// Counts what pacing did to one call.
-pub fn record(endpoint: &'static str, turn: Turn) {
-    match turn {
-        Turn::Now => {}
-        Turn::Waited(d) => with_stats(endpoint, |s| {
-            s.waited += 1;
-            s.wait_seconds += d.as_secs_f64();
-        }),
-        Turn::Refused => with_stats(endpoint, |s| s.refused += 1),
-    }
-}
-
-/// Counts a read skipped for want of a free turn.
-pub fn record_skipped(endpoint: &'static str) {
-    with_stats(endpoint, |s| s.skipped += 1);
-}
-
-/// Counts a 429 answer.
-pub fn record_throttled(endpoint: &'static str) {
-    with_stats(endpoint, |s| s.throttled += 1);
-}
-
-/// Every endpoint that waited, was refused or throttled so far.
-pub fn stats() -> BTreeMap<&'static str, Stats> {
-    STATS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 #[cfg(test)]

@@ -137,7 +137,8 @@ struct Outcome {
     machine_busiest: f64,
     throttling: Throttling,
     install_outcomes: BTreeMap<String, f64>,
-    /// The provider's pacing and 429 counters (`karpenter_scaleway_api_*`).
+    /// The provider's API counters: calls by result, retries, pacing, 429s
+    /// (`karpenter_scaleway_api_*`).
     pacing: Vec<String>,
     servers_ordered: u64,
     joined: usize,
@@ -222,7 +223,8 @@ async fn run(stack: &Stack, args: &Args, pids: &[(String, u32)]) -> Result<()> {
     let install_outcomes = outcomes(&metrics);
     let pacing = metrics
         .lines()
-        .filter(|l| l.starts_with("karpenter_scaleway_api_"))
+        // The API families; the duration histograms' buckets left out.
+        .filter(|l| l.starts_with("karpenter_scaleway_api_") && !l.contains("_bucket{"))
         .map(str::to_string)
         .collect();
     let log = stack

@@ -178,7 +178,7 @@ impl VmJoiner {
                 detail = %server.state_detail, "VM not joined yet");
             return JoinOutcome::Waiting;
         }
-        let reason = "fell back to stopped after power-on";
+        let reason = crate::catalog::Unavailability::StoppedAfterPowerOn;
         self.provider
             .catalog
             .mark_unavailable_for(&server.commercial_type, &zone, reason);
@@ -198,7 +198,11 @@ impl VmJoiner {
                 },
             )
             .await;
-        match self.nodes.delete_node_claim(name, reason).await {
+        match self
+            .nodes
+            .delete_node_claim(name, &reason.to_string())
+            .await
+        {
             Ok(()) => JoinOutcome::FellBack,
             Err(e) => JoinOutcome::Retry(format!("deleting the NodeClaim: {e}")),
         }
