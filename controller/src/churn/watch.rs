@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -25,9 +25,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::hold::KubeSiblingNodes;
-use super::{
-    ClaimView, detect, hold_until, is_workload, late_replacement, order_cost, parse_pool, risk_of,
-};
+use super::{ClaimView, detect, hold_until, late_replacement, order_cost, parse_pool, risk_of};
 use crate::catalog::{CatalogStore, ClassKind};
 use crate::k8s::events::{EventRecorder, NewEvent};
 use crate::k8s::nodes::NodeClaimList;
@@ -48,7 +46,6 @@ fn node_pool_resource() -> ApiResource {
 pub struct ChurnWatch {
     pools: Api<DynamicObject>,
     claims: NodeClaimList,
-    pods: Api<Pod>,
     events: EventRecorder,
     catalog: Arc<CatalogStore>,
     classes: Arc<dyn NodeClasses>,
@@ -75,7 +72,6 @@ impl ChurnWatch {
         ChurnWatch {
             pools: Api::all_with(client.clone(), &node_pool_resource()),
             claims: NodeClaimList::new(client.clone()),
-            pods: Api::all(client.clone()),
             siblings: KubeSiblingNodes::new(client.clone()),
             events: EventRecorder::new(client),
             catalog,
@@ -228,7 +224,7 @@ impl ChurnWatch {
                 let runs = match idle_cache.get(node) {
                     Some(b) => *b,
                     None => {
-                        let b = self.runs_work(node).await?;
+                        let b = self.siblings.runs_work(node).await?;
                         idle_cache.insert(node.clone(), b);
                         b
                     }
@@ -369,17 +365,6 @@ impl ChurnWatch {
             .retain(|(node, _)| claims.iter().any(|c| c.node_name.as_deref() == Some(node)));
         churn_metrics().set_held(kept);
         Ok(())
-    }
-
-    /// Whether a pod other than a DaemonSet's or a mirror pod runs on `node`.
-    async fn runs_work(&self, node: &str) -> Result<bool, kube::Error> {
-        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let pods = self.pods.list(&params).await?;
-        Ok(pods.items.iter().any(|p| {
-            serde_json::to_value(p)
-                .map(|v| is_workload(&v))
-                .unwrap_or(true)
-        }))
     }
 }
 
