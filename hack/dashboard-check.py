@@ -1,0 +1,662 @@
+#!/usr/bin/env python3
+"""Checks the chart's Grafana dashboard and PrometheusRule against the metrics that
+exist (run by hack/chart-check.sh; Python 3 standard library only).
+
+    hack/dashboard-check.py --rules RULES.json [--dashboard FILE]
+                            [--provider-metrics FILE] [--karpenter-dir DIR]
+    hack/dashboard-check.py --self-test --rules RULES.json ...
+
+What it checks:
+
+  * the dashboard is JSON with the structure the chart relies on: a `datasource`
+    template variable of type prometheus, a fixed uid, schemaVersion >= 39, unique
+    panel ids, a gridPos on every panel, and every panel and target querying
+    `${datasource}` (never a hard-coded datasource uid);
+  * the PrometheusRule (the rendered chart's document, as JSON: chart-check.sh converts
+    the YAML) has groups of rules that each have alert, expr, for, labels.severity,
+    annotations.summary and annotations.description;
+  * every metric name in every PromQL expression (panel targets, template variable
+    queries, alert expressions) is one the provider or Karpenter core exports, and is
+    used as its type allows: counters and histogram series only under rate(), irate(),
+    increase() and friends, gauges never under them, and histogram_quantile() over
+    `_bucket` series grouped by `le`.
+
+Where the names come from:
+
+  * the provider: `--provider-metrics FILE`, the text of a running provider's
+    /metrics (Prometheus text or OpenMetrics: `# TYPE` lines and samples). Without it,
+    the `"karpenter_scaleway_..."` string literals in controller/src. That fallback is
+    weaker: a literal proves a name is written somewhere, not that it is exported
+    (nor under which type, which is guessed from the name and the text around it),
+    and a registry that adds a prefix or the `_total` suffix itself hides names from
+    it (it fails when it finds fewer than MIN_PROVIDER_NAMES, rather than pass).
+  * Karpenter core: the prometheus.*Opts declarations of sigs.k8s.io/karpenter's
+    source (the module version the bridge's go.mod requires), Namespace, Subsystem and
+    Name resolved through the package constants. It fails when it finds fewer than
+    MIN_CORE_NAMES, which would mean the extraction broke.
+
+Exit status: 0 when everything checks, 1 with the list of problems otherwise.
+"""
+import argparse
+import copy
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "charts" / "karpenter-scaleway" / "dashboards" / "karpenter-scaleway.json"
+PROVIDER_SRC = ROOT / "controller" / "src"
+MIN_CORE_NAMES = 30
+MIN_PROVIDER_NAMES = 30
+
+# Metrics issue 15 adds to the provider in a branch of its own (the API accounting),
+# with the names and types fixed there. Accepted while the provider does not export
+# them yet; once it does, this check fails until the entry is removed here, so the
+# list cannot outlive its reason. `--no-pending` refuses them (for a run against a
+# provider that should have them).
+PENDING_PROVIDER = {
+    "karpenter_scaleway_api_requests_total": "counter",
+    "karpenter_scaleway_api_request_duration_seconds": "histogram",
+    "karpenter_scaleway_api_retries_total": "counter",
+    "karpenter_scaleway_api_rate_limit_quota": "gauge",
+    "karpenter_scaleway_api_rate_limit_window_seconds": "gauge",
+    "karpenter_scaleway_api_rate_limit_reset_seconds": "gauge",
+    "karpenter_scaleway_catalog_unavailable_offerings": "gauge",
+    "karpenter_scaleway_installs_in_progress": "gauge",
+}
+
+# ---------------------------------------------------------------------------
+# Known metrics: family name -> type (counter, gauge, histogram, summary, untyped)
+
+
+def sample_names(families):
+    """Maps each sample name a family exposes to (family, type)."""
+    out = {}
+    for family, kind in families.items():
+        if kind == "histogram":
+            names = [family + s for s in ("_bucket", "_sum", "_count")]
+        elif kind == "summary":
+            names = [family, family + "_sum", family + "_count"]
+        elif kind == "counter":
+            names = [family if family.endswith("_total") else family + "_total"]
+        else:
+            names = [family]
+        for n in names:
+            out[n] = (family, kind)
+    return out
+
+
+def parse_exposition(text):
+    """Families of a Prometheus text or OpenMetrics exposition: `# TYPE` lines, and
+    samples without one (untyped)."""
+    families, samples = {}, set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                families[parts[2]] = parts[3].strip()
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)", line)
+        if m:
+            samples.add(m.group(1))
+    known = sample_names(families)
+    for s in samples:
+        if s not in known and not s.endswith("_created"):
+            # A sample of an untyped family (or of a family whose TYPE line names
+            # it without the suffix it is sent with).
+            families.setdefault(s, "untyped")
+    return families
+
+
+def provider_from_source(src):
+    """The fallback: `"karpenter_scaleway_..."` string literals in the provider's
+    source. A name ending in `_total` is a counter; one with "histogram" written
+    near it, a histogram; any other is taken as a gauge, and also as a counter of
+    that name plus `_total` (prometheus-client registers counters without the suffix
+    and adds it on the wire), so this mode cannot tell a gauge from a counter there."""
+    families = {}
+    for path in sorted(src.rglob("*.rs")):
+        text = path.read_text()
+        for m in re.finditer(r'"(karpenter_scaleway_[a-z0-9_]+)"', text):
+            name = m.group(1)
+            if name.endswith(("_bucket", "_sum", "_count")) or name in families:
+                continue
+            around = text[max(0, m.start() - 300) : m.end() + 300].lower()
+            if name.endswith("_total"):
+                families[name] = "counter"
+            elif "histogram" in around:
+                families[name] = "histogram"
+            else:
+                families[name] = "gauge"
+                families.setdefault(name + "_total", "counter")
+    return families
+
+
+OPTS_RE = re.compile(r"prometheus\.(Counter|Gauge|Histogram|Summary)Opts\s*\{")
+CONST_RE = re.compile(r'^\s*([A-Za-z_]\w*)\s*(?:string\s*)?=\s*"([^"]*)"', re.M)
+FIELD_RE = re.compile(r"\b(Namespace|Subsystem|Name)\s*:\s*(\"[^\"]*\"|[A-Za-z_][\w.]*)\s*,")
+
+
+def go_consts(pkg_root):
+    """String constants of every package: {package dir name: {ident: value}}. Only
+    `const` declarations count (a `var` could change)."""
+    consts = {}
+    for path in pkg_root.rglob("*.go"):
+        if path.name.endswith("_test.go"):
+            continue
+        text = path.read_text()
+        blocks = re.findall(r"^const\s*\((.*?)^\)", text, re.M | re.S)
+        blocks += re.findall(r"^const\s+(\w+\s*(?:string\s*)?=\s*\"[^\"]*\")", text, re.M)
+        table = consts.setdefault(path.parent, {})
+        for block in blocks:
+            for name, value in CONST_RE.findall(block):
+                table[name] = value
+    return consts
+
+
+def resolve(expr, pkg_dir, consts, imports):
+    if expr.startswith('"'):
+        return expr[1:-1]
+    if "." in expr:
+        alias, ident = expr.split(".", 1)
+        target = imports.get(alias)
+        if target is None:
+            raise KeyError(f"package {alias} of {expr} is not imported")
+        return consts[target][ident]
+    return consts[pkg_dir][expr]
+
+
+def core_families(karpenter_dir):
+    """Metric families Karpenter core declares: {name: type}, and the problems met."""
+    pkg_root = karpenter_dir / "pkg"
+    consts = go_consts(pkg_root)
+    families, problems = {}, []
+    for path in sorted(pkg_root.rglob("*.go")):
+        if path.name.endswith("_test.go") or "/test/" in str(path):
+            continue
+        text = path.read_text()
+        if not OPTS_RE.search(text):
+            continue
+        imports = {}
+        for alias, imp in re.findall(r'^\s*(\w+\s+)?"sigs\.k8s\.io/karpenter/(pkg/[^"]+)"', text, re.M):
+            target = pkg_root.parent / imp
+            imports[alias.strip() or target.name] = target
+        for m in OPTS_RE.finditer(text):
+            depth, i = 1, m.end()
+            while depth and i < len(text):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            body = text[m.end() : i - 1]
+            fields = {}
+            for key, expr in FIELD_RE.findall(body):
+                try:
+                    fields[key] = resolve(expr, path.parent, consts, imports)
+                except KeyError as e:
+                    problems.append(f"{path.relative_to(karpenter_dir)}: cannot resolve {key}: {expr} ({e})")
+            if "Name" not in fields:
+                problems.append(f"{path.relative_to(karpenter_dir)}: a {m.group(1)}Opts without a resolvable Name")
+                continue
+            # prometheus.BuildFQName: the non-empty parts joined by "_".
+            name = "_".join(p for p in (fields.get("Namespace"), fields.get("Subsystem"), fields["Name"]) if p)
+            families[name] = m.group(1).lower()
+    return families, problems
+
+
+# ---------------------------------------------------------------------------
+# PromQL: the metric names an expression selects, and the function around each
+
+KEYWORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
+    "and", "or", "unless", "atan2", "inf", "nan", "start", "end",
+    # Aggregation operators: `sum by (le) (...)` puts the label list before the
+    # parenthesis, so they are not always followed by one.
+    "sum", "avg", "min", "max", "count", "group", "stddev", "stdvar", "topk", "bottomk",
+    "quantile", "count_values", "limitk", "limit_ratio",
+}
+# Functions over a range of a counter (or of histogram series, which are counters).
+COUNTER_FUNCS = {"rate", "irate", "increase", "resets"}
+# Functions that may take any series.
+ANY_FUNCS = {"absent", "absent_over_time", "present_over_time", "count_over_time", "timestamp", "changes"}
+GAUGE_ONLY_FUNCS = {"deriv", "delta", "idelta", "predict_linear"}
+
+
+def strip_strings(expr):
+    out, i = [], 0
+    while i < len(expr):
+        c = expr[i]
+        if c in "\"'`":
+            j = i + 1
+            while j < len(expr) and expr[j] != c:
+                j += 2 if expr[j] == "\\" and c != "`" else 1
+            out.append('""')
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def selectors(expr):
+    """[(metric name, innermost enclosing function or None, aggregation label lists)]
+    for each metric selected by a PromQL expression. Grafana's `$variables` are taken
+    as opaque values. Raises ValueError on what cannot be checked."""
+    if re.search(r"__name__\s*=~", expr):
+        raise ValueError("a regex on __name__ cannot be checked")
+    named = re.findall(r"\{[^}]*__name__\s*=\s*\"([^\"]+)\"", expr)
+    text = strip_strings(expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # ranges and subqueries
+    text = re.sub(r"\$\{[^}]*\}|\$\w+", " 1 ", text)  # Grafana variables
+    out = [(n, None) for n in named]
+    stack = []
+    tokens = re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*|\d[\w.]*|\(|\)", text)
+    prev = None
+    for t in tokens:
+        tok = t.group(0)
+        if tok == "(":
+            stack.append(prev if prev and not prev[0].isdigit() and prev not in KEYWORDS else None)
+            if prev in ("by", "without", "on", "ignoring", "group_left", "group_right"):
+                stack[-1] = "#labels"
+            prev = None
+            continue
+        if tok == ")":
+            if stack:
+                stack.pop()
+            prev = None
+            continue
+        nxt = text[t.end() :].lstrip()[:1]
+        inside_labels = "#labels" in stack
+        if tok[0].isdigit() or tok.lower() in KEYWORDS or inside_labels or nxt == "(":
+            prev = tok.lower() if tok.lower() in KEYWORDS else tok
+            continue
+        func = next((f for f in reversed(stack) if f), None)
+        out.append((tok, func))
+        prev = tok
+    return out
+
+
+def grafana_query_exprs(query):
+    """PromQL inside a Grafana template variable query (label_values(metric, label),
+    query_result(expr), or plain PromQL)."""
+    if isinstance(query, dict):
+        query = query.get("query", "")
+    query = query.strip()
+    m = re.fullmatch(r"label_values\((.*)\)", query, re.S)
+    if m:
+        args = m.group(1)
+        if "," not in args:
+            return []  # label_values(label): no metric
+        return [args.rsplit(",", 1)[0]]
+    m = re.fullmatch(r"query_result\((.*)\)", query, re.S)
+    if m:
+        return [m.group(1)]
+    if query.startswith(("label_names(", "metrics(")):
+        raise ValueError(f"{query!r} cannot be checked")
+    return [query] if query else []
+
+
+# ---------------------------------------------------------------------------
+# The checks
+
+
+def walk_panels(panels):
+    for p in panels:
+        yield p
+        yield from walk_panels(p.get("panels", []))
+
+
+def check_dashboard(dash):
+    problems, exprs = [], []
+    if not isinstance(dash, dict):
+        return ["the dashboard is not a JSON object"], []
+    if not dash.get("uid"):
+        problems.append("the dashboard has no fixed uid")
+    if not isinstance(dash.get("schemaVersion"), int) or dash["schemaVersion"] < 39:
+        problems.append(f"schemaVersion {dash.get('schemaVersion')!r} is below 39")
+    if "id" in dash and dash["id"] is not None:
+        problems.append("the dashboard must have id null (Grafana assigns it)")
+    variables = dash.get("templating", {}).get("list", [])
+    ds = [v for v in variables if v.get("name") == "datasource"]
+    if len(ds) != 1 or ds[0].get("type") != "datasource" or ds[0].get("query") != "prometheus":
+        problems.append("there must be one template variable `datasource` of type datasource, query prometheus")
+    ds_ok = lambda d: isinstance(d, dict) and d.get("type") == "prometheus" and d.get("uid") == "${datasource}"
+    for v in variables:
+        if v.get("type") != "query":
+            continue
+        if not ds_ok(v.get("datasource")):
+            problems.append(f"variable {v.get('name')}: datasource must be {{type: prometheus, uid: ${{datasource}}}}")
+        try:
+            for e in grafana_query_exprs(v.get("query", "")):
+                exprs.append((f"variable {v.get('name')}", e))
+        except ValueError as e:
+            problems.append(f"variable {v.get('name')}: {e}")
+    ids = {}
+    panels = list(walk_panels(dash.get("panels", [])))
+    if not panels:
+        problems.append("the dashboard has no panels")
+    for p in panels:
+        pid = p.get("id")
+        where = f"panel {pid} {p.get('title')!r}"
+        if not isinstance(pid, int):
+            problems.append(f"{where}: no integer id")
+        elif pid in ids:
+            problems.append(f"{where}: id {pid} is also panel {ids[pid]!r}")
+        else:
+            ids[pid] = p.get("title")
+        gp = p.get("gridPos")
+        if not isinstance(gp, dict) or not all(isinstance(gp.get(k), int) for k in ("x", "y", "w", "h")):
+            problems.append(f"{where}: no gridPos with integer x, y, w, h")
+        problems += check_doc_links([(where, p.get("description", ""))])
+        if p.get("type") == "row":
+            continue
+        if not ds_ok(p.get("datasource")):
+            problems.append(f"{where}: datasource must be {{type: prometheus, uid: ${{datasource}}}}")
+        targets = p.get("targets") or []
+        if p.get("type") not in ("text",) and not targets:
+            problems.append(f"{where}: no targets")
+        for t in targets:
+            if "datasource" in t and not ds_ok(t["datasource"]):
+                problems.append(f"{where} target {t.get('refId')}: datasource must be ${{datasource}}")
+            if not t.get("expr"):
+                problems.append(f"{where} target {t.get('refId')}: no expr")
+                continue
+            exprs.append((f"{where} target {t.get('refId')}", t["expr"]))
+    return problems, exprs
+
+
+def rule_docs(rendered):
+    """The PrometheusRule objects of a converted `helm template` output: a JSON
+    object, or a list of them."""
+    docs = rendered if isinstance(rendered, list) else [rendered]
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") == "PrometheusRule"]
+
+
+def check_rules(rendered):
+    problems, exprs = [], []
+    docs = rule_docs(rendered)
+    if len(docs) != 1:
+        return [f"expected one PrometheusRule, found {len(docs)}"], []
+    doc = docs[0]
+    if doc.get("apiVersion") != "monitoring.coreos.com/v1":
+        problems.append(f"apiVersion {doc.get('apiVersion')!r} is not monitoring.coreos.com/v1")
+    groups = (doc.get("spec") or {}).get("groups") or []
+    if not groups:
+        problems.append("the PrometheusRule has no groups")
+    names = set()
+    for g in groups:
+        if not g.get("name") or not g.get("rules"):
+            problems.append(f"group {g.get('name')!r}: needs a name and rules")
+        for r in g.get("rules") or []:
+            where = f"alert {r.get('alert')!r}"
+            if not r.get("alert"):
+                problems.append(f"a rule of group {g.get('name')!r} has no alert name (recording rules are not shipped)")
+            elif r["alert"] in names:
+                problems.append(f"{where}: defined twice")
+            names.add(r.get("alert"))
+            if not isinstance(r.get("expr"), str) or not r["expr"].strip():
+                problems.append(f"{where}: no expr")
+            else:
+                exprs.append((where, r["expr"]))
+            if not re.fullmatch(r"(\d+(ms|s|m|h|d|w|y))+", str(r.get("for", ""))):
+                problems.append(f"{where}: no `for:` duration")
+            if not (r.get("labels") or {}).get("severity"):
+                problems.append(f"{where}: no labels.severity")
+            ann = r.get("annotations") or {}
+            for key in ("summary", "description"):
+                if not ann.get(key):
+                    problems.append(f"{where}: no annotations.{key}")
+            problems += check_doc_links([(where, str(v)) for v in ann.values()])
+    return problems, exprs
+
+
+def heading_anchors(path):
+    """GitHub's anchors of a Markdown file's headings."""
+    anchors = set()
+    for line in path.read_text().splitlines():
+        m = re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            anchors.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def check_doc_links(texts):
+    """Every `docs/FILE.md#anchor` named in an alert or a panel exists."""
+    problems = []
+    for where, text in texts:
+        for file, anchor in re.findall(r"\bdocs/([\w.-]+\.md)(?:#([\w-]+))?", text):
+            path = ROOT / "docs" / file
+            if not path.is_file():
+                problems.append(f"{where}: links docs/{file}, which does not exist")
+            elif anchor and anchor not in heading_anchors(path):
+                problems.append(f"{where}: links docs/{file}#{anchor}, which is no heading of it")
+    return problems
+
+
+def check_exprs(exprs, known, pending):
+    """Every selected metric exists and is used as its type allows."""
+    problems, unknown, used_pending = [], {}, set()
+    for where, expr in exprs:
+        try:
+            sels = selectors(expr)
+        except ValueError as e:
+            problems.append(f"{where}: {e}")
+            continue
+        if not sels:
+            problems.append(f"{where}: selects no metric: {expr}")
+        for name, func in sels:
+            hit = known.get(name)
+            if hit is None and name in pending:
+                hit = pending[name]
+                used_pending.add(hit[0])
+            if hit is None:
+                unknown.setdefault(name, []).append(where)
+                continue
+            family, kind = hit
+            counter_like = kind == "counter" or name.endswith(("_bucket", "_sum", "_count")) and kind in ("histogram", "summary")
+            if counter_like and func not in COUNTER_FUNCS | ANY_FUNCS:
+                problems.append(f"{where}: {name} is a {kind} series; use it under rate() or increase(), not {func or 'bare'}")
+            if not counter_like and kind != "untyped" and func in COUNTER_FUNCS:
+                problems.append(f"{where}: {name} is a {kind}; {func}() is for counters")
+            if counter_like and func in GAUGE_ONLY_FUNCS:
+                problems.append(f"{where}: {func}() of the counter {name}")
+        if "histogram_quantile" in expr:
+            if not any(n.endswith("_bucket") for n, _ in sels):
+                problems.append(f"{where}: histogram_quantile() over no _bucket series")
+            if not re.search(r"\b(by|without)\s*\([^)]*\ble\b", expr) and not re.search(r"\bby\s*\([^)]*\ble\b", expr):
+                problems.append(f"{where}: histogram_quantile() must keep `le` (sum by (le, ...))")
+    for name, wheres in sorted(unknown.items()):
+        problems.append(f"unknown metric {name} (exported by neither the provider nor core), in: " + "; ".join(wheres))
+    return problems, used_pending
+
+
+def load_known(args):
+    """(sample name -> (family, type), pending sample names, report lines, problems)."""
+    report, problems = [], []
+    if args.provider_metrics:
+        provider = parse_exposition(pathlib.Path(args.provider_metrics).read_text())
+        count = len(provider)
+        report.append(f"provider: {len(provider)} metric families from {args.provider_metrics}")
+    else:
+        provider = provider_from_source(PROVIDER_SRC)
+        count = sum(1 for n in provider if not (n.endswith("_total") and n[: -len("_total")] in provider))
+        report.append(
+            f"provider: {count} names declared in controller/src (string literals; "
+            "weaker than --provider-metrics with a real /metrics)"
+        )
+    if count < MIN_PROVIDER_NAMES:
+        problems.append(f"found only {count} provider metric names (< {MIN_PROVIDER_NAMES}): the extraction broke")
+    provider = {n: k for n, k in provider.items() if n.startswith("karpenter_scaleway_")}
+    karpenter_dir = pathlib.Path(args.karpenter_dir) if args.karpenter_dir else karpenter_module_dir()
+    core, core_problems = core_families(karpenter_dir)
+    problems += [f"core extraction: {p}" for p in core_problems]
+    report.append(f"core: {len(core)} metric families declared in {karpenter_dir}")
+    if len(core) < MIN_CORE_NAMES:
+        problems.append(f"found only {len(core)} core metrics (< {MIN_CORE_NAMES}): the extraction broke")
+    known = sample_names(core)
+    known.update(sample_names(provider))
+    pending = {} if args.no_pending else sample_names(PENDING_PROVIDER)
+    problems += stale_pending(known, pending)
+    return known, pending, report, problems
+
+
+def stale_pending(known, pending):
+    """A pending name the provider exports now must leave PENDING_PROVIDER."""
+    stale = sorted({fam for n, (fam, _) in pending.items() if n in known})
+    return [f"{fam} is exported now: remove it from PENDING_PROVIDER in {pathlib.Path(__file__).name}" for fam in stale]
+
+
+def karpenter_module_dir():
+    out = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/karpenter"],
+        cwd=ROOT / "bridge", check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    if not out:
+        raise SystemExit("dashboard-check: sigs.k8s.io/karpenter is not in the module cache (cd bridge && go mod download)")
+    return pathlib.Path(out)
+
+
+def run_checks(dash, rules, known, pending):
+    problems, d_exprs = check_dashboard(dash)
+    r_problems, r_exprs = check_rules(rules)
+    problems += r_problems
+    e_problems, used_pending = check_exprs(d_exprs + r_exprs, known, pending)
+    return problems + e_problems, len(d_exprs), len(r_exprs), used_pending
+
+
+def self_test(dash, rules, known, pending):
+    """The check refuses broken copies of the real inputs (and passes the inputs
+    themselves, else the mutations prove nothing)."""
+    problems, *_ = run_checks(dash, rules, known, pending)
+    if problems:
+        return ["the unmodified inputs do not pass, so the self-test proves nothing:"] + problems
+
+    def first_target(d):
+        return next(p for p in walk_panels(d["panels"]) if p.get("targets"))["targets"][0]
+
+    def first_rule(r):
+        return rule_docs(r)[0]["spec"]["groups"][0]["rules"][0]
+
+    def panel_ids(d):
+        return [p for p in walk_panels(d["panels"]) if p.get("type") != "row"]
+
+    cases = [
+        ("unknown metric in a panel", "unknown metric karpenter_scaleway_no_such_metric_total",
+         lambda d, r: first_target(d).update(expr="sum(rate(karpenter_scaleway_no_such_metric_total[5m]))")),
+        ("unknown metric in an alert", "unknown metric karpenter_nodeclaims_created",
+         lambda d, r: first_rule(r).update(expr="rate(karpenter_nodeclaims_created[5m]) > 0")),
+        ("duplicate panel id", "is also panel",
+         lambda d, r: panel_ids(d)[1].update(id=panel_ids(d)[0]["id"])),
+        ("hard-coded datasource", "datasource must be",
+         lambda d, r: panel_ids(d)[0].update(datasource={"type": "prometheus", "uid": "P1809F7CD0C75ACF3"})),
+        ("no gridPos", "no gridPos",
+         lambda d, r: panel_ids(d)[0].pop("gridPos")),
+        ("rate() of a gauge", "is a gauge",
+         lambda d, r: first_target(d).update(expr="rate(karpenter_scaleway_catalog_age_seconds[5m])")),
+        ("a counter without rate()", "use it under rate()",
+         lambda d, r: first_target(d).update(expr="sum(karpenter_nodeclaims_created_total)")),
+        ("histogram_quantile without le", "must keep `le`",
+         lambda d, r: first_target(d).update(
+             expr="histogram_quantile(0.9, sum by (phase) (rate(karpenter_scaleway_install_phase_duration_seconds_bucket[5m])))")),
+        ("no datasource variable", "template variable `datasource`",
+         lambda d, r: d["templating"].update(list=[v for v in d["templating"]["list"] if v["name"] != "datasource"])),
+        ("unknown metric in a template variable", "unknown metric karpenter_nodepool_usage",
+         lambda d, r: next(v for v in d["templating"]["list"] if v.get("type") == "query").update(
+             query={"query": "label_values(karpenter_nodepool_usage, nodepool)", "refId": "x"})),
+        ("alert linking a missing doc section", "which is no heading of it",
+         lambda d, r: first_rule(r)["annotations"].update(
+             description="see docs/troubleshooting.md#no-such-section")),
+        ("alert without for", "no `for:`", lambda d, r: first_rule(r).pop("for")),
+        ("alert without severity", "no labels.severity", lambda d, r: first_rule(r)["labels"].pop("severity")),
+        ("alert without summary", "no annotations.summary", lambda d, r: first_rule(r)["annotations"].pop("summary")),
+    ]
+    failures = []
+    # The exposition parser, on both text formats.
+    prom = parse_exposition(
+        "# HELP a_total x\n# TYPE a_total counter\na_total{e=\"GET /s/{id}\"} 1\n"
+        "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 0\nh_sum 0\nh_count 0\n# TYPE g gauge\ng 1\nu 2\n"
+    )
+    om = parse_exposition("# TYPE c counter\nc_total 1\nc_created 1.7e9\n# TYPE s summary\ns_sum 1\ns_count 1\n# EOF\n")
+    want_prom = {"a_total": "counter", "h": "histogram", "g": "gauge", "u": "untyped"}
+    want_om = {"c": "counter", "s": "summary"}
+    if prom != want_prom or om != want_om:
+        failures.append(f"self-test: exposition parser: {prom} != {want_prom} or {om} != {want_om}")
+    elif not {"a_total", "h_bucket", "c_total", "s_count"} <= set(sample_names({**prom, **om})):
+        failures.append("self-test: sample names of the parsed families are wrong")
+    else:
+        print("dashboard-check: self-test: Prometheus text and OpenMetrics parsed")
+    if not stale_pending(sample_names({"karpenter_scaleway_installs_in_progress": "gauge"}), sample_names(PENDING_PROVIDER)):
+        failures.append("self-test: a pending name the provider exports was not reported stale")
+    else:
+        print("dashboard-check: self-test: a pending name exported by the provider: refused")
+    for what, want, mutate in cases:
+        d, r = copy.deepcopy(dash), copy.deepcopy(rules)
+        mutate(d, r)
+        got, *_ = run_checks(d, r, known, pending)
+        if not any(want in p for p in got):
+            failures.append(f"self-test: {what}: not refused with {want!r}; got: {got}")
+        else:
+            print(f"dashboard-check: self-test: {what}: refused ({next(p for p in got if want in p)[:110]})")
+    # The JSON parse itself.
+    try:
+        json.loads(json.dumps(dash)[:-1])
+        failures.append("self-test: a truncated dashboard parsed")
+    except json.JSONDecodeError:
+        print("dashboard-check: self-test: truncated JSON: refused")
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dashboard", default=str(DASHBOARD))
+    ap.add_argument("--rules", required=True, help="the rendered PrometheusRule as JSON (one object or a list of documents)")
+    ap.add_argument("--provider-metrics", help="a provider /metrics text (default: names declared in controller/src)")
+    ap.add_argument("--karpenter-dir", help="sigs.k8s.io/karpenter module source (default: go list -m in bridge/)")
+    ap.add_argument("--no-pending", action="store_true", help="refuse the PENDING_PROVIDER names too")
+    ap.add_argument("--self-test", action="store_true", help="check that broken copies of the inputs are refused")
+    args = ap.parse_args()
+
+    try:
+        dash = json.loads(pathlib.Path(args.dashboard).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"dashboard-check: FAIL: {args.dashboard}: {e}", file=sys.stderr)
+        return 1
+    try:
+        rules = json.loads(pathlib.Path(args.rules).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"dashboard-check: FAIL: {args.rules}: {e}", file=sys.stderr)
+        return 1
+    known, pending, report, problems = load_known(args)
+    for line in report:
+        print(f"dashboard-check: {line}")
+    if problems:
+        for p in problems:
+            print(f"dashboard-check: FAIL: {p}", file=sys.stderr)
+        return 1
+    if args.self_test:
+        failures = self_test(dash, rules, known, pending)
+        for f in failures:
+            print(f"dashboard-check: FAIL: {f}", file=sys.stderr)
+        if not failures:
+            print("dashboard-check: self-test: every broken input refused")
+        return 1 if failures else 0
+    problems, n_dash, n_rules, used_pending = run_checks(dash, rules, known, pending)
+    if problems:
+        for p in problems:
+            print(f"dashboard-check: FAIL: {p}", file=sys.stderr)
+        return 1
+    if used_pending:
+        print(
+            f"dashboard-check: {len(used_pending)} metric(s) not exported yet, accepted as PENDING_PROVIDER "
+            f"(issue 15's API accounting): {', '.join(sorted(used_pending))}"
+        )
+    print(f"dashboard-check: PASS: {n_dash} dashboard and {n_rules} alert expressions, every metric known")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
