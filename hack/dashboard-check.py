@@ -19,7 +19,12 @@ What it checks:
     queries, alert expressions) is one the provider or Karpenter core exports, and is
     used as its type allows: counters and histogram series only under rate(), irate(),
     increase() and friends, gauges never under them, and histogram_quantile() over
-    `_bucket` series grouped by `le`.
+    `_bucket` series grouped by `le`;
+  * the labels an expression matches on, groups by, shows in a legend or names in an
+    alert's text are on its metrics, where their label names are known: core's (the
+    []string after each opts), the provider's from --provider-metrics (not from the
+    source fallback), the pending ones' as written below;
+  * every `docs/FILE.md#section` an alert or a panel names exists.
 
 Where the names come from:
 
@@ -57,18 +62,22 @@ MIN_PROVIDER_NAMES = 30
 # list cannot outlive its reason. `--no-pending` refuses them (for a run against a
 # provider that should have them).
 PENDING_PROVIDER = {
-    "karpenter_scaleway_api_requests_total": "counter",
-    "karpenter_scaleway_api_request_duration_seconds": "histogram",
-    "karpenter_scaleway_api_retries_total": "counter",
-    "karpenter_scaleway_api_rate_limit_quota": "gauge",
-    "karpenter_scaleway_api_rate_limit_window_seconds": "gauge",
-    "karpenter_scaleway_api_rate_limit_reset_seconds": "gauge",
-    "karpenter_scaleway_catalog_unavailable_offerings": "gauge",
-    "karpenter_scaleway_installs_in_progress": "gauge",
+    "karpenter_scaleway_api_requests_total": ("counter", {"api", "operation", "result"}),
+    "karpenter_scaleway_api_request_duration_seconds": ("histogram", {"api", "operation"}),
+    "karpenter_scaleway_api_retries_total": ("counter", {"api", "operation"}),
+    "karpenter_scaleway_api_rate_limit_quota": ("gauge", {"api"}),
+    "karpenter_scaleway_api_rate_limit_window_seconds": ("gauge", {"api"}),
+    "karpenter_scaleway_api_rate_limit_reset_seconds": ("gauge", {"api"}),
+    "karpenter_scaleway_catalog_unavailable_offerings": ("gauge", {"offer", "zone", "reason"}),
+    "karpenter_scaleway_installs_in_progress": ("gauge", {"phase"}),
 }
+# Labels the scrape adds to every series (Prometheus, prometheus-operator), and the
+# usual external ones; a query may use them on any metric.
+TARGET_LABELS = {"instance", "job", "namespace", "pod", "service", "container", "endpoint", "cluster", "node"}
 
 # ---------------------------------------------------------------------------
-# Known metrics: family name -> type (counter, gauge, histogram, summary, untyped)
+# Known metrics: family name -> type (counter, gauge, histogram, summary, untyped),
+# and family name -> its label names (None: unknown, not checked)
 
 
 def sample_names(families):
@@ -88,10 +97,26 @@ def sample_names(families):
     return out
 
 
+LABEL_PAIR_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def sample_label_names(rest):
+    """Label names of a sample line's `{...}` (values may hold `{`, `}`, `,`)."""
+    names, i = set(), 1
+    while i < len(rest) and rest[i] != "}":
+        m = LABEL_PAIR_RE.match(rest, i)
+        if not m:
+            raise ValueError(f"unreadable labels: {rest[:80]}")
+        names.add(m.group(1))
+        i = m.end()
+    return names
+
+
 def parse_exposition(text):
     """Families of a Prometheus text or OpenMetrics exposition: `# TYPE` lines, and
-    samples without one (untyped)."""
-    families, samples = {}, set()
+    samples without one (untyped); and the label names their samples carry (None for
+    a family with no sample)."""
+    families, samples = {}, {}
     for line in text.splitlines():
         line = line.strip()
         if not line:
@@ -103,14 +128,22 @@ def parse_exposition(text):
             continue
         m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)", line)
         if m:
-            samples.add(m.group(1))
+            rest = line[m.end() :]
+            names = sample_label_names(rest) if rest.startswith("{") else set()
+            samples.setdefault(m.group(1), set()).update(names - {"le", "quantile"})
     known = sample_names(families)
     for s in samples:
         if s not in known and not s.endswith("_created"):
             # A sample of an untyped family (or of a family whose TYPE line names
             # it without the suffix it is sent with).
             families.setdefault(s, "untyped")
-    return families
+    known = sample_names(families)
+    labels = {f: None for f in families}
+    for s, names in samples.items():
+        if s in known:
+            family = known[s][0]
+            labels[family] = (labels[family] or set()) | names
+    return families, labels
 
 
 def provider_from_source(src):
@@ -172,10 +205,11 @@ def resolve(expr, pkg_dir, consts, imports):
 
 
 def core_families(karpenter_dir):
-    """Metric families Karpenter core declares: {name: type}, and the problems met."""
+    """Metric families Karpenter core declares: {name: type}, {name: label names, or
+    None when the list is not written out}, and the problems met."""
     pkg_root = karpenter_dir / "pkg"
     consts = go_consts(pkg_root)
-    families, problems = {}, []
+    families, labels, problems = {}, {}, []
     for path in sorted(pkg_root.rglob("*.go")):
         if path.name.endswith("_test.go") or "/test/" in str(path):
             continue
@@ -204,7 +238,16 @@ def core_families(karpenter_dir):
             # prometheus.BuildFQName: the non-empty parts joined by "_".
             name = "_".join(p for p in (fields.get("Namespace"), fields.get("Subsystem"), fields["Name"]) if p)
             families[name] = m.group(1).lower()
-    return families, problems
+            # The label names: the []string{...} argument after the opts.
+            lm = re.match(r"\s*,(?:\s*//[^\n]*)*\s*\[\]string\s*\{([^}]*)\}", text[i:])
+            labels[name] = None
+            if lm:
+                try:
+                    items = [x.strip() for x in lm.group(1).split(",") if x.strip()]
+                    labels[name] = {resolve(x, path.parent, consts, imports) for x in items}
+                except KeyError:
+                    pass
+    return families, labels, problems
 
 
 # ---------------------------------------------------------------------------
@@ -280,6 +323,22 @@ def selectors(expr):
     return out
 
 
+def label_uses(expr):
+    """({metric name: label names of its matchers}, label names of the by, without,
+    on, ignoring and group_* lists) of a PromQL expression."""
+    text = strip_strings(expr)
+    text = re.sub(r"\$\{[^}]*\}|\$\w+", "1", text)
+    per_metric = {}
+    for name, matchers in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}", text):
+        per_metric.setdefault(name, set()).update(
+            n for n in re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", matchers) if n != "__name__"
+        )
+    grouping = set()
+    for lst in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", text):
+        grouping.update(x.strip() for x in lst.split(",") if x.strip())
+    return per_metric, grouping
+
+
 def grafana_query_exprs(query):
     """PromQL inside a Grafana template variable query (label_values(metric, label),
     query_result(expr), or plain PromQL)."""
@@ -331,8 +390,11 @@ def check_dashboard(dash):
         if not ds_ok(v.get("datasource")):
             problems.append(f"variable {v.get('name')}: datasource must be {{type: prometheus, uid: ${{datasource}}}}")
         try:
-            for e in grafana_query_exprs(v.get("query", "")):
-                exprs.append((f"variable {v.get('name')}", e))
+            query = v.get("query", "")
+            query = query.get("query", "") if isinstance(query, dict) else query
+            label = re.fullmatch(r"\s*label_values\(.*,\s*(\w+)\s*\)\s*", query, re.S)
+            for e in grafana_query_exprs(query):
+                exprs.append((f"variable {v.get('name')}", e, {label.group(1)} if label else set()))
         except ValueError as e:
             problems.append(f"variable {v.get('name')}: {e}")
     ids = {}
@@ -365,7 +427,8 @@ def check_dashboard(dash):
             if not t.get("expr"):
                 problems.append(f"{where} target {t.get('refId')}: no expr")
                 continue
-            exprs.append((f"{where} target {t.get('refId')}", t["expr"]))
+            legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat", "")))
+            exprs.append((f"{where} target {t.get('refId')}", t["expr"], legend))
     return problems, exprs
 
 
@@ -401,7 +464,8 @@ def check_rules(rendered):
             if not isinstance(r.get("expr"), str) or not r["expr"].strip():
                 problems.append(f"{where}: no expr")
             else:
-                exprs.append((where, r["expr"]))
+                used = set(re.findall(r"\$labels\.(\w+)", json.dumps(r.get("annotations") or {})))
+                exprs.append((where, r["expr"], used))
             if not re.fullmatch(r"(\d+(ms|s|m|h|d|w|y))+", str(r.get("for", ""))):
                 problems.append(f"{where}: no `for:` duration")
             if not (r.get("labels") or {}).get("severity"):
@@ -437,15 +501,32 @@ def check_doc_links(texts):
     return problems
 
 
-def check_exprs(exprs, known, pending):
-    """Every selected metric exists and is used as its type allows."""
+def check_exprs(exprs, known, pending, labels):
+    """Every selected metric exists, is used as its type allows, and has the labels
+    the expression, its legend or its alert text use (where its labels are known)."""
     problems, unknown, used_pending = [], {}, set()
-    for where, expr in exprs:
+    for where, expr, extra_labels in exprs:
         try:
             sels = selectors(expr)
         except ValueError as e:
             problems.append(f"{where}: {e}")
             continue
+        per_metric, grouping = label_uses(expr)
+        all_known, allowed = True, set(TARGET_LABELS)
+        for name, _ in sels:
+            hit = known.get(name) or pending.get(name)
+            have = labels.get(hit[0]) if hit else None
+            if have is None:
+                all_known = False
+                continue
+            extra = {"le"} if name.endswith("_bucket") else {"quantile"} if hit[1] == "summary" and name == hit[0] else set()
+            allowed |= have | extra
+            bad = per_metric.get(name, set()) - have - extra - TARGET_LABELS
+            if bad:
+                problems.append(f"{where}: {name} has no label {', '.join(sorted(bad))} (it has {', '.join(sorted(have)) or 'none'})")
+        if all_known and sels and (grouping | extra_labels) - allowed:
+            bad = sorted((grouping | extra_labels) - allowed)
+            problems.append(f"{where}: label {', '.join(bad)} is on none of the metrics it uses")
         if not sels:
             problems.append(f"{where}: selects no metric: {expr}")
         for name, func in sels:
@@ -478,11 +559,12 @@ def load_known(args):
     """(sample name -> (family, type), pending sample names, report lines, problems)."""
     report, problems = [], []
     if args.provider_metrics:
-        provider = parse_exposition(pathlib.Path(args.provider_metrics).read_text())
+        provider, provider_labels = parse_exposition(pathlib.Path(args.provider_metrics).read_text())
         count = len(provider)
         report.append(f"provider: {len(provider)} metric families from {args.provider_metrics}")
     else:
         provider = provider_from_source(PROVIDER_SRC)
+        provider_labels = {}  # label sets are not read from the source
         count = sum(1 for n in provider if not (n.endswith("_total") and n[: -len("_total")] in provider))
         report.append(
             f"provider: {count} names declared in controller/src (string literals; "
@@ -492,16 +574,26 @@ def load_known(args):
         problems.append(f"found only {count} provider metric names (< {MIN_PROVIDER_NAMES}): the extraction broke")
     provider = {n: k for n, k in provider.items() if n.startswith("karpenter_scaleway_")}
     karpenter_dir = pathlib.Path(args.karpenter_dir) if args.karpenter_dir else karpenter_module_dir()
-    core, core_problems = core_families(karpenter_dir)
+    core, core_labels, core_problems = core_families(karpenter_dir)
     problems += [f"core extraction: {p}" for p in core_problems]
     report.append(f"core: {len(core)} metric families declared in {karpenter_dir}")
     if len(core) < MIN_CORE_NAMES:
         problems.append(f"found only {len(core)} core metrics (< {MIN_CORE_NAMES}): the extraction broke")
     known = sample_names(core)
     known.update(sample_names(provider))
-    pending = {} if args.no_pending else sample_names(PENDING_PROVIDER)
+    labels = {**core_labels, **provider_labels}
+    pending = {}
+    if not args.no_pending:
+        pending = sample_names({n: kind for n, (kind, _) in PENDING_PROVIDER.items()})
+        labels.update({n: names for n, (_, names) in PENDING_PROVIDER.items() if n not in labels})
     problems += stale_pending(known, pending)
-    return known, pending, report, problems
+    core_with = sum(1 for f in core if core_labels.get(f) is not None)
+    provider_with = sum(1 for f in provider if provider_labels.get(f) is not None)
+    report.append(
+        f"label names known for {core_with} of {len(core)} core families and {provider_with} provider families "
+        "(the labels of the others are not checked)"
+    )
+    return known, pending, labels, report, problems
 
 
 def stale_pending(known, pending):
@@ -520,18 +612,18 @@ def karpenter_module_dir():
     return pathlib.Path(out)
 
 
-def run_checks(dash, rules, known, pending):
+def run_checks(dash, rules, known, pending, labels):
     problems, d_exprs = check_dashboard(dash)
     r_problems, r_exprs = check_rules(rules)
     problems += r_problems
-    e_problems, used_pending = check_exprs(d_exprs + r_exprs, known, pending)
+    e_problems, used_pending = check_exprs(d_exprs + r_exprs, known, pending, labels)
     return problems + e_problems, len(d_exprs), len(r_exprs), used_pending
 
 
-def self_test(dash, rules, known, pending):
+def self_test(dash, rules, known, pending, labels):
     """The check refuses broken copies of the real inputs (and passes the inputs
     themselves, else the mutations prove nothing)."""
-    problems, *_ = run_checks(dash, rules, known, pending)
+    problems, *_ = run_checks(dash, rules, known, pending, labels)
     if problems:
         return ["the unmodified inputs do not pass, so the self-test proves nothing:"] + problems
 
@@ -570,21 +662,31 @@ def self_test(dash, rules, known, pending):
         ("alert linking a missing doc section", "which is no heading of it",
          lambda d, r: first_rule(r)["annotations"].update(
              description="see docs/troubleshooting.md#no-such-section")),
+        ("a label the metric does not have", "has no label pod_name",
+         lambda d, r: first_target(d).update(expr='sum(karpenter_nodeclaims_created_total{pod_name="x"})')),
+        ("grouping by a label no metric has", "is on none of the metrics",
+         lambda d, r: first_target(d).update(
+             expr="sum by (offer) (rate(karpenter_scaleway_api_requests_total[5m]))", legendFormat="{{offer}}")),
+        ("alert text naming a label no metric has", "is on none of the metrics",
+         lambda d, r: first_rule(r).update(
+             expr="sum by (nodepool) (increase(karpenter_nodeclaims_created_total[1h])) > 0",
+             annotations={"summary": "{{ $labels.nodeclaim }} created", "description": "x"})),
         ("alert without for", "no `for:`", lambda d, r: first_rule(r).pop("for")),
         ("alert without severity", "no labels.severity", lambda d, r: first_rule(r)["labels"].pop("severity")),
         ("alert without summary", "no annotations.summary", lambda d, r: first_rule(r)["annotations"].pop("summary")),
     ]
     failures = []
     # The exposition parser, on both text formats.
-    prom = parse_exposition(
+    prom, prom_labels = parse_exposition(
         "# HELP a_total x\n# TYPE a_total counter\na_total{e=\"GET /s/{id}\"} 1\n"
         "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 0\nh_sum 0\nh_count 0\n# TYPE g gauge\ng 1\nu 2\n"
     )
-    om = parse_exposition("# TYPE c counter\nc_total 1\nc_created 1.7e9\n# TYPE s summary\ns_sum 1\ns_count 1\n# EOF\n")
+    om, _ = parse_exposition("# TYPE c counter\nc_total 1\nc_created 1.7e9\n# TYPE s summary\ns_sum 1\ns_count 1\n# EOF\n")
     want_prom = {"a_total": "counter", "h": "histogram", "g": "gauge", "u": "untyped"}
     want_om = {"c": "counter", "s": "summary"}
-    if prom != want_prom or om != want_om:
-        failures.append(f"self-test: exposition parser: {prom} != {want_prom} or {om} != {want_om}")
+    want_labels = {"a_total": {"e"}, "h": set(), "g": set(), "u": set()}
+    if prom != want_prom or om != want_om or prom_labels != want_labels:
+        failures.append(f"self-test: exposition parser: {prom} {prom_labels} != {want_prom} {want_labels} or {om} != {want_om}")
     elif not {"a_total", "h_bucket", "c_total", "s_count"} <= set(sample_names({**prom, **om})):
         failures.append("self-test: sample names of the parsed families are wrong")
     else:
@@ -596,7 +698,7 @@ def self_test(dash, rules, known, pending):
     for what, want, mutate in cases:
         d, r = copy.deepcopy(dash), copy.deepcopy(rules)
         mutate(d, r)
-        got, *_ = run_checks(d, r, known, pending)
+        got, *_ = run_checks(d, r, known, pending, labels)
         if not any(want in p for p in got):
             failures.append(f"self-test: {what}: not refused with {want!r}; got: {got}")
         else:
@@ -630,7 +732,7 @@ def main():
     except (OSError, json.JSONDecodeError) as e:
         print(f"dashboard-check: FAIL: {args.rules}: {e}", file=sys.stderr)
         return 1
-    known, pending, report, problems = load_known(args)
+    known, pending, labels, report, problems = load_known(args)
     for line in report:
         print(f"dashboard-check: {line}")
     if problems:
@@ -638,13 +740,13 @@ def main():
             print(f"dashboard-check: FAIL: {p}", file=sys.stderr)
         return 1
     if args.self_test:
-        failures = self_test(dash, rules, known, pending)
+        failures = self_test(dash, rules, known, pending, labels)
         for f in failures:
             print(f"dashboard-check: FAIL: {f}", file=sys.stderr)
         if not failures:
             print("dashboard-check: self-test: every broken input refused")
         return 1 if failures else 0
-    problems, n_dash, n_rules, used_pending = run_checks(dash, rules, known, pending)
+    problems, n_dash, n_rules, used_pending = run_checks(dash, rules, known, pending, labels)
     if problems:
         for p in problems:
             print(f"dashboard-check: FAIL: {p}", file=sys.stderr)
