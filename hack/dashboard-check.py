@@ -397,7 +397,7 @@ def check_dashboard(dash):
                 exprs.append((f"variable {v.get('name')}", e, {label.group(1)} if label else set()))
         except ValueError as e:
             problems.append(f"variable {v.get('name')}: {e}")
-    ids = {}
+    ids, placed = {}, []
     panels = list(walk_panels(dash.get("panels", [])))
     if not panels:
         problems.append("the dashboard has no panels")
@@ -413,6 +413,14 @@ def check_dashboard(dash):
         gp = p.get("gridPos")
         if not isinstance(gp, dict) or not all(isinstance(gp.get(k), int) for k in ("x", "y", "w", "h")):
             problems.append(f"{where}: no gridPos with integer x, y, w, h")
+        elif gp["x"] < 0 or gp["w"] < 1 or gp["h"] < 1 or gp["x"] + gp["w"] > 24:
+            problems.append(f"{where}: gridPos {gp} is outside the 24-column grid")
+        else:
+            for other, og in placed:
+                if (gp["x"] < og["x"] + og["w"] and og["x"] < gp["x"] + gp["w"]
+                        and gp["y"] < og["y"] + og["h"] and og["y"] < gp["y"] + gp["h"]):
+                    problems.append(f"{where}: overlaps {other}")
+            placed.append((where, gp))
         problems += check_doc_links([(where, p.get("description", ""))])
         if p.get("type") == "row":
             continue
@@ -647,6 +655,8 @@ def self_test(dash, rules, known, pending, labels):
          lambda d, r: panel_ids(d)[0].update(datasource={"type": "prometheus", "uid": "P1809F7CD0C75ACF3"})),
         ("no gridPos", "no gridPos",
          lambda d, r: panel_ids(d)[0].pop("gridPos")),
+        ("overlapping panels", "overlaps",
+         lambda d, r: panel_ids(d)[1].update(gridPos=dict(panel_ids(d)[0]["gridPos"]))),
         ("rate() of a gauge", "is a gauge",
          lambda d, r: first_target(d).update(expr="rate(karpenter_scaleway_catalog_age_seconds[5m])")),
         ("a counter without rate()", "use it under rate()",
