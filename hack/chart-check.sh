@@ -109,7 +109,10 @@ expect_failure "malformed zone" "/scaleway/zones/0" -f "$chart/ci/default-values
 expect_failure "unknown value" "additional properties" -f "$chart/ci/default-values.yaml" --set clustername=typo
 expect_failure "two replicas without election" "needs replicas: 1" -f "$chart/ci/default-values.yaml" \
 	--set replicas=2 --set settings.leaderElection.enabled=false
-log "helm template: refuses a missing cluster name, missing credentials, a bad zone, an unknown key, replicas without election"
+expect_failure "alert selector not PromQL matchers" "/prometheusRule/selector" -f "$chart/ci/default-values.yaml" \
+	--set prometheusRule.enabled=true --set 'prometheusRule.selector=namespace=karpenter'
+expect_failure "unknown dashboard value" "additional properties" -f "$chart/ci/default-values.yaml" --set dashboard.enable=true
+log "helm template: refuses a missing cluster name, missing credentials, a bad zone, an unknown key, replicas without election, a malformed alert selector"
 
 # 4. environment variables
 provider_env="$("${provider[@]}" serve --help | grep -o '\[env: [A-Z0-9_]*' | cut -d' ' -f2 | sort -u)"
