@@ -10,7 +10,8 @@ What it checks:
 
   * the dashboard is JSON with the structure the chart relies on: a `datasource`
     template variable of type prometheus, a fixed uid, schemaVersion >= 39, unique
-    panel ids, a gridPos on every panel, and every panel and target querying
+    panel ids, a gridPos inside the grid on every panel, no two panels overlapping,
+    and every panel and target querying
     `${datasource}` (never a hard-coded datasource uid);
   * the PrometheusRule (the rendered chart's document, as JSON: chart-check.sh converts
     the YAML) has groups of rules that each have alert, expr, for, labels.severity,
@@ -31,10 +32,12 @@ Where the names come from:
   * the provider: `--provider-metrics FILE`, the text of a running provider's
     /metrics (Prometheus text or OpenMetrics: `# TYPE` lines and samples). Without it,
     the `"karpenter_scaleway_..."` string literals in controller/src. That fallback is
-    weaker: a literal proves a name is written somewhere, not that it is exported
-    (nor under which type, which is guessed from the name and the text around it),
-    and a registry that adds a prefix or the `_total` suffix itself hides names from
-    it (it fails when it finds fewer than MIN_PROVIDER_NAMES, rather than pass).
+    weaker: a literal proves a name is written somewhere, not that it is exported;
+    its type is guessed from the name and the text around it; a name `x` is also
+    taken as a counter `x_total` (prometheus-client registers counters without the
+    suffix and adds it on the wire), so a gauge queried with `_total` passes; labels
+    are not checked; and a registry prefix would hide names from it (it then fails:
+    fewer than MIN_PROVIDER_NAMES found).
   * Karpenter core: the prometheus.*Opts declarations of sigs.k8s.io/karpenter's
     source (the module version the bridge's go.mod requires), Namespace, Subsystem and
     Name resolved through the package constants. It fails when it finds fewer than
@@ -285,9 +288,10 @@ def strip_strings(expr):
 
 
 def selectors(expr):
-    """[(metric name, innermost enclosing function or None, aggregation label lists)]
-    for each metric selected by a PromQL expression. Grafana's `$variables` are taken
-    as opaque values. Raises ValueError on what cannot be checked."""
+    """[(metric name, the innermost function around it or None)] for each metric a
+    PromQL expression selects (aggregations such as sum() do not count as functions:
+    `sum(rate(x[5m]))` gives rate). Grafana's `$variables` are taken as opaque values.
+    Raises ValueError on what cannot be checked."""
     if re.search(r"__name__\s*=~", expr):
         raise ValueError("a regex on __name__ cannot be checked")
     named = re.findall(r"\{[^}]*__name__\s*=\s*\"([^\"]+)\"", expr)
@@ -545,7 +549,7 @@ def check_exprs(exprs, known, pending, labels):
             if hit is None:
                 unknown.setdefault(name, []).append(where)
                 continue
-            family, kind = hit
+            kind = hit[1]
             counter_like = kind == "counter" or name.endswith(("_bucket", "_sum", "_count")) and kind in ("histogram", "summary")
             if counter_like and func not in COUNTER_FUNCS | ANY_FUNCS:
                 problems.append(f"{where}: {name} is a {kind} series; use it under rate() or increase(), not {func or 'bare'}")
@@ -556,7 +560,7 @@ def check_exprs(exprs, known, pending, labels):
         if "histogram_quantile" in expr:
             if not any(n.endswith("_bucket") for n, _ in sels):
                 problems.append(f"{where}: histogram_quantile() over no _bucket series")
-            if not re.search(r"\b(by|without)\s*\([^)]*\ble\b", expr) and not re.search(r"\bby\s*\([^)]*\ble\b", expr):
+            if not re.search(r"\bby\s*\([^)]*\ble\b", expr):
                 problems.append(f"{where}: histogram_quantile() must keep `le` (sum by (le, ...))")
     for name, wheres in sorted(unknown.items()):
         problems.append(f"unknown metric {name} (exported by neither the provider nor core), in: " + "; ".join(wheres))
