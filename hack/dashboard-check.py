@@ -367,6 +367,33 @@ def grafana_query_exprs(query):
 # The checks
 
 
+# Grafana's own variables, and a value of each that Prometheus can parse.
+GRAFANA_BUILTINS = {"__rate_interval": "5m", "__interval": "1m", "__range": "6h", "__range_s": "21600"}
+
+
+def variable_values(dash):
+    """A value of each variable an expression may use, for promtool to parse it."""
+    values = dict(GRAFANA_BUILTINS)
+    for v in dash.get("templating", {}).get("list", []):
+        if v.get("type") == "custom":
+            values[v["name"]] = str(v.get("query", "")).split(",")[0].strip()
+        elif v.get("type") == "query":
+            values[v["name"]] = ".*"
+    return values
+
+
+def promql_rules(dash):
+    """The dashboard's expressions as recording rules, Grafana variables replaced, so
+    that `promtool check rules` parses each with Prometheus' own parser."""
+    values = variable_values(dash)
+    rules = []
+    _, exprs = check_dashboard(dash)
+    for n, (where, expr, _) in enumerate(exprs):
+        text = re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), m.group(0)), expr)
+        rules.append({"record": f"dashboard:expr_{n}", "expr": text, "labels": {"where": where}})
+    return {"groups": [{"name": "dashboard-expressions", "rules": rules}]}
+
+
 def walk_panels(panels):
     for p in panels:
         yield p
@@ -441,6 +468,12 @@ def check_dashboard(dash):
                 continue
             legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", t.get("legendFormat", "")))
             exprs.append((f"{where} target {t.get('refId')}", t["expr"], legend))
+    defined = set(variable_values(dash))
+    for where, expr, _ in exprs:
+        for name in re.findall(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", expr):
+            name = name[0] or name[1]
+            if name not in defined:
+                problems.append(f"{where}: uses ${name}, which is no variable of the dashboard")
     return problems, exprs
 
 
@@ -668,6 +701,8 @@ def self_test(dash, rules, known, pending, labels):
         ("histogram_quantile without le", "must keep `le`",
          lambda d, r: first_target(d).update(
              expr="histogram_quantile(0.9, sum by (phase) (rate(karpenter_scaleway_install_phase_duration_seconds_bucket[5m])))")),
+        ("an undefined variable", "which is no variable of the dashboard",
+         lambda d, r: first_target(d).update(expr="sum(increase(karpenter_scaleway_churn_orders_total[$windw]))")),
         ("no datasource variable", "template variable `datasource`",
          lambda d, r: d["templating"].update(list=[v for v in d["templating"]["list"] if v["name"] != "datasource"])),
         ("unknown metric in a template variable", "unknown metric karpenter_nodepool_usage",
@@ -734,6 +769,8 @@ def main():
     ap.add_argument("--karpenter-dir", help="sigs.k8s.io/karpenter module source (default: go list -m in bridge/)")
     ap.add_argument("--no-pending", action="store_true", help="refuse the PENDING_PROVIDER names too")
     ap.add_argument("--self-test", action="store_true", help="check that broken copies of the inputs are refused")
+    ap.add_argument("--write-promql-rules", metavar="FILE",
+                    help="also write the dashboard's expressions as a rules file for `promtool check rules`")
     args = ap.parse_args()
 
     try:
@@ -761,6 +798,8 @@ def main():
             print("dashboard-check: self-test: every broken input refused")
         return 1 if failures else 0
     problems, n_dash, n_rules, used_pending = run_checks(dash, rules, known, pending, labels)
+    if args.write_promql_rules:
+        pathlib.Path(args.write_promql_rules).write_text(json.dumps(promql_rules(dash), indent=1))
     if problems:
         for p in problems:
             print(f"dashboard-check: FAIL: {p}", file=sys.stderr)
