@@ -11,17 +11,27 @@
 #  4. every environment variable the chart gives the provider container is one
 #     `karpenter-scaleway serve` reads (a clap flag's env, or std::env::var), and every
 #     one it gives the bridge is read by Karpenter core or the bridge;
-#  5. `kubectl apply --dry-run=server --validate=strict` of the rendered charts and of
+#  5. the Grafana dashboard and the PrometheusRule (dashboard.enabled,
+#     prometheusRule.enabled): they render to one ConfigMap holding the dashboard file
+#     intact and one PrometheusRule; hack/dashboard-check.py finds every metric they
+#     query among those the provider and Karpenter core export (and --self-test shows it
+#     refuses broken copies); `promtool check rules` accepts the rules and every
+#     dashboard expression, and `promtool test rules` runs ci/alerts-test.yaml, a test
+#     for every alert;
+#  6. `kubectl apply --dry-run=server --validate=strict` of the rendered charts and of
 #     examples/ against a throwaway API server (hack/apiserver.sh, built by
 #     e2e/kube/build.sh), or against KPS_KUBECONFIG. This creates the CRDs and the
 #     release namespace for real (a dry-run of a NodePool needs its CRD), so a
 #     KPS_KUBECONFIG must be a test cluster.
 #
-#  6. on the throwaway API server: the chart's RBAC grants what the provider and core's
+#  7. on the throwaway API server: the chart's RBAC grants what the provider and core's
 #     leader election call and refuses neighbouring permissions (kubectl auth can-i).
 #
-#   KPS_KUBECONFIG    cluster for step 5 (default: a throwaway API server)
-#   KPS_CHART_DRY_RUN 0 skips step 5
+#   KPS_KUBECONFIG    cluster for step 6 (default: a throwaway API server)
+#   KPS_CHART_DRY_RUN 0 skips steps 6 and 7
+#   KPS_PROVIDER_METRICS a provider /metrics text for step 5 (default: the names
+#                     declared in controller/src, a weaker check)
+#   KPS_PROMTOOL      promtool binary (default: built and cached by hack/promtool.sh)
 #   KPS_KUBECTL       kubectl binary (default: the kubectl v1.35 built with the
 #                     control plane by e2e/kube/build.sh, not the host's)
 #   KPS_PROVIDER_BIN  karpenter-scaleway binary (default: cargo run -p karpenter-scaleway)
@@ -100,7 +110,10 @@ expect_failure "malformed zone" "/scaleway/zones/0" -f "$chart/ci/default-values
 expect_failure "unknown value" "additional properties" -f "$chart/ci/default-values.yaml" --set clustername=typo
 expect_failure "two replicas without election" "needs replicas: 1" -f "$chart/ci/default-values.yaml" \
 	--set replicas=2 --set settings.leaderElection.enabled=false
-log "helm template: refuses a missing cluster name, missing credentials, a bad zone, an unknown key, replicas without election"
+expect_failure "alert selector not PromQL matchers" "/prometheusRule/selector" -f "$chart/ci/default-values.yaml" \
+	--set prometheusRule.enabled=true --set 'prometheusRule.selector=namespace=karpenter'
+expect_failure "unknown dashboard value" "additional properties" -f "$chart/ci/default-values.yaml" --set dashboard.enable=true
+log "helm template: refuses a missing cluster name, missing credentials, a bad zone, an unknown key, replicas without election, a malformed alert selector"
 
 # 4. environment variables
 provider_env="$("${provider[@]}" serve --help | grep -o '\[env: [A-Z0-9_]*' | cut -d' ' -f2 | sort -u)"
@@ -139,7 +152,69 @@ for values in "${values_files[@]}"; do
 done
 log "env: every variable the chart sets is read by the container it is given to"
 
-# 5. server-side dry-run
+# 5. dashboard and alerts
+"$helm" template karpenter-scaleway "$chart" -n "$namespace" -f "$chart/ci/default-values.yaml" \
+	--set dashboard.enabled=true,prometheusRule.enabled=true >"$out/monitoring.yaml" ||
+	die "helm template $chart with dashboard.enabled and prometheusRule.enabled"
+python3 - "$chart" "$out" <<-'PY'
+	import json, sys, yaml
+	chart, out = sys.argv[1:]
+	def fail(msg):
+	    sys.exit(f"chart-check: FAIL: {msg}")
+	docs = [d for d in yaml.safe_load_all(open(f"{out}/monitoring.yaml")) if d]
+	for name in ("default-values", "full-values"):
+	    kinds = [d["kind"] for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+	    want = name == "full-values"
+	    for kind in ("PrometheusRule", "ConfigMap"):
+	        if (kind in kinds) != want:
+	            fail(f"{name}: a {kind} {'missing' if want else 'rendered, though off by default'}")
+	dashboards = [d for d in docs if d["kind"] == "ConfigMap"]
+	rules = [d for d in docs if d["kind"] == "PrometheusRule"]
+	if len(dashboards) != 1 or len(rules) != 1:
+	    fail(f"want one dashboard ConfigMap and one PrometheusRule, got {len(dashboards)} and {len(rules)}")
+	cm = dashboards[0]
+	if cm["metadata"]["labels"].get("grafana_dashboard") != "1":
+	    fail("the dashboard ConfigMap lacks the sidecar label grafana_dashboard: \"1\"")
+	data = cm.get("data", {}).get("karpenter-scaleway.json")
+	if data is None or data != open(f"{chart}/dashboards/karpenter-scaleway.json").read().rstrip("\n"):
+	    fail("the ConfigMap does not hold dashboards/karpenter-scaleway.json intact")
+	if rules[0]["apiVersion"] != "monitoring.coreos.com/v1":
+	    fail(f"PrometheusRule apiVersion {rules[0]['apiVersion']}")
+	json.dump(docs, open(f"{out}/monitoring.json", "w"))
+	# promtool reads a Prometheus rules file: the PrometheusRule's spec. The unit tests
+	# get it without annotations (their text is dashboard-check's and check rules').
+	spec = rules[0]["spec"]
+	yaml.safe_dump(spec, open(f"{out}/rules.yaml", "w"), sort_keys=False)
+	bare = {"groups": [{**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]} for g in spec["groups"]]}
+	yaml.safe_dump(bare, open(f"{out}/rules-test.yaml", "w"), sort_keys=False)
+	alerts = {r["alert"] for g in spec["groups"] for r in g["rules"]}
+	tests = yaml.safe_load(open(f"{chart}/ci/alerts-test.yaml"))
+	tested = {a["alertname"] for t in tests["tests"] for a in t.get("alert_rule_test", [])}
+	if alerts - tested:
+	    fail(f"alerts without a test in {chart}/ci/alerts-test.yaml: {sorted(alerts - tested)}")
+	if tested - alerts:
+	    fail(f"{chart}/ci/alerts-test.yaml tests alerts the chart does not have: {sorted(tested - alerts)}")
+PY
+check_args=(--rules "$out/monitoring.json" --karpenter-dir "$karpenter_dir")
+if [[ -n "${KPS_PROVIDER_METRICS:-}" ]]; then
+	check_args+=(--provider-metrics "$KPS_PROVIDER_METRICS")
+fi
+hack/dashboard-check.py "${check_args[@]}" --write-promql-rules "$out/dashboard-rules.json" ||
+	die "hack/dashboard-check.py: the dashboard or the alerts query unknown metrics or are malformed"
+hack/dashboard-check.py --self-test "${check_args[@]}" >"$out/dashboard-self-test.log" ||
+	die "hack/dashboard-check.py --self-test (see $out/dashboard-self-test.log)"
+log "dashboard-check --self-test: $(grep -c ': refused' "$out/dashboard-self-test.log") broken inputs refused"
+promtool="$(hack/promtool.sh | tail -n 1)"
+"$promtool" check rules "$out/rules.yaml" >/dev/null || die "promtool check rules: the chart's PrometheusRule"
+# Prometheus' own parser on every dashboard expression (as recording rules, Grafana's
+# variables replaced by values): the metric check above reads names, not syntax.
+"$promtool" check rules "$out/dashboard-rules.json" >/dev/null || die "promtool: a dashboard expression does not parse"
+cp "$chart/ci/alerts-test.yaml" "$out/alerts-test.yaml"
+"$promtool" test rules "$out/alerts-test.yaml" >"$out/alerts-test.log" 2>&1 ||
+	die "promtool test rules $chart/ci/alerts-test.yaml: $(cat "$out/alerts-test.log")"
+log "alerts and dashboard: $("$promtool" --version 2>&1 | head -n 1): rules and every dashboard expression parse, $chart/ci/alerts-test.yaml passes"
+
+# 6. server-side dry-run
 if [[ "${KPS_CHART_DRY_RUN:-1}" == 0 ]]; then
 	log "KPS_CHART_DRY_RUN=0: skipped the server-side dry-run of the manifests and examples/"
 	log "PASS"
@@ -167,8 +242,10 @@ k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
 k apply --server-side --force-conflicts -f "$out/karpenter-crd.yaml" >/dev/null
 k wait --for condition=Established --timeout 60s -f "$out/karpenter-crd.yaml" >/dev/null
 k create namespace "$namespace" --dry-run=client -o yaml | k apply -f - >/dev/null
-have_servicemonitor=0
-k get crd servicemonitors.monitoring.coreos.com >/dev/null 2>&1 && have_servicemonitor=1
+# prometheus-operator's kinds the chart can render, dry-run only where their CRD is.
+missing_kinds=()
+k get crd servicemonitors.monitoring.coreos.com >/dev/null 2>&1 || missing_kinds+=(ServiceMonitor)
+k get crd prometheusrules.monitoring.coreos.com >/dev/null 2>&1 || missing_kinds+=(PrometheusRule)
 
 dry_run() {
 	local file="$1"
@@ -177,15 +254,17 @@ dry_run() {
 for values in "${values_files[@]}"; do
 	name="$(basename "$values" .yaml)"
 	file="$out/$name.yaml"
-	if [[ "$have_servicemonitor" == 0 ]] && grep -q '^kind: ServiceMonitor' "$file"; then
+	if ((${#missing_kinds[@]})); then
 		# The cluster has no prometheus-operator: validate everything else.
-		python3 - "$file" >"$out/$name.no-sm.yaml" <<-'PY'
+		python3 - "$file" "${missing_kinds[@]}" >"$out/$name.no-monitoring.yaml" <<-'PY'
 			import sys, yaml
-			docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") != "ServiceMonitor"]
-			yaml.safe_dump_all(docs, sys.stdout)
+			docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+			kept = [d for d in docs if d.get("kind") not in sys.argv[2:]]
+			if len(kept) < len(docs):
+			    print(f"chart-check: {sys.argv[1]}: no CRD for {len(docs) - len(kept)} object(s) of {', '.join(sys.argv[2:])} in the cluster, dry-running without them", file=sys.stderr)
+			yaml.safe_dump_all(kept, sys.stdout)
 		PY
-		log "$name: no ServiceMonitor CRD in the cluster, dry-running without the ServiceMonitor"
-		file="$out/$name.no-sm.yaml"
+		file="$out/$name.no-monitoring.yaml"
 	fi
 	dry_run "$file"
 done
@@ -297,7 +376,7 @@ for case in "$cel_dir"/*.yaml; do
 done
 log "NodeClass CEL: $refused_count broken variants refused with their messages, $accepted_count valid ones accepted"
 
-# 6. RBAC, on the throwaway API server only (it installs the chart's RBAC for real):
+# 7. RBAC, on the throwaway API server only (it installs the chart's RBAC for real):
 # what the provider calls (docs/configuration.md, "Kubernetes permissions of the
 # provider") and Karpenter core's leader election must be allowed, and a few
 # neighbouring permissions must not be.

@@ -67,3 +67,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The directory of the provider's Unix socket, shared by both containers. */}}
 {{- define "kps.socketDir" -}}/var/run/karpenter{{- end -}}
+
+{{/* The label matchers of an alert's selector: the given ones (a string, may be
+empty) and prometheusRule.selector, in braces; nothing when both are empty. */}}
+{{- define "kps.alertSelector" -}}
+{{- $root := index . 0 -}}
+{{- $matchers := compact (list (index . 1) $root.Values.prometheusRule.selector) -}}
+{{- if $matchers -}}{{ printf "{%s}" (join "," $matchers) }}{{- end -}}
+{{- end -}}
