@@ -92,7 +92,7 @@ lint:
 # `cargo test --workspace`); `cargo test -p e2e --test scenarios -- <name>::`
 # runs one.
 e2e: build-bridge karpenter-crds talos-config
-    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" python3 hack/e2e-run.py
+    KPS_PROMTOOL="$(hack/promtool.sh | tail -n 1)" KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" python3 hack/e2e-run.py
 
 # Same scenarios against an existing cluster (e.g. `just kind-up` first)
 e2e-kind: build
@@ -106,7 +106,9 @@ kind-up:
 # Helm charts and examples/ checks
 chart-check:
     cargo build --workspace --exclude e2e --bins --tests
-    KPS_PROVIDER_BIN="$KPS_RUST_BIN_DIR/karpenter-scaleway" hack/chart-check.sh
+    mkdir -p {{root}}/.work
+    KPS_METRICS_EXPOSITION={{root}}/.work/provider-metrics.txt cargo test -q -p karpenter-scaleway --lib -- metrics::tests::every_family_is_exposed_once_counted --exact
+    KPS_PROVIDER_METRICS={{root}}/.work/provider-metrics.txt KPS_PROVIDER_BIN="$KPS_RUST_BIN_DIR/karpenter-scaleway" hack/chart-check.sh
 
 # Needs Docker with BuildKit; images are named REGISTRY/<name>:TAG.
 # Container images: karpenter-scaleway, karpenter-bridge, emsim, talos-sim

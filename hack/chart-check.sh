@@ -29,7 +29,9 @@
 #
 #   KPS_KUBECONFIG    cluster for step 6 (default: a throwaway API server)
 #   KPS_CHART_DRY_RUN 0 skips steps 6 and 7
-#   KPS_PROVIDER_METRICS a provider /metrics text for step 5 (default: the names
+#   KPS_PROVIDER_METRICS a provider /metrics text for step 5, also run through
+#                     `promtool check metrics` (`just chart-check` writes one with
+#                     every family from the metrics unit test; default: the names
 #                     declared in controller/src, a weaker check)
 #   KPS_PROMTOOL      promtool binary (default: built and cached by hack/promtool.sh)
 #   KPS_KUBECTL       kubectl binary (default: the kubectl v1.35 built with the
@@ -213,6 +215,16 @@ cp "$chart/ci/alerts-test.yaml" "$out/alerts-test.yaml"
 "$promtool" test rules "$out/alerts-test.yaml" >"$out/alerts-test.log" 2>&1 ||
 	die "promtool test rules $chart/ci/alerts-test.yaml: $(cat "$out/alerts-test.log")"
 log "alerts and dashboard: $("$promtool" --version 2>&1 | head -n 1): rules and every dashboard expression parse, $chart/ci/alerts-test.yaml passes"
+if [[ -n "${KPS_PROVIDER_METRICS:-}" ]]; then
+	# The provider's exposition (every family, one series each) through Prometheus'
+	# text parser. Linting is off: the linter reads the classic text format, in which
+	# a counter's HELP names its `_total` samples, while OpenMetrics (what
+	# prometheus-client writes) names the family; it would call every counter
+	# undocumented. Parsing and the cardinality table are what is checked here.
+	"$promtool" check metrics --lint=none --extended <"$KPS_PROVIDER_METRICS" >"$out/check-metrics.log" 2>&1 ||
+		die "promtool check metrics $KPS_PROVIDER_METRICS: $(cat "$out/check-metrics.log")"
+	log "promtool check metrics: the provider's exposition parses ($(grep -c '^# TYPE ' "$KPS_PROVIDER_METRICS") families)"
+fi
 
 # 6. server-side dry-run
 if [[ "${KPS_CHART_DRY_RUN:-1}" == 0 ]]; then

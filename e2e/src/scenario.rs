@@ -402,6 +402,9 @@ where
     if result.is_ok() {
         result = no_stranded_nodes(&stack).await;
     }
+    if result.is_ok() {
+        result = metrics_parse(&stack).await;
+    }
     if let Err(e) = &result {
         eprintln!("scenario failed: {e:#}\n{}", stack.diagnostics());
     }
@@ -412,6 +415,42 @@ where
         "scenario finished"
     );
     result
+}
+
+/// With `KPS_PROMTOOL` set (`just e2e` sets it), the provider's `/metrics` at
+/// the end of the scenario, whatever it counted, must pass Prometheus' text
+/// parser (`promtool check metrics`; linting off, see hack/chart-check.sh).
+/// A provider that does not answer (a scenario that ends with it stopped) is
+/// not checked.
+async fn metrics_parse(stack: &Stack) -> Result<()> {
+    let Ok(promtool) = std::env::var("KPS_PROMTOOL") else {
+        return Ok(());
+    };
+    let text = match stack.provider_metrics(0).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::info!(error = %e, "provider /metrics not reachable at the end; not checked");
+            return Ok(());
+        }
+    };
+    let path = stack.opts.work_dir.join("provider-metrics.txt");
+    std::fs::write(&path, &text)?;
+    let out = std::process::Command::new(&promtool)
+        .args(["check", "metrics", "--lint=none", "--extended"])
+        .stdin(std::fs::File::open(&path)?)
+        .output()
+        .with_context(|| format!("running {promtool}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "promtool check metrics refused the provider's /metrics ({}): {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tracing::info!(
+        families = text.lines().filter(|l| l.starts_with("# TYPE ")).count(),
+        "provider /metrics parsed by promtool check metrics"
+    );
+    Ok(())
 }
 
 /// A NodePool like [`Stack::nodepool_yaml`] whose only disruption is drift
