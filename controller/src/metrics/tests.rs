@@ -242,8 +242,7 @@ fn every_family_is_exposed_once_counted() {
             s.to_string(),
         )
     };
-    m.standby
-        .set_servers(BTreeMap::from([(pool("idle"), 1)]));
+    m.standby.set_servers(BTreeMap::from([(pool("idle"), 1)]));
     m.standby
         .set_idle_cost(BTreeMap::from([("default".to_string(), 0.091)]));
     m.standby.count_order("default");
