@@ -149,6 +149,15 @@ bench-catalog-combined ROUNDS="30":
 demo *ARGS: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo {{ARGS}}
 
+# The docs' picture of the dashboard, docs/img/dashboard.png (docs/dashboard-picture.md):
+# Prometheus built from its Go module (hack/prometheus.sh) scrapes the provider
+# and Karpenter core during one e2e scenario (hybrid by default), then
+# hack/dashboard-render.py draws the chart's dashboard from that Prometheus'
+# answers to the dashboard's own queries. Not in CI; KPS_DASHBOARD_DATA renders
+# a kept run again without running the scenario.
+dashboard-picture: build-bridge karpenter-crds talos-config
+    hack/dashboard-picture.sh
+
 # Warm metal: a standby's adoption against a cold install of the same offer at time scale 1 (emsim's own timings), docs/figures.md "Warm metal"
 standby-figures: build
     KPS_TIME_SCALE=1 cargo test -p e2e --test scenarios -- --ignored --nocapture standby::standby_figures_adoption_against_a_cold_install
