@@ -149,12 +149,12 @@ bench-catalog-combined ROUNDS="30":
 demo *ARGS: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo {{ARGS}}
 
-# The docs' picture of the dashboard, docs/img/dashboard.png (docs/dashboard-picture.md):
 # Prometheus built from its Go module (hack/prometheus.sh) scrapes the provider
 # and Karpenter core during one e2e scenario (hybrid by default), then
 # hack/dashboard-render.py draws the chart's dashboard from that Prometheus'
-# answers to the dashboard's own queries. Not in CI; KPS_DASHBOARD_DATA renders
-# a kept run again without running the scenario.
+# answers to the dashboard's own queries (docs/dashboard-picture.md). Not in
+# CI; KPS_DASHBOARD_DATA=<.work/…/prometheus> renders a kept run again.
+# The docs' picture of the dashboard from a real e2e run: docs/img/dashboard.png
 dashboard-picture: build-bridge karpenter-crds talos-config
     hack/dashboard-picture.sh
 

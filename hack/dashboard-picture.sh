@@ -34,14 +34,15 @@ export KPS_PROMETHEUS_BIN
 
 dir="${KPS_DASHBOARD_DATA:-}"
 if [[ -z "$dir" ]]; then
-	# The build of hack/e2e-run.py (the feature set of `cargo test
-	# --workspace`); the scenarios' test binary and the Rust binaries'
-	# directory come from cargo's own report.
-	built="$(cargo build --workspace --bins --tests --message-format=json)"
-	read -r exe bindir < <(python3 - "$built" <<'PY'
+	# The Rust binaries and the scenarios' test binary, with the feature set
+	# of hack/e2e-run.py's build (`--workspace`: no recompile after `just
+	# e2e`), but linking no other test binary; their paths come from cargo's
+	# own report.
+	read -r exe bindir < <(cargo build --workspace --bins --test scenarios --message-format=json |
+		python3 -c '
 import json, os, sys
 exe = bindir = None
-for line in sys.argv[1].splitlines():
+for line in sys.stdin:
     try:
         m = json.loads(line)
     except ValueError:
@@ -54,8 +55,7 @@ for line in sys.argv[1].splitlines():
     if t["name"] == "karpenter-scaleway" and "bin" in t["kind"]:
         bindir = os.path.dirname(m["executable"])
 print(exe, bindir)
-PY
-)
+')
 	[[ -x "$exe" && -d "$bindir" ]] || { log "cargo built no scenarios binary"; exit 1; }
 	export KPS_RUST_BIN_DIR="$bindir"
 	export KPS_KUBE_BIN_DIR="${KPS_KUBE_BIN_DIR:-$(e2e/kube/build.sh | tail -n 1)}"
@@ -72,5 +72,5 @@ log "rendering $dashboard from $dir"
 mkdir -p "$(dirname "$out")"
 python3 hack/dashboard-render.py --dashboard "$dashboard" --data "$dir/data" --run "$dir/run.json" \
 	--out "$out" --report "$dir/render-report.json" \
-	--source "${KPS_DASHBOARD_SOURCE:-the e2e scenario ${test_name%%::*} (kept run $(basename "$(dirname "$dir")"))}"
+	--source "${KPS_DASHBOARD_SOURCE:-the e2e scenario ${test_name}, Prometheus TSDB kept in .work/$(basename "$(dirname "$dir")")/prometheus}"
 log "wrote $out (what was drawn: $dir/render-report.json)"

@@ -388,7 +388,8 @@ def reduce(values: list[float], calc: str) -> float | None:
 
 
 def threshold_color(v: float | None, defaults: dict, theme: dict) -> str:
-    steps = ((defaults.get("thresholds") or {}).get("steps")) or []
+    # Grafana's default thresholds: green from the start.
+    steps = ((defaults.get("thresholds") or {}).get("steps")) or [{"color": "green", "value": None}]
     color = theme["text"]
     if v is None:
         return theme["muted"]
@@ -435,6 +436,7 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
     matplotlib.use("Agg")
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
+    import numpy as np
     from matplotlib.patches import FancyBboxPatch
 
     theme = THEMES[theme_name]
@@ -448,7 +450,7 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
     unit_h = 30.0  # Grafana's grid row: 30 px
     gap = 6.0
     header = 44.0
-    foot = 26.0
+    foot = 40.0
     grid_h = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels) * unit_h
     height_px = header + grid_h + foot
     dpi = 100
@@ -484,7 +486,7 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
         box.add_patch(FancyBboxPatch((0, 0), 1, 1, boxstyle="round,pad=0,rounding_size=0.01",
                                      transform=box.transAxes, facecolor=theme["panel"],
                                      edgecolor=theme["border"], linewidth=0.8))
-        box.text(8 / w, 1 - 13 / h, title, transform=box.transAxes, fontsize=9, weight="bold",
+        box.text(8 / w, 1 - 13 / h, title, transform=box.transAxes, fontsize=10, weight="bold",
                  color=theme["text"], va="center", ha="left", clip_on=True)
         defaults = (p.get("fieldConfig") or {}).get("defaults") or {}
         unit = defaults.get("unit")
@@ -528,35 +530,60 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
             shown.sort(key=lambda s: s[0])
             ncol = max(1, int(inner[2] // 170))
             labels = [s[0] or "value" for s in shown] + ([f"+{hidden} more series"] if hidden else [])
-            rows = min(math.ceil(len(labels) / ncol), max(1, int(inner[3] * 0.38 // 12)))
-            legend_h = rows * 12 + 4
-            ax_box = (inner[0] + 44, inner[1] + 2, inner[2] - 50, inner[3] - legend_h - 18)
+            rows = min(math.ceil(len(labels) / ncol), max(1, int(inner[3] * 0.38 // 13)))
+            legend_h = rows * 13 + 4
+            ax_box = (inner[0] + 52, inner[1] + 2, inner[2] - 58, inner[3] - legend_h - 18)
             ax = fig.add_axes(frac(*ax_box))
             ax.set_facecolor(theme["panel"])
             custom = defaults.get("custom") or {}
             fill = float(custom.get("fillOpacity", 10)) / 100.0
             stacked = (custom.get("stacking") or {}).get("mode") == "normal"
-            base = None
+            bars = custom.get("drawStyle") == "bars"
+            span = bool(custom.get("spanNulls"))
+            # query_range answers on the grid start + k*step; a step with no
+            # sample is a gap (NaN), which Grafana leaves open unless
+            # spanNulls is set, and an isolated sample is drawn as a point.
+            n = int(round((end - start) / step)) + 1
+            grid = np.array([start + k * step for k in range(n)])
+            when = mdates.date2num([datetime.fromtimestamp(t, timezone.utc) for t in grid])
+            base = np.zeros(n)
             for i, (label, ts, vs, _m) in enumerate(shown):
                 c = PALETTE[i % len(PALETTE)]
-                dts = [datetime.fromtimestamp(t, timezone.utc) for t in ts]
+                y = np.full(n, np.nan)
+                for t, v in zip(ts, vs):
+                    k = int(round((t - start) / step))
+                    if 0 <= k < n:
+                        y[k] = v
+                ok = np.isfinite(y)
                 if stacked:
-                    lo = base or [0.0] * len(vs)
-                    # series of a panel share the step grid: align by time
-                    bt = dict(zip(base_ts, lo)) if base else {}
-                    lo = [bt.get(t, 0.0) for t in ts]
-                    hi = [a + b for a, b in zip(lo, vs)]
-                    ax.fill_between(dts, lo, hi, color=c, alpha=max(fill, 0.3), linewidth=0)
-                    ax.plot(dts, hi, color=c, linewidth=1.2)
-                    base, base_ts = hi, ts
+                    y = np.where(ok, base + np.nan_to_num(y), np.nan)
+                    lo = base.copy()
+                    base = np.where(ok, y, base)
                 else:
-                    ax.plot(dts, vs, color=c, linewidth=1.3, label=label)
-                    if fill > 0:
-                        ax.fill_between(dts, vs, [0] * len(vs), color=c, alpha=fill * 0.6,
-                                        linewidth=0)
+                    lo = np.zeros(n)
+                if bars:
+                    ax.bar(when[ok], (y - lo)[ok], bottom=lo[ok], width=step / 86400 * 0.8,
+                           color=c, alpha=max(fill, 0.5), linewidth=0)
+                    continue
+                if span and ok.sum() > 1:
+                    ax.plot(when[ok], y[ok], color=c, linewidth=1.3)
+                else:
+                    ax.plot(when, y, color=c, linewidth=1.3)
+                    prev = np.concatenate(([False], ok[:-1]))
+                    nxt = np.concatenate((ok[1:], [False]))
+                    lone = ok & ~prev & ~nxt
+                    if lone.any():
+                        ax.plot(when[lone], y[lone], "o", color=c, markersize=2.5)
+                if fill > 0 or stacked:
+                    ax.fill_between(when, lo, y, where=ok, color=c,
+                                    alpha=max(fill, 0.3) if stacked else fill * 0.6,
+                                    linewidth=0, interpolate=False)
             ax.set_xlim(datetime.fromtimestamp(start, timezone.utc),
                         datetime.fromtimestamp(end, timezone.utc))
             lo_y, hi_y = ax.get_ylim()
+            finite = [v for s in shown for v in s[2] if math.isfinite(v)]
+            if max(finite) == min(finite) == 0:
+                hi_y = 1  # Grafana's axis for a flat zero
             if custom.get("axisSoftMin") is not None or defaults.get("min") is not None:
                 lo_y = defaults.get("min", custom.get("axisSoftMin"))
             elif lo_y > 0 or all(v >= 0 for s in shown for v in s[2] if math.isfinite(v)):
@@ -567,11 +594,13 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
                 hi_y = lo_y + 1
             ax.set_ylim(lo_y, hi_y)
             ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=timezone.utc))
-            ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))
+            ax.xaxis.set_major_formatter(mdates.DateFormatter(
+                "%H:%M:%S" if end - start < 600 else "%H:%M", tz=timezone.utc))
+            integral = all(float(v).is_integer() for v in finite) and unit in (None, "short", "none")
+            ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4, integer=integral))
             ax.yaxis.set_major_formatter(
                 matplotlib.ticker.FuncFormatter(lambda v, _p, u=unit: fmt(v, u, decimals)))
-            ax.tick_params(labelsize=7, length=0, pad=2)
+            ax.tick_params(labelsize=8, length=0, pad=2)
             ax.grid(True, color=theme["grid"], linewidth=0.6)
             for sp in ax.spines.values():
                 sp.set_visible(False)
@@ -580,16 +609,16 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
             cw = inner[2] / ncol
             for i, label in enumerate(labels[: rows * ncol]):
                 r, cidx = divmod(i, ncol)
-                px, py = lx0 + cidx * cw, ly0 + r * 12 + 6
+                px, py = lx0 + cidx * cw, ly0 + r * 13 + 6
                 is_more = hidden and i == len(labels) - 1
                 if not is_more:
                     fig.patches.append(matplotlib.patches.Rectangle(
                         (px / width_px, 1 - (py + 1.5) / height_px), 10 / width_px, 3 / height_px,
                         transform=fig.transFigure, color=PALETTE[i % len(PALETTE)]))
-                maxc = int((cw - 18) / 5.2)
+                maxc = int((cw - 18) / 5.8)
                 text = label if len(label) <= maxc else label[: maxc - 1] + "…"
                 fig.text((px + (0 if is_more else 14)) / width_px, 1 - py / height_px, text,
-                         fontsize=7, color=theme["muted"] if is_more else theme["text"],
+                         fontsize=8, color=theme["muted"] if is_more else theme["text"],
                          va="center")
             continue
 
@@ -603,12 +632,22 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
                 continue
             report["with_data"] += 1
             if kind == "bargauge":
+                fit = max(1, int((inner[3] - 4) // 13))
+                more = 0
+                if len(items) > fit:
+                    items.sort(key=lambda it: -(it[1] or 0))
+                    more = len(items) - (fit - 1)
+                    items = items[: fit - 1]
                 items.sort(key=lambda it: it[0])
-                n = len(items)
+                n = len(items) + (1 if more else 0)
                 vmax = defaults.get("max") or max((abs(v) for _, v, _ in items if v is not None),
                                                   default=1) or 1
                 bh = min(22.0, (inner[3] - 4) / max(n, 1))
-                for i, (label, v, _s) in enumerate(items[:int((inner[3]) // max(bh, 10))]):
+                if more:
+                    fig.text((inner[0] + 4) / width_px, 1 - (inner[1] + 4 + (n - 0.5) * bh) / height_px,
+                             f"+{more} more (the smallest)", fontsize=7, color=theme["muted"],
+                             va="center")
+                for i, (label, v, _s) in enumerate(items):
                     py = inner[1] + 4 + i * bh
                     fig.text((inner[0] + 4) / width_px, 1 - (py + bh / 2) / height_px,
                              label[:40], fontsize=7, color=theme["text"], va="center")
@@ -711,7 +750,7 @@ def main() -> int:
     ap.add_argument("--scrape-interval", default=None, help="default: --run's, else 15s")
     ap.add_argument("--var", action="append", default=[], help="name=value, over the dashboard's")
     ap.add_argument("--theme", choices=sorted(THEMES), default="dark")
-    ap.add_argument("--width", type=int, default=1600, help="image width in pixels")
+    ap.add_argument("--width", type=int, default=1280, help="image width in pixels")
     ap.add_argument("--footer", default=None, help="text at the picture's foot (default: how it was made)")
     ap.add_argument("--source", default="", help="what produced the data, said in the default footer")
     ap.add_argument("--report", help="write what was drawn (panels with data, empty, errors) here")
@@ -748,11 +787,15 @@ def main() -> int:
             prom = Prom(args.prometheus)
         build = prom.get("/api/v1/status/buildinfo")
         values = resolve_variables(dash, prom, fixed, start, end, step, scrape)
+        version = build.get("version", "?")
+        m = re.fullmatch(r"0\.([1-9])(\d\d)\.(\d+)", version)
+        if m:  # built from the Go module, which tags Prometheus 3.MM.P as v0.3MM.P
+            version = f"{m.group(1)}.{int(m.group(2))}.{m.group(3)} (Go module v{version})"
         footer = args.footer or (
-            f"Drawn by hack/dashboard-render.py (not Grafana) from Prometheus {build.get('version')}"
+            f"Drawn by hack/dashboard-render.py (not Grafana) from Prometheus {version}"
             f" answering the dashboard's own queries; step {int(step)} s, "
             f"$__rate_interval {values['__rate_interval']}"
-            + (f"; data: {args.source}" if args.source else "")
+            + (f"\ndata: {args.source}" if args.source else "")
         )
         report = draw_dashboard(dash, prom, values, start, end, step, args.out, args.theme,
                                 args.width, footer)
