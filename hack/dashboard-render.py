@@ -31,6 +31,7 @@ runs itself again there.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -712,16 +713,21 @@ def draw_dashboard(dash: dict, prom: Prom, values: dict, start, end, step, out: 
             report["with_data"] += 1
             header_cols = cols + ["Value"]
             cwid = inner[2] / len(header_cols)
+            hmax = max(3, int((cwid - 6) / 7.2))
             for j, c in enumerate(header_cols):
+                c = c if len(c) <= hmax else c[: hmax - 1] + "…"
                 fig.text((inner[0] + 4 + j * cwid) / width_px, 1 - (inner[1] + 6) / height_px,
                          c, fontsize=8, weight="bold", color=theme["text"], va="center")
             max_rows = int((inner[3] - 14) // 13)
             for i, (m, v) in enumerate(rows_out[:max_rows]):
                 py = inner[1] + 20 + i * 13
                 cells = [m.get(c, "") for c in cols] + [fmt(v, unit, decimals)]
+                maxc = max(3, int((cwid - 6) / 5.2))
                 for j, cell in enumerate(cells):
+                    cell = str(cell)
+                    cell = cell if len(cell) <= maxc else cell[: maxc - 1] + "…"
                     fig.text((inner[0] + 4 + j * cwid) / width_px, 1 - py / height_px,
-                             str(cell)[:40], fontsize=7, color=theme["text"], va="center")
+                             cell, fontsize=7, color=theme["text"], va="center")
             if len(rows_out) > max_rows:
                 fig.text((inner[0] + inner[2] - 4) / width_px, 1 - (inner[1] + 6) / height_px,
                          f"{len(rows_out)} rows, {max_rows} shown", fontsize=7,
@@ -773,8 +779,10 @@ def main() -> int:
         k, _, v = kv.partition("=")
         fixed[k] = v
 
-    with open(args.dashboard) as f:
-        dash = json.load(f)
+    with open(args.dashboard, "rb") as f:
+        raw = f.read()
+    dash = json.loads(raw)
+    digest = hashlib.sha256(raw).hexdigest()
 
     local = None
     try:
@@ -793,7 +801,8 @@ def main() -> int:
             version = f"{m.group(1)}.{int(m.group(2))}.{m.group(3)} (Go module v{version})"
         footer = args.footer or (
             f"Drawn by hack/dashboard-render.py (not Grafana) from Prometheus {version}"
-            f" answering the dashboard's own queries; step {int(step)} s, "
+            f" answering the queries of {os.path.basename(args.dashboard)} (sha256 {digest[:12]});"
+            f" step {int(step)} s, "
             f"$__rate_interval {values['__rate_interval']}"
             + (f"\ndata: {args.source}" if args.source else "")
         )
@@ -803,6 +812,7 @@ def main() -> int:
         if local:
             local.stop()
     report["prometheus_version"] = build.get("version")
+    report["dashboard"] = {"path": args.dashboard, "sha256": digest}
     report["variables"] = {k: v for k, v in values.items()}
     report["start"], report["end"], report["step"] = start, end, step
     text = json.dumps(report, indent=2)
