@@ -46,45 +46,67 @@ fn now() -> f64 {
         .unwrap_or_default()
 }
 
-/// The scrape configuration: one job for the providers, one for Karpenter
-/// core, each target labelled with its namespace and pod (the labels a
-/// `kubernetes_sd_configs` relabelling usually keeps).
-pub fn config(replicas: &[Replica]) -> Result<String> {
-    let mut provider = Vec::new();
-    let mut core = Vec::new();
-    for r in replicas {
-        let labels = serde_json::json!({"namespace": NAMESPACE, "pod": r.pod_name});
-        for (list, url, container) in [
-            (
-                &mut provider,
-                r.provider_metrics_url()?,
-                &r.provider.container,
-            ),
-            (&mut core, r.bridge_metrics_url()?, &r.bridge.container),
-        ] {
-            let target = url
-                .strip_prefix("http://")
+/// One pod's two metrics endpoints, as `host:port`.
+#[derive(Debug, Clone)]
+pub struct PodTargets {
+    pub pod: String,
+    pub provider: (String, String),
+    pub core: (String, String),
+}
+
+impl PodTargets {
+    fn of(r: &Replica) -> Result<PodTargets> {
+        let host_port = |url: String| -> Result<String> {
+            url.strip_prefix("http://")
                 .and_then(|u| u.strip_suffix("/metrics"))
-                .with_context(|| format!("unexpected metrics URL {url}"))?
-                .to_string();
-            let mut labels = labels.clone();
-            labels["container"] = serde_json::json!(container);
-            list.push(serde_json::json!({"targets": [target], "labels": labels}));
-        }
+                .map(str::to_string)
+                .with_context(|| format!("unexpected metrics URL {url}"))
+        };
+        Ok(PodTargets {
+            pod: r.pod_name.clone(),
+            provider: (
+                r.provider.container.clone(),
+                host_port(r.provider_metrics_url()?)?,
+            ),
+            core: (
+                r.bridge.container.clone(),
+                host_port(r.bridge_metrics_url()?)?,
+            ),
+        })
     }
+}
+
+/// The scrape configuration: one job for the providers, one for Karpenter
+/// core, each target labelled with its namespace, pod and container (the
+/// labels a `kubernetes_sd_configs` relabelling usually keeps).
+pub fn config(pods: &[PodTargets]) -> Result<String> {
+    let static_config = |pod: &str, (container, target): &(String, String)| {
+        serde_json::json!({
+            "targets": [target],
+            "labels": {"namespace": NAMESPACE, "pod": pod, "container": container},
+        })
+    };
     let job = |name: &str, targets: Vec<serde_json::Value>| {
         serde_json::json!({
             "job_name": name,
             "metrics_path": "/metrics",
             "scrape_interval": SCRAPE_INTERVAL,
             "scrape_timeout": SCRAPE_INTERVAL,
-            // The provider answers with the OpenMetrics or the classic text
-            // format depending on Accept; Prometheus 3 refuses a scrape
-            // whose Content-Type it cannot read unless given a fallback.
+            // Prometheus 3 refuses a scrape whose Content-Type it cannot
+            // read unless given a fallback; the classic text format is what
+            // both endpoints write at the least.
             "fallback_scrape_protocol": "PrometheusText0.0.4",
             "static_configs": targets,
         })
     };
+    let provider = pods
+        .iter()
+        .map(|p| static_config(&p.pod, &p.provider))
+        .collect();
+    let core = pods
+        .iter()
+        .map(|p| static_config(&p.pod, &p.core))
+        .collect();
     let cfg = serde_json::json!({
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": "15s"},
         "scrape_configs": [job(PROVIDER_JOB, provider), job(CORE_JOB, core)],
@@ -106,7 +128,11 @@ impl Prometheus {
         let dir = work_dir.join("prometheus");
         std::fs::create_dir_all(dir.join("data"))?;
         let cfg = dir.join("prometheus.yml");
-        std::fs::write(&cfg, config(replicas)?)?;
+        let pods = replicas
+            .iter()
+            .map(PodTargets::of)
+            .collect::<Result<Vec<_>>>()?;
+        std::fs::write(&cfg, config(&pods)?)?;
         let port = free_port()?;
         let url = format!("http://127.0.0.1:{port}");
         let proc = Proc::spawn(
@@ -195,4 +221,38 @@ pub fn check_bin() -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_scrapes_every_pod_of_both_jobs_every_2s() {
+        let pod = |i: u16| PodTargets {
+            pod: format!("kps-{i}"),
+            provider: ("provider".into(), format!("127.0.0.1:{}", 8000 + i)),
+            core: ("bridge".into(), format!("127.0.0.1:{}", 9000 + i)),
+        };
+        let text = config(&[pod(0), pod(1)]).unwrap();
+        let v: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+        assert_eq!(v["global"]["scrape_interval"], "2s");
+        let jobs = v["scrape_configs"].as_array().unwrap();
+        assert_eq!(jobs.len(), 2);
+        for (job, name, port, container) in [
+            (&jobs[0], PROVIDER_JOB, 8000, "provider"),
+            (&jobs[1], CORE_JOB, 9000, "bridge"),
+        ] {
+            assert_eq!(job["job_name"], name);
+            assert_eq!(job["metrics_path"], "/metrics");
+            let targets = job["static_configs"].as_array().unwrap();
+            assert_eq!(targets.len(), 2);
+            for (i, t) in targets.iter().enumerate() {
+                assert_eq!(t["targets"][0], format!("127.0.0.1:{}", port + i));
+                assert_eq!(t["labels"]["pod"], format!("kps-{i}"));
+                assert_eq!(t["labels"]["namespace"], NAMESPACE);
+                assert_eq!(t["labels"]["container"], container);
+            }
+        }
+    }
 }
