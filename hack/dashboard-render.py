@@ -799,6 +799,8 @@ def main() -> int:
         m = re.fullmatch(r"0\.([1-9])(\d\d)\.(\d+)", version)
         if m:  # built from the Go module, which tags Prometheus 3.MM.P as v0.3MM.P
             version = f"{m.group(1)}.{int(m.group(2))}.{m.group(3)} (Go module v{version})"
+        elif re.fullmatch(r"v0\.\d+\.\d+", build.get("branch", "")):  # hack/prometheus.sh's
+            version = f"{version} (Go module {build['branch']})"
         footer = args.footer or (
             f"Drawn by hack/dashboard-render.py (not Grafana) from Prometheus {version}"
             f" answering the queries of {os.path.basename(args.dashboard)} (sha256 {digest[:12]});"

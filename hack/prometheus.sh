@@ -65,11 +65,14 @@ chmod 755 "$tmp"
 gocache="$(mktemp -d "$cache_root/.gocache-prometheus-$key.XXXXXX")"
 trap 'rm -rf "$tmp"; chmod -R u+w "$gocache" 2>/dev/null; rm -rf "$gocache"' EXIT
 
-# What `prometheus --version` reports (upstream's Makefile sets the same
-# variables through promu).
-ver="${version#v}"
+# What `prometheus --version` and /api/v1/status/buildinfo report (upstream's
+# Makefile sets the same variables through promu): the release number from
+# the module's own VERSION file (3.16.0 for v0.316.0: Prometheus 3.x is
+# tagged v0.3MM.P for Go).
+src="$(cd "$tmp" && go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+ver="$(cat "$src/VERSION" 2>/dev/null || echo "${version#v}")"
 ldflags="-s -w -X github.com/prometheus/common/version.Version=$ver"
-ldflags+=" -X github.com/prometheus/common/version.Branch=module"
+ldflags+=" -X github.com/prometheus/common/version.Branch=$version"
 ldflags+=" -X github.com/prometheus/common/version.BuildUser=karpenter-provider-scaleway"
 
 log "building $module/cmd/prometheus@$version into $final"
