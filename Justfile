@@ -151,6 +151,15 @@ bench-catalog-combined ROUNDS="30":
 demo *ARGS: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-demo {{ARGS}}
 
+# Prometheus built from its Go module (hack/prometheus.sh) scrapes the provider
+# and Karpenter core during one e2e scenario (hybrid by default), then
+# hack/dashboard-render.py draws the chart's dashboard from that Prometheus'
+# answers to the dashboard's own queries (docs/dashboard-picture.md). Not in
+# CI; KPS_DASHBOARD_DATA=<.work/…/prometheus> renders a kept run again.
+# The docs' picture of the dashboard from a real e2e run: docs/img/dashboard.png
+dashboard-picture: build-bridge karpenter-crds talos-config
+    hack/dashboard-picture.sh
+
 # Warm metal: a standby's adoption against a cold install of the same offer at time scale 1 (emsim's own timings), docs/figures.md "Warm metal"
 standby-figures: build
     KPS_TIME_SCALE=1 cargo test -p e2e --test scenarios -- --ignored --nocapture standby::standby_figures_adoption_against_a_cold_install

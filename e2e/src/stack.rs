@@ -22,6 +22,7 @@ use crate::{kubeutil, talosconfig, wait};
 mod addresses;
 pub mod chart;
 mod cluster;
+pub mod prometheus;
 mod replica;
 mod replicas;
 mod secrets;
@@ -213,6 +214,10 @@ pub struct Stack {
     /// appear); checked by [`Stack::assert_no_secrets_in_logs`].
     seen_tokens: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     token_watch: tokio::task::JoinHandle<()>,
+    /// The optional Prometheus scraping the replicas (`KPS_PROMETHEUS_BIN`),
+    /// stopped before the other processes so that it records them up to
+    /// the end.
+    pub prometheus: Option<prometheus::Prometheus>,
     // Stopped in reverse order of start when dropped (bridge first).
     procs: Vec<Proc>,
 }
@@ -224,6 +229,7 @@ impl Stack {
     pub async fn up(opts: StackOptions) -> Result<Stack> {
         crate::install_crypto();
         let bins = Binaries::from_env()?;
+        prometheus::check_bin()?;
         let logs = opts.work_dir.join("logs");
         std::fs::create_dir_all(&logs)?;
 
@@ -472,11 +478,18 @@ impl Stack {
             _scratch: scratch,
             seen_tokens,
             token_watch,
+            prometheus: None,
             procs,
         };
         for i in 0..stack.replicas.len() {
             stack.wait_replica_started(i).await?;
         }
+        stack.prometheus = prometheus::Prometheus::start_if_asked(
+            &stack.opts.work_dir,
+            &stack.logs,
+            &stack.replicas,
+        )
+        .await?;
         Ok(stack)
     }
 
@@ -735,6 +748,9 @@ spec:
 
     pub async fn stop(mut self) {
         self.token_watch.abort();
+        if let Some(mut p) = self.prometheus.take() {
+            p.stop();
+        }
         while let Some(mut p) = self.procs.pop() {
             p.stop(Duration::from_secs(5));
         }
@@ -763,6 +779,9 @@ fn instance_catalog(version: &str) -> Result<String> {
 impl Drop for Stack {
     fn drop(&mut self) {
         self.token_watch.abort();
+        if let Some(mut p) = self.prometheus.take() {
+            p.stop();
+        }
         while let Some(mut p) = self.procs.pop() {
             p.stop(Duration::from_secs(5));
         }
