@@ -94,6 +94,12 @@ lint:
 e2e: build-bridge karpenter-crds talos-config
     KPS_PROMTOOL="$(hack/promtool.sh | tail -n 1)" KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" python3 hack/e2e-run.py
 
+# Tests of the hack/ scripts whose output CI reads (the e2e runner's failure
+# digest, the test summary) and of the dashboard picture's renderer
+hack-test:
+    python3 hack/e2e_run_test.py
+    python3 hack/dashboard_render_test.py
+
 # Same scenarios against an existing cluster (e.g. `just kind-up` first)
 e2e-kind: build
     KPS_KUBECONFIG="${KPS_KUBECONFIG:-$HOME/.kube/config}" cargo test -p e2e --test scenarios -- walking_skeleton:: --nocapture
@@ -119,7 +125,7 @@ images TAG="dev" REGISTRY="localhost":
     docker build -f talos-sim/Dockerfile -t {{REGISTRY}}/talos-sim:{{TAG}} .
 
 # Everything CI runs
-test: proto-check lint unit chart-check e2e
+test: proto-check lint unit hack-test chart-check e2e
 
 # The benchmarks' binaries, with the one feature set of the test path (docs/development.md "Disk")
 build-bench: build-bridge karpenter-crds

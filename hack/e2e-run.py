@@ -21,6 +21,10 @@ The build is `cargo build --workspace --bins --tests`, the same feature set as
 `cargo test --workspace`: a narrower one (`-p e2e`, or bins without tests)
 resolves dependency features differently and recompiles half the workspace.
 
+When jobs fail, the runner ends with a digest of why: each failed job's test
+errors and panic messages, without the backtraces that RUST_BACKTRACE adds, so
+that the last lines of a CI log (often all a CI page keeps) say what broke.
+
 Usage: hack/e2e-run.py [--jobs N] [--only a,b] [-- args for every test binary]
 Exit status: 0 when every scenario passed, 1 otherwise. The output keeps the
 `test result:` lines of libtest that hack/test-summary.py counts.
@@ -173,6 +177,40 @@ def kill_strays(job=None):
     return killed
 
 
+# A digest keeps at most this many lines of one failure and of one job.
+DIGEST_LINES_PER_FAILURE = 12
+DIGEST_LINES_PER_JOB = 40
+
+
+def failure_digest(output):
+    """The lines of a test binary's output that say why a test failed: each
+    `Error: …` that a test returned (with anyhow's `Caused by:` chain) and each
+    `thread '…' panicked at …` with its message, each ended where the
+    backtrace or libtest's note starts. Lines a digest keeps never start like
+    the lines hack/test-summary.py counts."""
+    lines = output.splitlines()
+    out, i = [], 0
+    while i < len(lines) and len(out) < DIGEST_LINES_PER_JOB:
+        line = lines[i]
+        if line.startswith("Error: ") or " panicked at " in line and line.startswith("thread '"):
+            kept = [line]
+            i += 1
+            while i < len(lines) and len(kept) < DIGEST_LINES_PER_FAILURE:
+                nxt = lines[i]
+                if nxt.strip().lower().startswith(("stack backtrace:", "note: run with")) or (
+                    nxt.startswith("Error: ") or nxt.startswith("thread '")
+                ):
+                    break
+                kept.append(nxt)
+                i += 1
+            while kept and not kept[-1].strip():
+                kept.pop()
+            out.extend(kept)
+            continue
+        i += 1
+    return [f"  {l}" for l in out[:DIGEST_LINES_PER_JOB]]
+
+
 def run_one(name, exe, filters, extra):
     with tempfile.TemporaryFile(mode="w+") as log:
         start = time.monotonic()
@@ -237,7 +275,7 @@ def main():
     binaries.sort(key=lambda b: -previous.get(b[0], 1e9))
     print(f"e2e: {len(binaries)} jobs, {args.jobs} at a time", flush=True)
 
-    durations, failed = {}, []
+    durations, failed, digests = {}, [], {}
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [pool.submit(run_one, n, e, f, args.extra) for n, e, f in binaries]
@@ -249,6 +287,12 @@ def main():
             sys.stdout.flush()
             if rc != 0:
                 failed.append(name)
+                digests[name] = failure_digest(output)
+    if failed:
+        print("\ne2e: why the failed jobs failed (their whole output is above):", flush=True)
+        for name in sorted(failed):
+            print(f"[{name}]")
+            print("\n".join(digests[name]) or "  (no test error or panic in its output: see above)")
     DURATIONS.parent.mkdir(exist_ok=True)
     DURATIONS.write_text(json.dumps({**previous, **durations}, indent=1, sort_keys=True))
     print(f"\ne2e: {len(binaries)} jobs in {time.monotonic() - start:.0f} s; "

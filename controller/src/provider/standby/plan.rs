@@ -122,8 +122,9 @@ pub enum Step {
 ///   refills as fast as the servers can be delivered.
 /// - Release idle servers above `min` when their paid time is up: hourly at
 ///   the end of the paid hour in which they have been idle for
-///   `idle_hourly_keep`; monthly at the end of their paid month, never
-///   before. Servers being installed or wiped are never released here.
+///   `idle_hourly_keep` (or of the hour being paid now, when that one has
+///   passed); monthly at the end of their paid month, never before. Servers
+///   being installed or wiped are never released here.
 pub fn plan(
     pool: &PoolSpec,
     members: &[Member],
@@ -170,7 +171,15 @@ pub fn plan(
     steps
 }
 
-/// When an idle server above `min` is released.
+/// When an idle server above `min` is released: `margin` before the end of
+/// a paid period, never anywhere else in it.
+///
+/// Hourly: the end of the paid hour in which it has been idle for
+/// `idle_hourly_keep`, or, when that hour has already ended (a server idle at
+/// `min` for hours, then above it because the pool's min was lowered or a
+/// recycled server joined it), the end of the hour being paid now. Releasing
+/// it the moment it turned excess would throw away the rest of an hour
+/// already billed.
 fn release_at(
     pool: &PoolSpec,
     member: &Member,
@@ -182,7 +191,7 @@ fn release_at(
         Billing::Hourly => {
             let idle = member.idle_since.unwrap_or(now);
             let keep = chrono::Duration::from_std(pool.idle_hourly_keep).unwrap_or_default();
-            periods.paid_until(Billing::Hourly, member.created_at, idle + keep) - margin
+            periods.paid_until(Billing::Hourly, member.created_at, (idle + keep).max(now)) - margin
         }
         Billing::Monthly => periods.paid_until(Billing::Monthly, member.created_at, now) - margin,
     }

@@ -185,12 +185,64 @@ fn only_the_excess_above_min_is_released_soonest_paid_first() {
     ];
     // 3 servers, min 2: one goes, the one whose hour ends first (11:10).
     assert_eq!(ids(&plan(&pool(2, 3), &members, true, &p, now)), ["early"]);
-    // min 0: both idle ones once due; the wiping one is never released here.
+    // min 0: each idle one at the end of the hour it is in; the wiping one
+    // is never released here. At 11:29 "early" is 19 minutes into a paid
+    // hour that ends at 12:10, "late" 2 minutes before its hour ends.
     let later = t("2026-11-24T11:29:00Z");
+    assert_eq!(ids(&plan(&pool(0, 3), &members, true, &p, later)), ["late"]);
     assert_eq!(
-        ids(&plan(&pool(0, 3), &members, true, &p, later)),
-        ["early", "late"]
+        ids(&plan(
+            &pool(0, 3),
+            &members,
+            true,
+            &p,
+            t("2026-11-24T12:08:00Z")
+        )),
+        ["early"]
     );
+}
+
+#[test]
+fn a_server_that_turns_excess_mid_hour_stays_until_that_hour_ends() {
+    let p = Periods::default();
+    // Idle at min since 09:20, in a pool whose min dropped (or that a
+    // recycled server joined) at 11:30: its hour 11:10-12:10 is paid.
+    let m = member(
+        "a",
+        State::Idle,
+        Billing::Hourly,
+        "2026-11-24T09:10:00Z",
+        Some("2026-11-24T09:20:00Z"),
+    );
+    for now in ["2026-11-24T11:30:00Z", "2026-11-24T12:07:59Z"] {
+        assert!(
+            plan(&pool(0, 3), std::slice::from_ref(&m), true, &p, t(now)).is_empty(),
+            "released at {now}, inside a paid hour"
+        );
+    }
+    assert_eq!(
+        ids(&plan(
+            &pool(0, 3),
+            std::slice::from_ref(&m),
+            true,
+            &p,
+            t("2026-11-24T12:08:00Z")
+        )),
+        ["a"]
+    );
+    // Inside the margin of the hour it is in: at once.
+    assert_eq!(
+        ids(&plan(
+            &pool(0, 3),
+            std::slice::from_ref(&m),
+            true,
+            &p,
+            t("2026-11-24T12:09:59Z")
+        )),
+        ["a"]
+    );
+    // A pass that comes just after the hour ended waits for the next one.
+    assert!(plan(&pool(0, 3), &[m], true, &p, t("2026-11-24T12:10:00Z")).is_empty());
 }
 
 #[test]
