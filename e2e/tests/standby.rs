@@ -249,16 +249,29 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let cold_server = scenario::claim_server_id(cold).context("cold server id")?;
     scenario::wait_server_deleted(stack, &cold_server, Duration::from_secs(60)).await?;
     // (Not "two idle": at this time scale a paid hour lasts 36 s, so one of
-    // them may already be on its way out, which step 5 checks.)
+    // them may already be on its way out, which step 5 checks. For the same
+    // reason the recycled server is read from emsim's records, deleted ones
+    // included: when its wipe ends inside the release margin of its paid
+    // hour it is released within a standby pass, too soon to be seen idle
+    // by polling. A released server keeps the tags it had.)
     let recycled = wait::until(
-        "the adopted server idle in the pool again",
+        "the adopted server wiped back to idle in the pool (released since, or not)",
         Duration::from_secs(180),
         Duration::from_millis(250),
         || async {
-            Ok(standby::standby_servers(stack, WARM)
+            Ok(stack
+                .emsim
+                .servers_including_deleted()
                 .await?
                 .into_iter()
-                .find(|s| s["id"] == first_id.as_str() && standby::state(s) == Some("idle")))
+                .find(|s| {
+                    s["id"] == first_id.as_str()
+                        && standby::tag(s, "karpenter.scaleway.com/standby").as_deref()
+                            == Some(WARM)
+                        && standby::tag(s, "karpenter.scaleway.com/recycled").as_deref()
+                            == Some("true")
+                        && standby::state(s) == Some("idle")
+                }))
         },
     )
     .await?;

@@ -150,6 +150,22 @@ pub enum FailureClass {
 }
 
 impl FailureClass {
+    /// Every class, for series written at 0 before their first count.
+    pub const ALL: [FailureClass; 12] = [
+        FailureClass::OutOfStock,
+        FailureClass::ServerStatus,
+        FailureClass::ServerGone,
+        FailureClass::Deadline,
+        FailureClass::MaintenanceNeverUp,
+        FailureClass::ImageAttempts,
+        FailureClass::Image,
+        FailureClass::Api,
+        FailureClass::Rescue,
+        FailureClass::HostKey,
+        FailureClass::Config,
+        FailureClass::Internal,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             FailureClass::OutOfStock => "out_of_stock",

@@ -589,3 +589,33 @@ fn the_ready_message_tells_a_first_rescue_boot_from_a_return() {
         )
     );
 }
+
+#[test]
+fn every_failure_class_is_an_install_outcome_once() {
+    // A class missing from `FailureClass::ALL` would have no series before its
+    // first failure. The match has no wildcard: a new class does not compile
+    // until it is placed here, and the count then asks for it in ALL.
+    let listed = |c: FailureClass| match c {
+        FailureClass::OutOfStock
+        | FailureClass::ServerStatus
+        | FailureClass::ServerGone
+        | FailureClass::Deadline
+        | FailureClass::MaintenanceNeverUp
+        | FailureClass::ImageAttempts
+        | FailureClass::Image
+        | FailureClass::Api
+        | FailureClass::Rescue
+        | FailureClass::HostKey
+        | FailureClass::Config
+        | FailureClass::Internal => 1,
+    };
+    assert_eq!(
+        FailureClass::ALL.iter().map(|c| listed(*c)).sum::<usize>(),
+        12
+    );
+    let outcomes: Vec<&str> = crate::install::InstallEngine::outcomes().collect();
+    let unique: std::collections::BTreeSet<&str> = outcomes.iter().copied().collect();
+    assert_eq!(unique.len(), outcomes.len(), "{outcomes:?}");
+    assert_eq!(outcomes.len(), 2 + FailureClass::ALL.len());
+    assert!(unique.contains("joined") && unique.contains("standby") && unique.contains("host_key"));
+}

@@ -505,12 +505,22 @@ pub struct InstallEngine {
 
 impl InstallEngine {
     pub fn new(deps: EngineDeps) -> Self {
+        crate::metrics::install_metrics().know_outcomes(Self::outcomes());
         InstallEngine {
             deps,
             phases: Arc::new(Mutex::new(HashMap::new())),
             history: Arc::default(),
             watching: Arc::default(),
         }
+    }
+
+    /// Every `result` of `karpenter_scaleway_install_outcomes_total`: an
+    /// install ends `joined` (a node) or `standby` (an idle standby server),
+    /// or fails with a class.
+    pub fn outcomes() -> impl Iterator<Item = &'static str> {
+        [Phase::Joined.as_str(), Phase::Standby.as_str()]
+            .into_iter()
+            .chain(machine::FailureClass::ALL.iter().map(|c| c.as_str()))
     }
 
     /// Starts the install of `spec.server_id` in the background and returns at

@@ -87,6 +87,17 @@ impl InstallMetrics {
     }
 
     /// An install ended: `joined`, or the class of its failure.
+    /// Writes each of `results` at 0 (no-op for those already counted), so
+    /// that `increase()` sees the first install of each: a series that first
+    /// appears at 1 hides it. The install engine knows the results.
+    pub fn know_outcomes<'a>(&self, results: impl IntoIterator<Item = &'a str>) {
+        for result in results {
+            self.outcomes.get_or_create_owned(&InstallResult {
+                result: result.to_string(),
+            });
+        }
+    }
+
     pub fn count_outcome(&self, result: &str) {
         self.outcomes
             .get_or_create(&InstallResult {
@@ -166,5 +177,25 @@ mod tests {
             "karpenter_scaleway_installs_in_progress{phase=\"imaging\"} 2",
         );
         assert!(!out.contains("phase=\"delivering\"}"), "{out}");
+    }
+
+    #[test]
+    fn known_outcomes_are_written_at_zero_and_counts_kept() {
+        let m = InstallMetrics::default();
+        m.count_outcome("joined");
+        m.know_outcomes(["joined", "standby", "deadline"]);
+        let out = encoded(|r| m.register(r));
+        has(
+            &out,
+            "karpenter_scaleway_install_outcomes_total{result=\"joined\"} 1",
+        );
+        has(
+            &out,
+            "karpenter_scaleway_install_outcomes_total{result=\"standby\"} 0",
+        );
+        has(
+            &out,
+            "karpenter_scaleway_install_outcomes_total{result=\"deadline\"} 0",
+        );
     }
 }

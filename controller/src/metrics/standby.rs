@@ -57,6 +57,12 @@ struct Direction {
     direction: String,
 }
 
+/// The `decision` values of `karpenter_scaleway_standby_recycling_total`.
+const RECYCLING_DECISIONS: [&str; 2] = ["recycled", "deleted"];
+
+/// The `direction` values of `karpenter_scaleway_planner_target_changes_total`.
+const DIRECTIONS: [&str; 2] = ["raised", "lowered"];
+
 fn class(name: &str) -> Class {
     Class {
         nodeclass: name.to_string(),
@@ -151,6 +157,25 @@ impl StandbyMetrics {
     /// EUR per hour of the idle standby servers, per NodeClass.
     pub fn set_idle_cost(&self, cost: BTreeMap<String, f64>) {
         lock(&self.pass).idle_cost = cost;
+    }
+
+    /// Writes the per-NodeClass counters of NodeClasses with a standby pool
+    /// at 0 (no-op for those already written), so that each series exists
+    /// before its first event: `rate()` and `increase()` only see a count
+    /// that rises from a sample they already have.
+    pub fn know_nodeclasses<'a>(&self, nodeclasses: impl IntoIterator<Item = &'a str>) {
+        for nodeclass in nodeclasses {
+            let labels = class(nodeclass);
+            self.orders.get_or_create_owned(&labels);
+            self.releases.get_or_create_owned(&labels);
+            self.savings.get_or_create_owned(&labels);
+            for decision in RECYCLING_DECISIONS {
+                self.recycling.get_or_create_owned(&Recycling {
+                    nodeclass: nodeclass.to_string(),
+                    decision: decision.to_string(),
+                });
+            }
+        }
     }
 
     pub fn count_order(&self, nodeclass: &str) {
@@ -279,6 +304,19 @@ impl PlannerMetrics {
     /// The planned pools' figures (replaces the previous pass's).
     pub fn set_pools(&self, pools: BTreeMap<(String, String, String), PlannerFigures>) {
         *lock(&self.pools) = pools;
+    }
+
+    /// Writes the changes of the planned NodeClasses at 0 (see
+    /// [`StandbyMetrics::know_nodeclasses`]).
+    pub fn know_nodeclasses<'a>(&self, nodeclasses: impl IntoIterator<Item = &'a str>) {
+        for nodeclass in nodeclasses {
+            for direction in DIRECTIONS {
+                self.changes.get_or_create_owned(&Direction {
+                    nodeclass: nodeclass.to_string(),
+                    direction: direction.to_string(),
+                });
+            }
+        }
     }
 
     /// A change of target, `raised` or `lowered`.
@@ -413,5 +451,37 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("nodeclass=\"gone\""), "{out}");
+    }
+
+    #[test]
+    fn known_nodeclasses_have_their_counters_at_zero_before_any_event() {
+        let standby = StandbyMetrics::default();
+        standby.know_nodeclasses(["warm"]);
+        standby.count_order("warm");
+        // Known again (every pass): counts are kept.
+        standby.know_nodeclasses(["warm", "cold"]);
+        let out = encoded(|r| standby.register(r));
+        for line in [
+            "karpenter_scaleway_standby_orders_total{nodeclass=\"warm\"} 1",
+            "karpenter_scaleway_standby_orders_total{nodeclass=\"cold\"} 0",
+            "karpenter_scaleway_standby_releases_total{nodeclass=\"cold\"} 0",
+            "karpenter_scaleway_standby_savings_euros_total{nodeclass=\"cold\"} 0.0",
+            "karpenter_scaleway_standby_recycling_total{nodeclass=\"cold\",decision=\"recycled\"} 0",
+            "karpenter_scaleway_standby_recycling_total{nodeclass=\"cold\",decision=\"deleted\"} 0",
+        ] {
+            has(&out, line);
+        }
+
+        let planner = PlannerMetrics::default();
+        planner.know_nodeclasses(["warm"]);
+        let out = encoded(|r| planner.register(r));
+        for direction in DIRECTIONS {
+            has(
+                &out,
+                &format!(
+                    "karpenter_scaleway_planner_target_changes_total{{nodeclass=\"warm\",direction=\"{direction}\"}} 0"
+                ),
+            );
+        }
     }
 }

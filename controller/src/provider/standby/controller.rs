@@ -200,6 +200,7 @@ impl Provider {
                 );
             }
         }
+        standby_metrics().know_nodeclasses(pools.keys().map(|k| k.0.as_str()));
 
         // Standby installs no engine here runs: resumed where their tags say.
         for s in &standbys {

@@ -184,6 +184,7 @@ impl Provider {
                 }
             }
         }
+        planner_metrics().know_nodeclasses(planned.iter().map(|(k, _)| k.0.as_str()));
         {
             let keys: BTreeSet<&PoolKey> = planned.iter().map(|(k, _)| k).collect();
             ports.demand.lock().retain(|k, _| keys.contains(k));
@@ -298,7 +299,9 @@ impl Provider {
                     .iter()
                     .filter(|n| n.reservation.as_deref() != Some(rid.as_str()))
                     .map(|n| node_price(snapshot, n))
-                    .sum()
+                    // Not `.sum()`: an empty f64 sum is -0.0, which the
+                    // gauge and the status would show as "-0".
+                    .fold(0.0, |total, price| total + price)
             });
             let metal_cost = f64::from(decision.target) * offer_price;
             let status = PlannerStatus {
