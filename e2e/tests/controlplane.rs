@@ -165,15 +165,29 @@ async fn bootstrap_tokens_work(cp: &ControlPlane, client: &Client) -> Result<()>
         .tls_certs_only([reqwest::Certificate::from_pem(cp.ca_pem().as_bytes())?])
         .timeout(Duration::from_secs(5))
         .build()?;
-    let review: serde_json::Value = http
-        .post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", cp.server_url()))
-        .bearer_auth(format!("{TOKEN_ID}.{TOKEN_SECRET}"))
-        .json(&serde_json::json!({ "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview" }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    // The API server's bootstrap token authenticator reads Secrets through
+    // an informer (a lister on kube-system), not from etcd: a token is
+    // refused with 401 until the informer has seen its Secret, which lags
+    // the create by an unbounded moment (CI once saw the 401). A kubelet
+    // retries for that reason; so does this check, on 401 only.
+    let url = format!(
+        "{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        cp.server_url()
+    );
+    let review: serde_json::Value = eventually("the bootstrap token to authenticate", || {
+        let request = http
+            .post(&url)
+            .bearer_auth(format!("{TOKEN_ID}.{TOKEN_SECRET}"))
+            .json(&serde_json::json!({ "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview" }));
+        async move {
+            let response = request.send().await?;
+            if response.status() == reqwest::StatusCode::UNAUTHORIZED {
+                return Ok(None);
+            }
+            Ok(Some(response.error_for_status()?.json().await?))
+        }
+    })
+    .await?;
     let user = &review["status"]["userInfo"];
     assert_eq!(user["username"], format!("system:bootstrap:{TOKEN_ID}"));
     assert!(
