@@ -228,7 +228,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // once: installing it later takes a restart). Without it nothing calls
     // the Instance API, so credentials scoped to Elastic Metal keep working
     // and List never fails for lack of Instance permissions.
-    let serve_instances = instances_served(&client).await;
+    let serve_instances = instance_class::probe_served(&client, Default::default()).await;
     let instance_classes = InstanceNodeClassController::new(
         client.clone(),
         instance_api.clone(),
@@ -238,7 +238,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         catalog.clone(),
     );
     let instance_cache = instance_classes.cache();
-    let instance_reconciler = tokio::spawn(instance_classes.run(stopped(stop_rx.clone())));
+    let instance_reconciler =
+        tokio::spawn(instance_classes.run(serve_instances, stopped(stop_rx.clone())));
     let instance_refresher = serve_instances.then(|| {
         tokio::spawn(karpenter_scaleway::catalog::run_instance_refresher(
             catalog.clone(),
@@ -488,29 +489,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     info!("stopped");
     served
-}
-
-/// Whether the cluster serves `ScalewayInstanceNodeClass`; a probe that says
-/// nothing either way (API server unreachable) is retried for 30 s, then the
-/// answer is no (logged).
-async fn instances_served(client: &kube::Client) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match instance_class::kind_served(client).await {
-            Ok(served) => {
-                info!(served, "Scaleway Instances (ScalewayInstanceNodeClass)");
-                return served;
-            }
-            Err(error) if std::time::Instant::now() < deadline => {
-                warn!(%error, "probing for the ScalewayInstanceNodeClass CRD; retried");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(error) => {
-                warn!(%error, "could not tell whether ScalewayInstanceNodeClass is served; Instances are not served until a restart");
-                return false;
-            }
-        }
-    }
 }
 
 /// Waits (at most 60 s) until the reconciler's cache holds every NodeClass the

@@ -671,6 +671,27 @@ pub async fn provider_events(
         .collect())
 }
 
+/// The provider's Events with `reason` once `done` holds for them, waited
+/// for at most 10 s. The provider records an Event after the API call it
+/// reports returns, so the state a test waits on (a server deleted in
+/// emsim, a tag written) can come a moment before the Event does.
+pub async fn wait_provider_events(
+    stack: &Stack,
+    reason: &str,
+    done: impl Fn(&[k8s_openapi::api::events::v1::Event]) -> bool,
+) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    crate::wait::until(
+        &format!("the provider's {reason} Events"),
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let events = provider_events(stack, reason).await?;
+            Ok(done(&events).then_some(events))
+        },
+    )
+    .await
+}
+
 /// Waits for the provider to abort at `point` (its log says so); any other
 /// way of dying, or none, fails the scenario.
 pub async fn wait_provider_died(stack: &mut Stack, point: &str) -> Result<()> {

@@ -109,6 +109,8 @@ pub struct StackOptions {
     pub image_bytes_per_second: Option<u64>,
     /// talos-sim `--install-delay-ms`: ApplyConfiguration answered -> reboot.
     pub talos_install_delay: Option<Duration>,
+    /// talos-sim `--apply-latency-ms`: how long ApplyConfiguration takes.
+    pub talos_apply_latency: Option<Duration>,
     /// Extra `karpenter-scaleway serve` arguments (e.g. shorter install
     /// deadlines for a scenario that waits for one to expire), after the
     /// chart's; a flag given here wins over the chart's env.
@@ -160,6 +162,7 @@ impl StackOptions {
             image_size: "8MiB".to_string(),
             image_bytes_per_second: None,
             talos_install_delay: None,
+            talos_apply_latency: None,
             provider_args: Vec::new(),
             bridge_env: Vec::new(),
             replicas: 1,
@@ -294,6 +297,9 @@ impl Stack {
         }
         if let Some(delay) = opts.talos_install_delay {
             talos_cmd.args(["--install-delay-ms", &delay.as_millis().to_string()]);
+        }
+        if let Some(latency) = opts.talos_apply_latency {
+            talos_cmd.args(["--apply-latency-ms", &latency.as_millis().to_string()]);
         }
         // A talos-sim whose kubelet still joins with an admin kubeconfig
         // (before the bootstrap-token kubelet) needs it passed; the current

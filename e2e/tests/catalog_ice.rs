@@ -221,20 +221,26 @@ async fn sold_out_offer(stack: &Stack) -> Result<()> {
             "Event does not name the offer: {events:?}"
         );
 
-        // 2. More demand inside the TTL window: no new order for the sold-out offer.
-        let second = scale_and_wait(stack, "ice", 2).await?;
+        // 2. More demand inside the TTL window: no new order for the sold-out
+        //    offer. The choice is made when the NodeClaim is launched, so the
+        //    window is checked then, not after its pod runs.
+        scenario::scale(stack, "ice", 2).await?;
+        let second = launched(stack, 2, Duration::from_secs(90)).await?;
+        ensure!(
+            t0.elapsed() < TTL,
+            "step 2's NodeClaim launched {:.1} s after the refusal, past the {} s TTL; the check proves nothing",
+            t0.elapsed().as_secs_f64(),
+            TTL.as_secs()
+        );
         ensure!(
             second.iter().all(|c| c.instance_type == NEXT),
             "inside the TTL: {second:?}"
         );
         ensure!(
-            t0.elapsed() < TTL,
-            "step 2 took longer than the TTL; the check proves nothing"
-        );
-        ensure!(
             refused_orders(stack).await? == 1,
             "a second order inside the TTL window"
         );
+        scenario::wait_pods_running(stack, "ice", 2, Duration::from_secs(180)).await?;
 
         // 3. The TTL passes with the stock still empty: exactly one more refused order.
         tokio::time::sleep(

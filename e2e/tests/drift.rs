@@ -159,8 +159,12 @@ async fn hash_version_upgrade(
     let mut restamped_at = None;
     let mut samples = 0u32;
     loop {
-        let list = api.list(&ListParams::default()).await?.items;
+        // Nodes first: core taints the next node only once the previous
+        // NodeClaim stopped counting (InstanceTerminating), so NodeClaims
+        // read after the taints are never older than them; the other order
+        // could count a stale NodeClaim next to a fresh taint.
         let nodes = node_taints(stack).await?;
+        let list = api.list(&ListParams::default()).await?.items;
         samples += 1;
         let names: BTreeSet<String> = list.iter().map(|c| c.name_any()).collect();
         ensure!(
@@ -295,8 +299,12 @@ async fn image_change(stack: &mut Stack, first: &BTreeSet<String>, old_hash: &st
     let mut new_disrupted = BTreeSet::new();
     let mut samples = 0u32;
     let replacements = loop {
-        let list = api.list(&ListParams::default()).await?.items;
+        // Nodes first: core taints the next node only once the previous
+        // NodeClaim stopped counting (InstanceTerminating), so NodeClaims
+        // read after the taints are never older than them; the other order
+        // could count a stale NodeClaim next to a fresh taint.
         let nodes = node_taints(stack).await?;
+        let list = api.list(&ListParams::default()).await?.items;
         let now = changed.elapsed();
         samples += 1;
         max_claims = max_claims.max(list.len());

@@ -155,7 +155,8 @@ async fn run(stack: &mut Stack) -> Result<()> {
         staged["needed"] == 1 && staged["sustainedCpu"] == "3300m",
         "planner status: {staged}"
     );
-    let raised = scenario::provider_events(stack, "PlannerTargetRaised").await?;
+    let raised =
+        scenario::wait_provider_events(stack, "PlannerTargetRaised", |e| !e.is_empty()).await?;
     let note = raised
         .first()
         .and_then(|e| e.note.clone())
@@ -284,19 +285,15 @@ async fn run(stack: &mut Stack) -> Result<()> {
         |s| s["target"] == 0,
     )
     .await?;
-    ensure!(
-        !scenario::provider_events(stack, "PlannerTargetLowered")
-            .await?
-            .is_empty(),
-        "no PlannerTargetLowered Event"
-    );
+    scenario::wait_provider_events(stack, "PlannerTargetLowered", |e| !e.is_empty())
+        .await
+        .context("no PlannerTargetLowered Event")?;
     standby::wait_no_live_servers(stack, Duration::from_secs(180)).await?;
-    ensure!(
-        !scenario::provider_events(stack, "StandbyReleased")
-            .await?
-            .is_empty(),
-        "no StandbyReleased Event"
-    );
+    // Recorded once the DELETE returned: emsim may show the server
+    // deleted a moment before.
+    scenario::wait_provider_events(stack, "StandbyReleased", |e| !e.is_empty())
+        .await
+        .context("no StandbyReleased Event")?;
     ensure!(
         stack.emsim.servers_including_deleted().await?.len() == 1,
         "a second server was ordered"
@@ -375,7 +372,7 @@ async fn safe(stack: &mut Stack) -> Result<()> {
         status["dryRun"] == true && status["standby"] == 0,
         "dry run status: {status}"
     );
-    let events = scenario::provider_events(stack, "PlannerDryRun").await?;
+    let events = scenario::wait_provider_events(stack, "PlannerDryRun", |e| !e.is_empty()).await?;
     let note = events
         .first()
         .and_then(|e| e.note.clone())

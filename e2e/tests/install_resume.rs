@@ -4,8 +4,9 @@
 //!
 //! The phases are made long enough to be hit on purpose, with platform knobs
 //! only: a slow delivery (emsim `delivery_seconds`), a time scale at which a
-//! reboot lasts about a second, an image served at a fixed bandwidth, and a
-//! Talos install delay between the applied config and the reboot. The kill
+//! reboot lasts about a second, an image served at a fixed bandwidth, a
+//! slow ApplyConfiguration, and a Talos install delay between the applied
+//! config and the reboot. The kill
 //! happens the moment the watch sees the lead NodeClaim enter the phase; what
 //! counts is the phase persisted on the NodeClaim when the process died
 //! (read after the kill), since that is what the restarted provider resumes.
@@ -54,6 +55,9 @@ async fn sigkill_in_every_install_phase_then_every_install_completes() -> Result
     opts.time_scale = 0.05;
     // 8 MiB at 4 MiB/s: imaging lasts about 2 s.
     opts.image_bytes_per_second = Some(4 << 20);
+    // The maintenance phase: the ApplyConfiguration call lasts 1.5 s
+    // (without it, 20-70 ms: a kill aimed at it could land after it).
+    opts.talos_apply_latency = Some(Duration::from_millis(1500));
     // The configured phase: apply -> reboot -> kubelet join lasts > 1.5 s.
     opts.talos_install_delay = Some(Duration::from_millis(1500));
     scenario::with_stack(opts, run).await

@@ -97,8 +97,15 @@ async fn instance_mixed_sold_out_metal_goes_to_vms_until_stock_returns() -> Resu
 
         // 1. The preferred (metal) pool's order is refused: the pod lands on a VM.
         kubeutil::apply_yaml(&stack.client, &spread("mixed", 1)).await?;
+        // The TTL counts from the refusal.
+        let t0 = wait::until(
+            "the EM order refused for stock",
+            Duration::from_secs(120),
+            Duration::from_millis(100),
+            || async { Ok((refused_em_orders(stack).await? >= 1).then(std::time::Instant::now)) },
+        )
+        .await?;
         scenario::wait_pods_running(stack, "mixed", 1, Duration::from_secs(240)).await?;
-        let t0 = std::time::Instant::now();
         let claims = launched_by_pool(stack).await?;
         ensure!(claims.iter().all(|(_, p)| p == "vms"), "claims {claims:?}");
         ensure!(
@@ -107,21 +114,34 @@ async fn instance_mixed_sold_out_metal_goes_to_vms_until_stock_returns() -> Resu
         );
 
         // 2. More pods inside the TTL: VMs again, no second doomed EM order.
+        //    The choice is made when the NodeClaim launches: the window is
+        //    checked then, not once its pod runs.
         scenario::scale(stack, "mixed", 2).await?;
-        scenario::wait_pods_running(stack, "mixed", 2, Duration::from_secs(240)).await?;
-        let claims = launched_by_pool(stack).await?;
-        ensure!(
-            claims.len() == 2 && claims.iter().all(|(_, p)| p == "vms"),
-            "claims {claims:?}"
-        );
+        let claims = wait::until(
+            "2 launched NodeClaims",
+            Duration::from_secs(120),
+            Duration::from_millis(250),
+            || async {
+                let claims = launched_by_pool(stack).await?;
+                Ok((claims.len() == 2).then_some(claims))
+            },
+        )
+        .await?;
         ensure!(
             t0.elapsed() < TTL,
-            "step 2 outlasted the TTL; it proves nothing"
+            "step 2's NodeClaim launched {:.1} s after the refusal, past the {} s TTL; it proves nothing",
+            t0.elapsed().as_secs_f64(),
+            TTL.as_secs()
+        );
+        ensure!(
+            claims.iter().all(|(_, p)| p == "vms"),
+            "claims {claims:?}"
         );
         ensure!(
             refused_em_orders(stack).await? == 1,
             "a second EM order inside the TTL"
         );
+        scenario::wait_pods_running(stack, "mixed", 2, Duration::from_secs(240)).await?;
 
         // 3. Stock is back and the TTL has passed: the next pod goes to metal.
         stack

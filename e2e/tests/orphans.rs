@@ -249,10 +249,19 @@ async fn run(stack: &mut Stack) -> Result<()> {
         decisions(stack, "spared", "within_grace").await? >= 1.0,
         "no spared/within_grace decision: the sweeper never saw the ghost young"
     );
-    let deleted_events = events_about(stack, "OrphanDeleted", &ghost_id).await?;
-    let e = deleted_events
-        .first()
-        .context("no OrphanDeleted Event for the ghost")?;
+    // The sweeper records its Event after the deletion call returns: wait
+    // for it rather than read once.
+    let deleted_event = wait::until(
+        "the sweeper's OrphanDeleted Event about the ghost",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let events = events_about(stack, "OrphanDeleted", &ghost_id).await?;
+            Ok(events.into_iter().next())
+        },
+    )
+    .await?;
+    let e = &deleted_event;
     ensure!(
         e.type_.as_deref() == Some("Warning"),
         "OrphanDeleted is {:?}",

@@ -223,8 +223,9 @@ async fn run(stack: &mut Stack) -> Result<()> {
     );
     // (The StandbyRecycled Event died with the provider at `wipe-tagged`;
     // the NodeClass still tells the server is ready again.)
-    let ready = scenario::provider_events(stack, "StandbyReady").await?;
-    ensure!(!ready.is_empty(), "no StandbyReady Event on the NodeClass");
+    scenario::wait_provider_events(stack, "StandbyReady", |e| !e.is_empty())
+        .await
+        .context("no StandbyReady Event on the NodeClass")?;
 
     // Teardown: the NodeClass goes, its hourly standby with it.
     kubeutil::nodepools(&stack.client)

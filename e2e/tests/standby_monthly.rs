@@ -37,8 +37,9 @@ const FIRST: &str = "first";
 const SECOND: &str = "second";
 /// `--billing-month`, in simulated seconds.
 const MONTH_S: i64 = 4 * 3600;
-/// `--standby-release-margin`, in simulated seconds.
-const MARGIN_S: i64 = 300;
+/// `--standby-release-margin`, in simulated seconds: 9 s real, room for
+/// the provider's view of the API clock to lag (see standby.rs).
+const MARGIN_S: i64 = 900;
 /// The refill's delivery in simulated seconds (80 s real): longer than the
 /// first node's life, its recycling and the second adoption (about 40 s),
 /// and over well before the first month ends (144 s).
@@ -144,7 +145,7 @@ async fn check_ordered_monthly(stack: &Stack, server: &Value, monthly_id: &str) 
             server["tags"]
         );
     }
-    let ordered = events_naming(stack, "StandbyOrdered", &sid).await?;
+    let ordered = events_naming(stack, "StandbyOrdered", &sid, 1).await?;
     ensure!(
         ordered.len() == 1 && ordered[0].contains("billed monthly"),
         "expected one StandbyOrdered Event (billed monthly) for {sid}: {ordered:?}"
@@ -169,13 +170,22 @@ fn occurrences(e: &k8s_openapi::api::events::v1::Event) -> usize {
 
 /// Notes of the provider's Events with `reason` that name `id`, once per
 /// occurrence.
-async fn events_naming(stack: &Stack, reason: &str, id: &str) -> Result<Vec<String>> {
-    Ok(scenario::provider_events(stack, reason)
-        .await?
+fn naming(events: &[k8s_openapi::api::events::v1::Event], id: &str) -> Vec<String> {
+    events
         .iter()
         .filter(|e| e.note.as_deref().is_some_and(|n| n.contains(id)))
         .flat_map(|e| vec![e.note.clone().unwrap_or_default(); occurrences(e)])
-        .collect())
+        .collect()
+}
+
+/// [`naming`], once there are at least `n` (waited for: the provider
+/// records an Event after the API call it reports; then the exact count is
+/// the caller's to check).
+async fn events_naming(stack: &Stack, reason: &str, id: &str, n: usize) -> Result<Vec<String>> {
+    let events = scenario::wait_provider_events(stack, reason, |e| naming(e, id).len() >= n)
+        .await
+        .with_context(|| format!("fewer than {n} {reason} Event(s) naming {id}"))?;
+    Ok(naming(&events, id))
 }
 
 /// Where in its paid month (simulated seconds since the month began) a
@@ -364,7 +374,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
     let s1_back = wait_recycled_idle(stack, &s1_id, boots_idle).await?;
     let boots_recycled = standby::boots(&s1_back)?.len();
     ensure!(
-        events_naming(stack, "StandbyRecycled", &s1_id).await?.len() == 1,
+        events_naming(stack, "StandbyRecycled", &s1_id, 1)
+            .await?
+            .len()
+            == 1,
         "no StandbyRecycled Event for {s1_id}"
     );
     println!(
@@ -418,7 +431,10 @@ async fn run(stack: &mut Stack) -> Result<()> {
     standby::wait_nodes_gone(stack, Duration::from_secs(120)).await?;
     wait_recycled_idle(stack, &s1_id, boots_recycled).await?;
     ensure!(
-        events_naming(stack, "StandbyRecycled", &s1_id).await?.len() == 2,
+        events_naming(stack, "StandbyRecycled", &s1_id, 2)
+            .await?
+            .len()
+            == 2,
         "expected two StandbyRecycled Events for {s1_id}"
     );
     let recycled = scenario::provider_metric(
@@ -474,7 +490,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
         kept["status"],
         standby::state(&kept)
     );
-    let notes = events_naming(stack, "StandbyReleased", &id(&released)).await?;
+    let notes = events_naming(stack, "StandbyReleased", &id(&released), 1).await?;
     ensure!(
         notes.len() == 1 && notes[0].contains("paid month"),
         "StandbyReleased Events for {}: {notes:?}",
@@ -518,7 +534,7 @@ async fn run(stack: &mut Stack) -> Result<()> {
     )
     .await?;
     check_released_at_month_end(&last)?;
-    let notes = events_naming(stack, "StandbyReleased", &kept_id).await?;
+    let notes = events_naming(stack, "StandbyReleased", &kept_id, 1).await?;
     ensure!(
         notes.len() == 1 && notes[0].contains("paid month ends"),
         "StandbyReleased Events for {kept_id}: {notes:?}"
@@ -540,6 +556,14 @@ async fn run(stack: &mut Stack) -> Result<()> {
         .map(id)
         .collect();
     ensure!(live.is_empty(), "servers left: {live:?}");
+    // The last release's Event can trail the deletion seen above.
+    for (reason, want) in [("StandbyReleased", 2), ("StandbyReady", 4)] {
+        scenario::wait_provider_events(stack, reason, |e| {
+            e.iter().map(occurrences).sum::<usize>() >= want
+        })
+        .await
+        .with_context(|| format!("fewer than {want} {reason} Events"))?;
+    }
     ensure!(
         count(stack, "StandbyOrdered").await? == 2,
         "StandbyOrdered Events"

@@ -201,11 +201,18 @@ async fn run(stack: &mut Stack) -> Result<()> {
         },
     )
     .await?;
-    let ghost_events = sweeper_events_about(stack, &ghost_id).await?;
-    let deleted_note = ghost_events
-        .iter()
-        .find(|e| e.starts_with("OrphanDeleted"))
-        .with_context(|| format!("no OrphanDeleted Event for the ghost: {ghost_events:?}"))?;
+    // The sweeper records its Event after the deletion call returns: wait
+    // for it rather than read once.
+    let deleted_note = wait::until(
+        "the sweeper's OrphanDeleted Event about the ghost",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async {
+            let events = sweeper_events_about(stack, &ghost_id).await?;
+            Ok(events.into_iter().find(|e| e.starts_with("OrphanDeleted")))
+        },
+    )
+    .await?;
     let oldest_standby = idle
         .iter()
         .map(created_at)

@@ -56,6 +56,10 @@ struct RunArgs {
     /// closes the maintenance API, in milliseconds.
     #[arg(long, default_value_t = 500)]
     install_delay_ms: u64,
+    /// How long ApplyConfiguration takes before it reads the request, in
+    /// milliseconds (tests use it to hold an install in `maintenance`).
+    #[arg(long, default_value_t = 0)]
+    apply_latency_ms: u64,
     /// `talos-config` (talos-sim/conformance/build.sh): every applied config
     /// is validated by Talos' machinery with `<path> validate`, and refused
     /// with Talos' message when it fails, before talos-sim's own checks.
@@ -169,6 +173,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ssh_port: args.ssh_port,
         talos_port: args.talos_port,
         install_delay: Duration::from_millis(args.install_delay_ms),
+        apply_latency: Duration::from_millis(args.apply_latency_ms),
         config_validator,
         metadata: Some(Metadata::new(&emsim_url)?),
         disk_write_rate,

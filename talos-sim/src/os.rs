@@ -44,6 +44,8 @@ pub struct Settings {
     /// Between answering ApplyConfiguration and the "reboot" that drops the
     /// maintenance API: lets the reply reach the client.
     pub install_delay: Duration,
+    /// How long ApplyConfiguration takes before anything happens (0: no wait).
+    pub apply_latency: Duration,
     /// Injected failures, shared with the admin API.
     pub faults: Arc<Faults>,
     /// Talos' machinery (`talos-config validate`): every applied config is
@@ -66,6 +68,7 @@ impl Settings {
             talos_port: 50000,
             kubelet: true,
             install_delay: Duration::from_millis(500),
+            apply_latency: Duration::ZERO,
             faults: Arc::default(),
             config_validator: None,
             metadata: None,
@@ -275,6 +278,7 @@ impl Boot {
             applied_tx,
         )
         .with_validator(self.settings.config_validator.clone())
+        .with_apply_latency(self.settings.apply_latency)
         .with_platform(match self.on.platform {
             Platform::Metal => "metal",
             Platform::Scaleway(_) => "scaleway",

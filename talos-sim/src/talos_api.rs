@@ -12,6 +12,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
@@ -56,6 +57,8 @@ pub struct MaintenanceApi {
     validator: Option<ConfigValidator>,
     /// The image's Talos platform (`metal`, `scaleway`).
     platform: &'static str,
+    /// How long ApplyConfiguration takes before anything happens.
+    apply_latency: Duration,
 }
 
 impl MaintenanceApi {
@@ -82,7 +85,16 @@ impl MaintenanceApi {
             applied: Mutex::new(false),
             validator: None,
             platform: "metal",
+            apply_latency: Duration::ZERO,
         }
+    }
+
+    /// ApplyConfiguration waits this long before it reads the request, as
+    /// a node that validates and writes a config slowly does; tests use it
+    /// to hold the installer in its `maintenance` phase.
+    pub fn with_apply_latency(mut self, latency: Duration) -> Self {
+        self.apply_latency = latency;
+        self
     }
 
     /// The platform `Version` reports: `metal`, or `scaleway` for a VM
@@ -192,6 +204,9 @@ impl MachineService for MaintenanceApi {
         &self,
         request: Request<ApplyConfigurationRequest>,
     ) -> Result<Response<ApplyConfigurationResponse>, Status> {
+        if !self.apply_latency.is_zero() {
+            tokio::time::sleep(self.apply_latency).await;
+        }
         let request = request.into_inner();
         let mode = Mode::try_from(request.mode).map_err(|_| {
             Status::invalid_argument(format!("unknown apply mode {}", request.mode))

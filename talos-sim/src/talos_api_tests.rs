@@ -111,3 +111,23 @@ async fn without_a_validator_only_talos_sims_checks_apply() {
         .expect("no machinery, no refusal");
     assert!(rx.recv().await.is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_apply_with_latency_does_nothing_until_it_has_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, mut rx) = api(&dir, None);
+    let latency = Duration::from_millis(1500);
+    let api = api.with_apply_latency(latency);
+
+    // A client that gives up within the latency applied nothing.
+    let cut = tokio::time::timeout(latency - Duration::from_millis(1), apply(&api, WORKER)).await;
+    assert!(cut.is_err(), "answered within the latency: {cut:?}");
+    assert!(api.record.snapshot().applied_configs.is_empty());
+    assert!(rx.try_recv().is_err());
+
+    // One that waits gets the config applied, no sooner than the latency.
+    let started = tokio::time::Instant::now();
+    apply(&api, WORKER).await.expect("applied");
+    assert!(started.elapsed() >= latency, "{:?}", started.elapsed());
+    assert!(rx.recv().await.is_some());
+}

@@ -7,5 +7,8 @@ mod observe;
 mod reconciler;
 mod types;
 
-pub use reconciler::{InstanceClassCache, InstanceNodeClassController, kind_served};
+pub use reconciler::{
+    InstanceClassCache, InstanceNodeClassController, KindAnswer, ProbeWindows, kind_served,
+    probe_served,
+};
 pub use types::*;

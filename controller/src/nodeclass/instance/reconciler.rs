@@ -5,7 +5,7 @@
 //! checks and writes; a standby looks again every [`REQUEUE_STANDBY`].
 //!
 //! A cluster whose CRD chart predates this kind has no such resource: the
-//! controller then logs once and stays out of the way ([`kind_served`]), so
+//! controller then logs once and stays out of the way ([`probe_served`]), so
 //! the Elastic Metal side runs as before.
 
 use std::collections::BTreeMap;
@@ -107,15 +107,96 @@ fn publish_node_classes(ctx: &Context) {
     ctx.catalog.set_node_classes(ClassKind::Instance, classes);
 }
 
-/// Whether the API server serves the kind: `Ok(false)` when the CRD is not
-/// installed (404) or the provider may not read it (403, an older chart's
-/// RBAC); `Err` for anything that says nothing either way.
-pub async fn kind_served(client: &Client) -> Result<bool, kube::Error> {
+/// What the API server answers when asked to list the kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KindAnswer {
+    Served,
+    /// 404: no CRD defines the kind (a CRD chart older than Instances).
+    Absent,
+    /// 403: the provider may not list it. An older chart's RBAC, or RBAC
+    /// installed with the provider that the API server's authorizer has
+    /// not seen yet (it reads bindings through an informer).
+    Forbidden,
+}
+
+/// One probe; `Err` for an answer that says nothing either way.
+pub async fn kind_served(client: &Client) -> Result<KindAnswer, kube::Error> {
     let api: Api<NodeClass> = Api::all(client.clone());
     match api.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(false),
+        Ok(_) => Ok(KindAnswer::Served),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(KindAnswer::Absent),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(KindAnswer::Forbidden),
         Err(e) => Err(e),
+    }
+}
+
+/// How long [`probe_served`] keeps asking.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeWindows {
+    /// While answers say nothing either way (API server unreachable, 5xx).
+    pub errors: Duration,
+    /// While the answer is 403. RBAC applied with the chart reaches the
+    /// authorizer within moments, so a short window tells a fresh install
+    /// (served) from an older chart's RBAC (not served) without holding an
+    /// upgraded provider's startup for long.
+    pub forbidden: Duration,
+    pub every: Duration,
+}
+
+impl Default for ProbeWindows {
+    fn default() -> Self {
+        ProbeWindows {
+            errors: Duration::from_secs(30),
+            forbidden: Duration::from_secs(10),
+            every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Whether the cluster serves `ScalewayInstanceNodeClass`, decided once at
+/// startup (installing the CRD later takes a restart): a 404 says no at
+/// once; a 403 or an error is asked again within its window, then the
+/// answer is no, logged with the reason.
+pub async fn probe_served(client: &Client, windows: ProbeWindows) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        let elapsed = started.elapsed();
+        match kind_served(client).await {
+            Ok(KindAnswer::Served) => {
+                info!(
+                    served = true,
+                    "Scaleway Instances (ScalewayInstanceNodeClass)"
+                );
+                return true;
+            }
+            Ok(KindAnswer::Absent) => {
+                info!(
+                    served = false,
+                    "Scaleway Instances (ScalewayInstanceNodeClass): the CRD is not installed; Instance NodeClasses are not served"
+                );
+                return false;
+            }
+            Ok(KindAnswer::Forbidden) if elapsed < windows.forbidden => {
+                debug!(
+                    "listing ScalewayInstanceNodeClass is forbidden (RBAC not propagated yet?); retried"
+                );
+            }
+            Ok(KindAnswer::Forbidden) => {
+                warn!(
+                    served = false,
+                    "the provider's RBAC does not allow listing scalewayinstancenodeclasses (a chart older than Instances?): Instance NodeClasses are not served until a restart"
+                );
+                return false;
+            }
+            Err(error) if elapsed < windows.errors => {
+                warn!(%error, "probing for the ScalewayInstanceNodeClass CRD; retried");
+            }
+            Err(error) => {
+                warn!(%error, "could not tell whether ScalewayInstanceNodeClass is served; Instances are not served until a restart");
+                return false;
+            }
+        }
+        tokio::time::sleep(windows.every).await;
     }
 }
 
@@ -150,30 +231,17 @@ impl InstanceNodeClassController {
         self.ctx.cache.clone()
     }
 
-    /// Runs until `shutdown` resolves; returns at once (after one log line)
-    /// when the cluster does not serve the kind. A failed probe is retried.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let mut shutdown = Box::pin(shutdown);
-        let mut delay = Duration::from_secs(1);
-        loop {
-            match kind_served(&self.ctx.client).await {
-                Ok(true) => break,
-                Ok(false) => {
-                    info!(
-                        "ScalewayInstanceNodeClass is not served by this cluster (CRD absent or not readable): Instance NodeClasses are not reconciled"
-                    );
-                    return;
-                }
-                Err(error) => {
-                    debug!(%error, "probing for the ScalewayInstanceNodeClass CRD; retried");
-                    tokio::select! {
-                        _ = &mut shutdown => return,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(Duration::from_secs(60));
-                }
-            }
+    /// Runs until `shutdown` resolves; returns at once when the cluster does
+    /// not serve the kind (`served`, from [`probe_served`]).
+    pub async fn run(
+        self,
+        served: bool,
+        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        if !served {
+            return;
         }
+        let shutdown = Box::pin(shutdown);
         let controller = Controller::new(
             Api::<NodeClass>::all(self.ctx.client.clone()),
             watcher::Config::default(),

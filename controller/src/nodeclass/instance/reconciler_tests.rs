@@ -26,24 +26,34 @@ fn not_found_status() -> serde_json::Value {
            "details": {}, "code": 404})
 }
 
+fn forbidden_status() -> serde_json::Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": "forbidden", "reason": "Forbidden", "code": 403})
+}
+
+fn empty_list() -> serde_json::Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {}, "items": []})
+}
+
 #[tokio::test]
-async fn the_kind_is_served_only_when_the_crd_answers() {
+async fn each_answer_of_the_api_server_is_classified() {
     let cases = [
         // What an API server answers for a resource no CRD defines.
         (
             ResponseTemplate::new(404).set_body_string("404 page not found\n"),
-            Some(false),
-        ),
-        (ResponseTemplate::new(404).set_body_json(not_found_status()), Some(false)),
-        (
-            ResponseTemplate::new(403).set_body_json(json!({"kind": "Status", "apiVersion": "v1",
-                "metadata": {}, "status": "Failure", "message": "forbidden", "reason": "Forbidden", "code": 403})),
-            Some(false),
+            Some(KindAnswer::Absent),
         ),
         (
-            ResponseTemplate::new(200).set_body_json(json!({"apiVersion": "meta.k8s.io/v1",
-                "kind": "PartialObjectMetadataList", "metadata": {}, "items": []})),
-            Some(true),
+            ResponseTemplate::new(404).set_body_json(not_found_status()),
+            Some(KindAnswer::Absent),
+        ),
+        (
+            ResponseTemplate::new(403).set_body_json(forbidden_status()),
+            Some(KindAnswer::Forbidden),
+        ),
+        (
+            ResponseTemplate::new(200).set_body_json(empty_list()),
+            Some(KindAnswer::Served),
         ),
         (
             ResponseTemplate::new(500).set_body_json(json!({"kind": "Status", "apiVersion": "v1",
@@ -63,15 +73,94 @@ async fn the_kind_is_served_only_when_the_crd_answers() {
     }
 }
 
-#[tokio::test]
-async fn without_the_crd_the_controller_returns_and_calls_nothing_else() {
+/// For probes that must succeed: windows no slow machine runs out of.
+const LONG: ProbeWindows = ProbeWindows {
+    errors: Duration::from_secs(30),
+    forbidden: Duration::from_secs(30),
+    every: Duration::from_millis(20),
+};
+
+/// For probes that must give up. The first probe always comes inside the
+/// window (at 0), so at least two are made whatever the machine's speed.
+const SHORT: ProbeWindows = ProbeWindows {
+    errors: Duration::from_millis(200),
+    forbidden: Duration::from_millis(200),
+    every: Duration::from_millis(20),
+};
+
+/// Mounts `first` for its first `times` answers, then `then` for good.
+async fn answers(first: ResponseTemplate, times: u64, then: ResponseTemplate) -> MockServer {
     let kube = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path(LIST_PATH))
-        .respond_with(ResponseTemplate::new(404).set_body_json(not_found_status()))
-        .expect(1)
+        .respond_with(first)
+        .up_to_n_times(times)
+        .with_priority(1)
         .mount(&kube)
         .await;
+    Mock::given(method("GET"))
+        .and(path(LIST_PATH))
+        .respond_with(then)
+        .with_priority(2)
+        .mount(&kube)
+        .await;
+    kube
+}
+
+async fn requests(kube: &MockServer) -> usize {
+    kube.received_requests()
+        .await
+        .expect("recording is on")
+        .len()
+}
+
+#[tokio::test]
+async fn rbac_the_authorizer_has_not_seen_yet_is_waited_for() {
+    // A fresh install: the chart's ClusterRoleBinding exists, but the API
+    // server's RBAC informer answers 403 for a moment (seen in the e2e).
+    let forbidden = ResponseTemplate::new(403).set_body_json(forbidden_status());
+    let ok = ResponseTemplate::new(200).set_body_json(empty_list());
+    let kube = answers(forbidden, 2, ok).await;
+    assert!(probe_served(&kube_client(&kube.uri()), LONG).await);
+    assert_eq!(requests(&kube).await, 3);
+}
+
+#[tokio::test]
+async fn rbac_that_stays_forbidden_means_not_served() {
+    let forbidden = || ResponseTemplate::new(403).set_body_json(forbidden_status());
+    let kube = answers(forbidden(), 1, forbidden()).await;
+    assert!(!probe_served(&kube_client(&kube.uri()), SHORT).await);
+    // Asked again until the window ended, then no more.
+    let asked = requests(&kube).await;
+    assert!(asked >= 2, "{asked} probes");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(requests(&kube).await, asked);
+}
+
+#[tokio::test]
+async fn an_absent_crd_is_not_served_after_one_probe() {
+    let absent = || ResponseTemplate::new(404).set_body_json(not_found_status());
+    let kube = answers(absent(), 1, absent()).await;
+    assert!(!probe_served(&kube_client(&kube.uri()), LONG).await);
+    assert_eq!(requests(&kube).await, 1);
+}
+
+#[tokio::test]
+async fn errors_are_retried_within_their_window_then_mean_not_served() {
+    let down = || ResponseTemplate::new(500).set_body_string("etcd down");
+    let ok = ResponseTemplate::new(200).set_body_json(empty_list());
+    let kube = answers(down(), 2, ok).await;
+    assert!(probe_served(&kube_client(&kube.uri()), LONG).await);
+    assert_eq!(requests(&kube).await, 3);
+
+    let kube = answers(down(), 1, down()).await;
+    assert!(!probe_served(&kube_client(&kube.uri()), SHORT).await);
+    assert!(requests(&kube).await >= 2);
+}
+
+#[tokio::test]
+async fn a_controller_told_the_kind_is_not_served_returns_and_calls_nothing() {
+    let kube = MockServer::start().await;
     let api = Arc::new(FakeInstance::new());
     let controller = InstanceNodeClassController::new(
         kube_client(&kube.uri()),
@@ -82,16 +171,15 @@ async fn without_the_crd_the_controller_returns_and_calls_nothing_else() {
         crate::catalog::CatalogStore::new(Duration::from_secs(60)),
     );
     // `run` returning at all is the behaviour under test: the shutdown
-    // future never resolves, so only the probe's answer can end it. The
-    // bound only turns a regression into a failure instead of a hang.
+    // future never resolves. The bound only turns a regression into a
+    // failure instead of a hang.
     tokio::time::timeout(
         Duration::from_secs(30),
-        controller.run(std::future::pending()),
+        controller.run(false, std::future::pending()),
     )
     .await
-    .expect("run returns once the probe says the kind is not served");
-    let requests = kube.received_requests().await.expect("recording is on");
-    assert_eq!(requests.len(), 1, "{requests:?}");
+    .expect("run returns when the kind is not served");
+    assert_eq!(requests(&kube).await, 0);
     assert!(api.calls().is_empty());
 }
 
