@@ -55,7 +55,9 @@ async fn timeout_holds_until_the_client_gives_up() {
         .client
         .get(format!("{}{ZONE_URL}/offers", sim.base))
         .header("X-Auth-Token", emsim::state::DEFAULT_SECRET_KEY)
-        .timeout(Duration::from_millis(400))
+        // Long enough to reach the gate on a loaded machine: a timeout
+        // before it would leave the hold armed for the next call.
+        .timeout(Duration::from_secs(2))
         .send()
         .await;
     let error = result.expect_err("no answer while held");
@@ -184,9 +186,12 @@ offers:
     let listed = faults(&sim).await;
     assert!(listed.is_empty(), "{listed:?}");
 
+    // 100 simulated hours (6 real minutes at time scale 0.001): after the
+    // first advance the server still has a real minute to go, far more
+    // than the read needs on a loaded machine.
     arm(
         &sim,
-        json!({"kind": "delivery_seconds", "seconds": 3600.0, "offer": "EM-FAST"}),
+        json!({"kind": "delivery_seconds", "seconds": 360000.0, "offer": "EM-FAST"}),
     )
     .await;
     let (_, slow) = sim.create("EM-FAST", "slow", &[]).await;
@@ -195,7 +200,7 @@ offers:
         .admin(
             Method::POST,
             "/_emsim/clock/advance",
-            Some(json!({"seconds": 3000})),
+            Some(json!({"seconds": 300000})),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
@@ -204,7 +209,7 @@ offers:
     sim.admin(
         Method::POST,
         "/_emsim/clock/advance",
-        Some(json!({"seconds": 600})),
+        Some(json!({"seconds": 60000})),
     )
     .await;
     sim.wait_ready(slow_id).await;

@@ -150,7 +150,8 @@ mod tests {
         }
         // 2 MB at 10 MB/s.
         let took = started.elapsed();
+        // No upper bound: a loaded machine can take any time; that the
+        // throttle waits no longer than the rate asks is `behind`'s test.
         assert!(took >= Duration::from_millis(200), "{took:?}");
-        assert!(took < Duration::from_secs(2), "{took:?}");
     }
 }

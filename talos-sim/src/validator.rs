@@ -71,14 +71,33 @@ impl ConfigValidator {
             })?
     }
 
+    /// Starts the validator. "Text file busy" is retried a few times: a
+    /// program written just before (a test's script) can still be open for
+    /// writing in a process another thread is forking, until that exec.
+    async fn spawn(&self) -> std::io::Result<tokio::process::Child> {
+        let mut attempts = 0;
+        loop {
+            let spawned = tokio::process::Command::new(&self.program)
+                .arg("validate")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn();
+            match spawned {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 10 => {
+                    attempts += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     async fn run(&self, config: &[u8]) -> anyhow::Result<Verdict> {
-        let mut child = tokio::process::Command::new(&self.program)
-            .arg("validate")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
+        let mut child = self
             .spawn()
+            .await
             .with_context(|| format!("starting {}", self.program.display()))?;
         let mut stdin = child.stdin.take().context("validator stdin")?;
         let written = stdin.write_all(config).await;

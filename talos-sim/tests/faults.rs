@@ -30,7 +30,9 @@ fn simulator(dir: &tempfile::TempDir) -> Arc<Simulator> {
         ssh_port: SSH_PORT,
         talos_port: TALOS_PORT,
         kubelet: false,
-        install_delay: Duration::from_millis(100),
+        // The reply to ApplyConfiguration must leave before the "reboot"
+        // drops the connection: room for a loaded machine.
+        install_delay: Duration::from_secs(1),
         ..Settings::new(dir.path())
     })
 }

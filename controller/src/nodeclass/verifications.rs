@@ -104,7 +104,9 @@ mod tests {
         url: &str,
         sha: &str,
     ) -> VerifyState {
-        for _ in 0..200 {
+        // Up to 30 s: the check downloads and hashes on a blocking thread,
+        // slow on a loaded machine; a finished one returns at once.
+        for _ in 0..3000 {
             match v.state(http, url, sha, false) {
                 VerifyState::Running => tokio::time::sleep(Duration::from_millis(10)).await,
                 done => return done,

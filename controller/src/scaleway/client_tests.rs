@@ -11,11 +11,17 @@ use crate::scaleway::{ServerStatus, SubscriptionPeriod};
 
 const ZONE: &str = "fr-par-2";
 
+/// A timeout far above any answer of a local mock, even on a loaded
+/// machine: one would be retried and skew the tests' call counts.
 fn client(server: &MockServer) -> ScalewayClient {
+    client_timing_out_after(server, Duration::from_secs(30))
+}
+
+fn client_timing_out_after(server: &MockServer, timeout: Duration) -> ScalewayClient {
     ScalewayClient::new(ClientConfig {
         api_url: server.uri(),
         secret_key: SecretKey::new("secret-token"),
-        request_timeout: Duration::from_millis(500),
+        request_timeout: timeout,
         retry: RetryPolicy {
             max_attempts: 3,
             base_delay: Duration::from_millis(1),
@@ -169,7 +175,10 @@ async fn timeout_is_a_timeout_and_retryable() {
         )
         .mount(&mock)
         .await;
-    let err = client(&mock).get_server(ZONE, "abc").await.unwrap_err();
+    let err = client_timing_out_after(&mock, Duration::from_millis(200))
+        .get_server(ZONE, "abc")
+        .await
+        .unwrap_err();
     assert!(matches!(err, ApiError::Timeout(_)), "{err:?}");
     assert!(err.is_retryable());
 }

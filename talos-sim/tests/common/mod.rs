@@ -243,7 +243,9 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Vec<ServerRecord>>,
 {
-    for _ in 0..200 {
+    // Up to 60 s (TLS bootstrap, CSR polling, image checks on a loaded
+    // machine); over as soon as it holds.
+    for _ in 0..1200 {
         if let Some(r) = read().await.into_iter().find(|r| done(r)) {
             return r;
         }
@@ -254,7 +256,9 @@ where
 
 /// Polls `done` until it holds.
 pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..200 {
+    // Up to 60 s (TLS bootstrap, CSR polling, image checks on a loaded
+    // machine); over as soon as it holds.
+    for _ in 0..1200 {
         if done() {
             return;
         }

@@ -21,7 +21,9 @@ fn client(server: &MockServer) -> ScalewayClient {
     ScalewayClient::new(ClientConfig {
         api_url: server.uri(),
         secret_key: SecretKey::new("secret-token"),
-        request_timeout: Duration::from_millis(500),
+        // Far above any answer of a local mock, even on a loaded machine: a
+        // timeout here would be retried and skew the tests' call counts.
+        request_timeout: Duration::from_secs(30),
         retry: RetryPolicy {
             max_attempts: 3,
             base_delay: Duration::from_millis(1),
