@@ -9,6 +9,10 @@ cache := root / ".cache"
 KPS_RUST_BIN_DIR := root / "target/debug"
 KPS_BRIDGE_BIN := cache / "bin/karpenter-bridge"
 KPS_KARPENTER_CRDS := cache / "karpenter-crds"
+# Go toolchain of every Go build and test: Karpenter core v1.15 (bridge/go.mod)
+# needs go >= 1.26.9; the go command fetches this one as a module (once per
+# machine). Exported like every variable here; set GOTOOLCHAIN to override.
+GOTOOLCHAIN := env_var_or_default("GOTOOLCHAIN", "go1.27.3")
 # Incremental compilation only pays off for repeated edits of the same crate;
 # for these recipes it doubles the target directory (gigabytes on a cold build).
 CARGO_INCREMENTAL := env_var_or_default("CARGO_INCREMENTAL", "0")

@@ -39,6 +39,10 @@
 #   KPS_PROVIDER_BIN  karpenter-scaleway binary (default: cargo run -p karpenter-scaleway)
 #   KPS_CHART_OUT     keep the rendered manifests in this directory
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -390,7 +394,8 @@ log "NodeClass CEL: $refused_count broken variants refused with their messages, 
 
 # 7. RBAC, on the throwaway API server only (it installs the chart's RBAC for real):
 # what the provider calls (docs/configuration.md, "Kubernetes permissions of the
-# provider") and Karpenter core's leader election must be allowed, and a few
+# provider"), Karpenter core's leader election and what core v1.15 added must be
+# allowed, and a few
 # neighbouring permissions must not be.
 if [[ -n "${KPS_KUBECONFIG:-}" ]]; then
 	log "PASS (RBAC check skipped: it runs on the throwaway API server only)"
@@ -414,6 +419,11 @@ allowed=(
 	"get,list,watch nodepools.karpenter.sh"
 	"list pods --all-namespaces"
 	"create pods --subresource=eviction -n $namespace"
+	# what Karpenter core v1.15 added to its chart's ClusterRole (and its
+	# verticalpodautoscalers rule, which kubectl cannot check without VPA's CRD)
+	"list,watch services --all-namespaces"
+	"patch nodes --subresource=status"
+	"patch,update pods -n $namespace"
 )
 denied=(
 	"create,update,patch,delete secrets -n $namespace"

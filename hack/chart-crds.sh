@@ -14,6 +14,10 @@
 #   KPS_PROVIDER_BIN   a karpenter-scaleway binary to run instead of
 #                      `cargo run -p karpenter-scaleway` (which rebuilds it if stale)
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 chart_dir="$root/charts/karpenter-crd/templates"

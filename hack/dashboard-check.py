@@ -23,8 +23,11 @@ What it checks:
     `_bucket` series grouped by `le`;
   * the labels an expression matches on, groups by, shows in a legend or names in an
     alert's text are on its metrics, where their label names are known: core's (the
-    []string after each opts), the provider's from --provider-metrics (not from the
+    label list after each opts), the provider's from --provider-metrics (not from the
     source fallback), the pending ones' as written below;
+  * the values a matcher compares a core label with (`=`, `!=`, and `=~`/`!~` over a
+    plain alternation such as "a|b") are among those core documents for that label
+    (the Values of its opmetrics.Label, from v1.15.0 on), where it documents them;
   * every `docs/FILE.md#section` an alert or a panel names exists.
 
 Where the names come from:
@@ -40,8 +43,15 @@ Where the names come from:
     fewer than MIN_PROVIDER_NAMES found).
   * Karpenter core: the prometheus.*Opts declarations of sigs.k8s.io/karpenter's
     source (the module version the bridge's go.mod requires), Namespace, Subsystem and
-    Name resolved through the package constants. It fails when it finds fewer than
-    MIN_CORE_NAMES, which would mean the extraction broke.
+    Name resolved through the package constants, and the label list passed with each:
+    a []string of label-name constants up to v1.14.x, a []opmetrics.Label (each label's
+    name and documented values) from v1.15.0 (hack/metric_names.py reads both). Nothing
+    is copied from core by hand: moving the bridge to another core version moves the
+    names, labels and values checked with it. It fails when it finds fewer than
+    MIN_CORE_NAMES families, or fewer than MIN_CORE_LABELLED whose labels it could
+    read, either of which would mean the extraction broke (v1.15.0 changed the label
+    argument's form; the old reader then found every name and no label, and the label
+    checks went quiet).
 
 Exit status: 0 when everything checks, 1 with the list of problems otherwise.
 """
@@ -65,12 +75,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "charts" / "karpenter-scaleway" / "dashboards" / "karpenter-scaleway.json"
 PROVIDER_SRC = ROOT / "controller" / "src"
 MIN_CORE_NAMES = 30
+# v1.14.1: 52 of 59 core families with their labels read; v1.15.0: 59 of 66 (the
+# others take theirs from a function over the cloud provider's well-known labels).
+MIN_CORE_LABELLED = 40
 MIN_PROVIDER_NAMES = 30
 
 # Metrics a provider change adds before it exports them, with (type, label names):
 # accepted while the provider does not export them yet; once it does, this check fails
 # until the entry is removed here, so the list cannot outlive its reason. Empty since
-# the API accounting landed. `--no-pending` refuses them.
+# karpenter_scaleway_reboots_total landed. `--no-pending` refuses them.
 PENDING_PROVIDER = {}
 # Labels the scrape adds to every series (Prometheus, prometheus-operator), and the
 # usual external ones; a query may use them on any metric.
@@ -373,9 +386,52 @@ def check_doc_links(texts):
     return problems
 
 
-def check_exprs(exprs, known, pending, labels):
+MATCHER_RE = re.compile(r'\s*([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def matcher_values(expr):
+    """[(metric name, label, operator, value)] of the quoted matchers of an
+    expression's selectors (a value with a Grafana variable is left out)."""
+    out = []
+    for m in re.finditer(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{", expr):
+        i = m.end()
+        while i < len(expr) and expr[i] != "}":
+            mm = MATCHER_RE.match(expr, i)
+            if not mm:
+                break
+            if "$" not in mm.group(3):
+                out.append((m.group(1), mm.group(1), mm.group(2), mm.group(3)))
+            i = mm.end()
+    return out
+
+
+def check_values(where, expr, known, values):
+    """The values an expression compares a core label with are ones core documents."""
+    problems = []
+    for name, label, op, value in matcher_values(expr):
+        hit = known.get(name)
+        allowed = (values.get(hit[0]) or {}).get(label) if hit else None
+        if not allowed or value == "":
+            continue
+        if op in ("=~", "!~"):
+            parts = value.split("|")
+            if not all(re.fullmatch(r"[\w.-]+", x) for x in parts):
+                continue  # a real regex: not checked
+        else:
+            parts = [value]
+        bad = [x for x in parts if x not in allowed]
+        if bad:
+            problems.append(
+                f"{where}: {name}{{{label}{op}\"{value}\"}}: core documents no {label} value "
+                f"{', '.join(bad)} (it has {', '.join(sorted(allowed))})"
+            )
+    return problems
+
+
+def check_exprs(exprs, known, pending, labels, values=None):
     """Every selected metric exists, is used as its type allows, and has the labels
-    the expression, its legend or its alert text use (where its labels are known)."""
+    the expression, its legend or its alert text use (where its labels are known), and
+    the label values core documents."""
     problems, unknown, used_pending = [], {}, set()
     for where, expr, extra_labels in exprs:
         try:
@@ -383,6 +439,7 @@ def check_exprs(exprs, known, pending, labels):
         except ValueError as e:
             problems.append(f"{where}: {e}")
             continue
+        problems += check_values(where, expr, known, values or {})
         per_metric, grouping = label_uses(expr)
         all_known, allowed = True, set(TARGET_LABELS)
         for name, _ in sels:
@@ -446,11 +503,17 @@ def load_known(args):
         problems.append(f"found only {count} provider metric names (< {MIN_PROVIDER_NAMES}): the extraction broke")
     provider = {n: k for n, k in provider.items() if n.startswith("karpenter_scaleway_")}
     karpenter_dir = pathlib.Path(args.karpenter_dir) if args.karpenter_dir else karpenter_module_dir()
-    core, core_labels, core_problems = core_families(karpenter_dir)
+    core, core_labels, core_values, core_problems = core_families(karpenter_dir)
     problems += [f"core extraction: {p}" for p in core_problems]
     report.append(f"core: {len(core)} metric families declared in {karpenter_dir}")
     if len(core) < MIN_CORE_NAMES:
         problems.append(f"found only {len(core)} core metrics (< {MIN_CORE_NAMES}): the extraction broke")
+    labelled = sum(1 for f in core if core_labels.get(f) is not None)
+    if labelled < MIN_CORE_LABELLED:
+        problems.append(
+            f"read the labels of only {labelled} core metrics (< {MIN_CORE_LABELLED}): the extraction of "
+            "their label lists broke (hack/metric_names.py)"
+        )
     known = sample_names(core)
     known.update(sample_names(provider))
     labels = {**core_labels, **provider_labels}
@@ -463,9 +526,10 @@ def load_known(args):
     provider_with = sum(1 for f in provider if provider_labels.get(f) is not None)
     report.append(
         f"label names known for {core_with} of {len(core)} core families and {provider_with} provider families "
-        "(the labels of the others are not checked)"
+        "(the labels of the others are not checked); documented values for "
+        f"{sum(len(v) for v in core_values.values())} core labels"
     )
-    return known, pending, labels, report, problems
+    return known, pending, labels, core_values, report, problems
 
 
 def stale_pending(known, pending):
@@ -474,18 +538,18 @@ def stale_pending(known, pending):
     return [f"{fam} is exported now: remove it from PENDING_PROVIDER in {pathlib.Path(__file__).name}" for fam in stale]
 
 
-def run_checks(dash, rules, known, pending, labels):
+def run_checks(dash, rules, known, pending, labels, values=None):
     problems, d_exprs = check_dashboard(dash)
     r_problems, r_exprs = check_rules(rules)
     problems += r_problems
-    e_problems, used_pending = check_exprs(d_exprs + r_exprs, known, pending, labels)
+    e_problems, used_pending = check_exprs(d_exprs + r_exprs, known, pending, labels, values)
     return problems + e_problems, len(d_exprs), len(r_exprs), used_pending
 
 
-def self_test(dash, rules, known, pending, labels):
+def self_test(dash, rules, known, pending, labels, values):
     """The check refuses broken copies of the real inputs (and passes the inputs
     themselves, else the mutations prove nothing)."""
-    problems, *_ = run_checks(dash, rules, known, pending, labels)
+    problems, *_ = run_checks(dash, rules, known, pending, labels, values)
     if problems:
         return ["the unmodified inputs do not pass, so the self-test proves nothing:"] + problems
 
@@ -537,6 +601,15 @@ def self_test(dash, rules, known, pending, labels):
          lambda d, r: first_rule(r).update(
              expr="sum by (nodepool) (increase(karpenter_nodeclaims_created_total[1h])) > 0",
              annotations={"summary": "{{ $labels.nodeclaim }} created", "description": "x"})),
+        ("a core label value core does not document", "core documents no result value failed",
+         lambda d, r: first_target(d).update(
+             expr='sum(increase(karpenter_nodes_reboots_total{result="failed"}[1h]))')),
+        ("a core label value in an alternation", "core documents no decision value restart",
+         lambda d, r: first_rule(r).update(
+             expr='sum(increase(karpenter_voluntary_disruption_decisions_total{decision=~"reboot|restart"}[1h])) > 0')),
+        ("a label v1.15 did not add", "has no label nodepool",
+         lambda d, r: first_target(d).update(
+             expr='sum by (nodepool) (increase(karpenter_nodes_reboots_total{nodepool="a"}[1h]))')),
         ("alert without for", "no `for:`", lambda d, r: first_rule(r).pop("for")),
         ("alert without severity", "no labels.severity", lambda d, r: first_rule(r)["labels"].pop("severity")),
         ("alert without summary", "no annotations.summary", lambda d, r: first_rule(r)["annotations"].pop("summary")),
@@ -557,6 +630,7 @@ def self_test(dash, rules, known, pending, labels):
         failures.append("self-test: sample names of the parsed families are wrong")
     else:
         print("dashboard-check: self-test: Prometheus text and OpenMetrics parsed")
+    failures += go_reader_self_test()
     pending_example = {"karpenter_scaleway_installs_in_progress": ("gauge", {"phase"})}
     if not stale_pending(
         sample_names({"karpenter_scaleway_installs_in_progress": "gauge"}),
@@ -568,7 +642,7 @@ def self_test(dash, rules, known, pending, labels):
     for what, want, mutate in cases:
         d, r = copy.deepcopy(dash), copy.deepcopy(rules)
         mutate(d, r)
-        got, *_ = run_checks(d, r, known, pending, labels)
+        got, *_ = run_checks(d, r, known, pending, labels, values)
         if not any(want in p for p in got):
             failures.append(f"self-test: {what}: not refused with {want!r}; got: {got}")
         else:
@@ -579,6 +653,101 @@ def self_test(dash, rules, known, pending, labels):
         failures.append("self-test: a truncated dashboard parsed")
     except json.JSONDecodeError:
         print("dashboard-check: self-test: truncated JSON: refused")
+    return failures
+
+
+GO_V114 = """package metrics
+const (
+	Namespace = "karpenter"
+	NodePoolLabel = "nodepool"
+)
+var Created = opmetrics.NewPrometheusCounter(
+	crmetrics.Registry,
+	prometheus.CounterOpts{
+		Namespace: Namespace,
+		Subsystem: "nodes",
+		Name:      "created_total",
+		Help:      "x, y {z}",
+	},
+	[]string{
+		NodePoolLabel,
+		"zone", // a comment
+	},
+)
+"""
+GO_V115 = """package reboot
+import (
+	opmetrics "github.com/awslabs/operatorpkg/metrics"
+	"sigs.k8s.io/karpenter/pkg/metrics"
+)
+type Decision string
+var RebootDecision Decision = "reboot"
+const resultLabel = "result"
+var Result = opmetrics.Label{
+	Name: resultLabel,
+	Help: "The outcome, e.g. `a, b`.",
+	Values: []opmetrics.Value{
+		{Name: string(RebootDecision), Help: "x"},
+		{Name: strings.ToLower("Failed")},
+	},
+}
+func labelNames() []opmetrics.Label {
+	return []opmetrics.Label{metrics.NodePool, Result, opmetrics.Label{Name: "kind"}}
+}
+var Reboots = opmetrics.NewPrometheusCounter(
+	crmetrics.Registry,
+	prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: metrics.NodeSubsystem, Name: "reboots_total"},
+	labelNames(),
+	opmetrics.Beta,
+)
+var Lifetime = opmetrics.NewPrometheusGauge(
+	crmetrics.Registry,
+	prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: "lifetime"},
+	lo.Map(wellKnown(), toLabel),
+	opmetrics.Alpha,
+)
+"""
+GO_V115_METRICS = """package metrics
+const (
+	Namespace = "karpenter"
+	NodeSubsystem = "nodes"
+	NodePoolLabel = "nodepool"
+)
+var (
+	NodePool = opmetrics.Label{
+		Name: NodePoolLabel,
+		Help: "The NodePool.",
+	}
+)
+"""
+
+
+def go_reader_self_test():
+    """hack/metric_names.py reads core's label lists in both forms: v1.14's []string
+    of constants and v1.15's []opmetrics.Label (vars, inline Labels, a function
+    returning the list, documented values); a list it cannot read stays unknown."""
+    import tempfile
+
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp)
+        for rel, text in (("v114/pkg/metrics/metrics.go", GO_V114),
+                          ("v115/pkg/controllers/reboot/metrics.go", GO_V115),
+                          ("v115/pkg/metrics/labels.go", GO_V115_METRICS)):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        fam, labels, values, problems = core_families(root / "v114")
+        want = ({"karpenter_nodes_created_total": "counter"}, {"karpenter_nodes_created_total": {"nodepool", "zone"}})
+        if (fam, labels) != want or problems:
+            failures.append(f"self-test: Go reader, v1.14 form: {fam} {labels} {problems}")
+        fam, labels, values, problems = core_families(root / "v115")
+        want = ({"karpenter_nodes_reboots_total": "counter", "karpenter_lifetime": "gauge"},
+                {"karpenter_nodes_reboots_total": {"nodepool", "result", "kind"}, "karpenter_lifetime": None},
+                {"karpenter_nodes_reboots_total": {"result": {"reboot", "failed"}}, "karpenter_lifetime": {}})
+        if (fam, labels, values) != want or problems:
+            failures.append(f"self-test: Go reader, v1.15 form: {fam} {labels} {values} {problems}")
+    if not failures:
+        print("dashboard-check: self-test: core's label lists read in the v1.14 and v1.15 forms")
     return failures
 
 
@@ -604,7 +773,7 @@ def main():
     except (OSError, json.JSONDecodeError) as e:
         print(f"dashboard-check: FAIL: {args.rules}: {e}", file=sys.stderr)
         return 1
-    known, pending, labels, report, problems = load_known(args)
+    known, pending, labels, values, report, problems = load_known(args)
     for line in report:
         print(f"dashboard-check: {line}")
     if problems:
@@ -612,13 +781,13 @@ def main():
             print(f"dashboard-check: FAIL: {p}", file=sys.stderr)
         return 1
     if args.self_test:
-        failures = self_test(dash, rules, known, pending, labels)
+        failures = self_test(dash, rules, known, pending, labels, values)
         for f in failures:
             print(f"dashboard-check: FAIL: {f}", file=sys.stderr)
         if not failures:
             print("dashboard-check: self-test: every broken input refused")
         return 1 if failures else 0
-    problems, n_dash, n_rules, used_pending = run_checks(dash, rules, known, pending, labels)
+    problems, n_dash, n_rules, used_pending = run_checks(dash, rules, known, pending, labels, values)
     if args.write_promql_rules:
         pathlib.Path(args.write_promql_rules).write_text(json.dumps(promql_rules(dash), indent=1))
     if problems:
@@ -628,7 +797,7 @@ def main():
     if used_pending:
         print(
             f"dashboard-check: {len(used_pending)} metric(s) not exported yet, accepted as PENDING_PROVIDER "
-            f"(issue 15's API accounting): {', '.join(sorted(used_pending))}"
+            f"(see PENDING_PROVIDER in {pathlib.Path(__file__).name}): {', '.join(sorted(used_pending))}"
         )
     print(f"dashboard-check: PASS: {n_dash} dashboard and {n_rules} alert expressions, every metric known")
     return 0

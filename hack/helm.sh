@@ -7,6 +7,10 @@
 #   KPS_CACHE_DIR   cache root (default: $HOME/.cache/karpenter-provider-scaleway)
 #   KPS_HELM        use this helm binary instead of building one
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 # The helm release the chart checks run with. Bump deliberately: `helm lint`
 # gains rules between releases.

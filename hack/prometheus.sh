@@ -14,6 +14,10 @@
 #                           the module path of Prometheus 3.x)
 #   KPS_CACHE_DIR           cache root (default: $HOME/.cache/karpenter-provider-scaleway)
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version="${KPS_PROMETHEUS_VERSION:-v0.316.0}"

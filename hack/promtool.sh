@@ -7,6 +7,10 @@
 #   KPS_CACHE_DIR   cache root (default: $HOME/.cache/karpenter-provider-scaleway)
 #   KPS_PROMTOOL    use this promtool binary instead of building one
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 # github.com/prometheus/prometheus tags its Go module v0.<major><minor>.<patch>:
 # v0.316.0 is Prometheus 3.16.0. Bump deliberately: rule checks gain lints.

@@ -2,6 +2,10 @@
 # Fails (with a diff) when the committed generated Go code differs from what
 # gen.sh produces from the current proto.
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tmp=$(mktemp -d)

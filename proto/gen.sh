@@ -6,6 +6,10 @@
 # when the proto does; protoc itself is Debian's package, whose version is
 # written into the header of every generated file.
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 PROTOC_GEN_GO_VERSION=v1.36.12      # must match google.golang.org/protobuf in bridge/go.mod
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2   # needs google.golang.org/grpc >= 1.64 at run time

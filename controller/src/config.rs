@@ -211,6 +211,17 @@ pub struct ServeArgs {
     /// reported (Events, `karpenter_scaleway_churn_*`).
     #[arg(long, env = "CHURN_INTERVAL", default_value = "15s", value_parser = parse_positive_duration)]
     pub churn_interval: Duration,
+    /// How long a node stays unhealthy (`Ready=False`, or a kubelet that
+    /// stopped posting) before Karpenter's node repair reboots it in place
+    /// (docs/operations.md "Repair"). Under 11 minutes for core's own e2e
+    /// suite, which injects its reboot fault 11 minutes old.
+    #[arg(long, env = "REPAIR_REBOOT_AFTER", default_value = "10m", value_parser = parse_positive_duration)]
+    pub repair_reboot_after: Duration,
+    /// How long a rebooted VM may keep its old boot id before the provider
+    /// deletes its NodeClaim so that Karpenter replaces it (core would wait
+    /// 20 minutes). Elastic Metal reboots get `--booting-deadline`.
+    #[arg(long, env = "INSTANCE_REBOOT_DEADLINE", default_value = "5m", value_parser = parse_positive_duration)]
+    pub instance_reboot_deadline: Duration,
     /// Warm metal (docs/standby.md): how standby pools are kept.
     #[command(flatten)]
     pub standby: StandbyArgs,
@@ -438,6 +449,15 @@ mod tests {
         let own = parse(&["--instance-zones", "fr-par-3,fr-par-2"]);
         assert_eq!(own.instance_zones(), ["fr-par-3", "fr-par-2"]);
         assert_eq!(own.zones(), ["fr-par-2", "nl-ams-1"]);
+        // The VM reboot deadline's default is the provider's.
+        assert_eq!(
+            parse(&[]).instance_reboot_deadline,
+            crate::provider::reboot::DEFAULT_INSTANCE_REBOOT_DEADLINE
+        );
+        assert_eq!(
+            parse(&["--instance-reboot-deadline", "90s"]).instance_reboot_deadline,
+            Duration::from_secs(90)
+        );
     }
 
     #[test]

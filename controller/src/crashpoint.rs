@@ -1,8 +1,8 @@
 //! Crash points: named places between two side effects of the install engine
-//! where a test can make the process die on purpose, as a SIGKILL would, to
-//! prove that a restarted provider (or the next leader) finishes what the dead
-//! one was doing. Timing-based kills only land in a window by luck; these land
-//! in it every time.
+//! (or of a reboot) where a test can make the process die on purpose, as a
+//! SIGKILL would, to prove that a restarted provider (or the next leader)
+//! finishes what the dead one was doing. Timing-based kills only land in a
+//! window by luck; these land in it every time.
 //!
 //! Disarmed unless the process is started with `--test-crash-at <point>`
 //! (`KPS_TEST_CRASH_AT`): a hidden flag for fault-injection tests, which
@@ -35,10 +35,16 @@ pub enum CrashPoint {
     /// A standby install (a new standby server or a wipe) has written its
     /// image; the phase persisted on the server's tags is still `imaging`.
     StandbyImaged,
+    /// Reboot: the `issuing` record is on the NodeClaim; the reboot call has
+    /// not been made (a replay must call, once).
+    RebootIssuing,
+    /// Reboot: the API accepted the call; the record still says `issuing`
+    /// (a replay must see the server's timestamp moved and not call again).
+    RebootAccepted,
 }
 
 impl CrashPoint {
-    pub const ALL: [CrashPoint; 8] = [
+    pub const ALL: [CrashPoint; 10] = [
         CrashPoint::ConfigApplied,
         CrashPoint::NodeReady,
         CrashPoint::NodeInitialized,
@@ -47,6 +53,8 @@ impl CrashPoint {
         CrashPoint::StandbyClaimed,
         CrashPoint::WipeTagged,
         CrashPoint::StandbyImaged,
+        CrashPoint::RebootIssuing,
+        CrashPoint::RebootAccepted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +67,8 @@ impl CrashPoint {
             CrashPoint::StandbyClaimed => "standby-claimed",
             CrashPoint::WipeTagged => "wipe-tagged",
             CrashPoint::StandbyImaged => "standby-imaged",
+            CrashPoint::RebootIssuing => "reboot-issuing-saved",
+            CrashPoint::RebootAccepted => "reboot-accepted",
         }
     }
 

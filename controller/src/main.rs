@@ -31,7 +31,8 @@ use karpenter_scaleway::nodeclass::instance::{
 use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
 use karpenter_scaleway::provider::vm::{VmJoiner, VmPorts, run_vm_joiner};
 use karpenter_scaleway::provider::{
-    BootstrapTokens, ClusterPorts, Provider, ProviderSettings, longest_install, repair_policies,
+    BootstrapTokens, ClusterPorts, Provider, ProviderSettings, RebootPorts, RebootSettings,
+    RebootWatch, longest_install, repair_policies, run_reboot_watch,
 };
 use karpenter_scaleway::rescue::RusshShell;
 use karpenter_scaleway::scaleway::block::Block;
@@ -151,6 +152,10 @@ async fn termination() {
     }
 }
 
+/// How long Karpenter core waits for a rebooted node (a constant of its
+/// reboot controller): the provider's reboot deadlines must be shorter.
+const CORE_REBOOT_WINDOW: Duration = Duration::from_secs(20 * 60);
+
 /// A future that resolves once shutdown has been requested.
 async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
@@ -266,7 +271,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..InstallSettings::default()
     };
     // Node repair must never cut an install: the policies follow the deadlines.
-    let repair = repair_policies(&install_settings);
+    let repair = repair_policies(&install_settings, args.repair_reboot_after);
     let longest = longest_install(&install_settings);
     if let Some(warning) = gc::grace_warning(args.sweeper.orphan_grace, longest) {
         warn!(
@@ -284,6 +289,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         settings: install_settings.clone(),
     }));
     let engine_settings = install_settings;
+    // Reboot (core v1.15): an Elastic Metal reboot gets the booting deadline
+    // (a normal reboot until Talos answers), a VM its own.
+    let reboot_settings = RebootSettings {
+        baremetal_deadline: engine_settings.deadlines.booting,
+        instance_deadline: args.instance_reboot_deadline,
+        call_timeout: engine_settings.call_timeout,
+    };
+    for (kind, deadline) in [
+        ("--booting-deadline", reboot_settings.baremetal_deadline),
+        (
+            "--instance-reboot-deadline",
+            reboot_settings.instance_deadline,
+        ),
+    ] {
+        if deadline >= CORE_REBOOT_WINDOW {
+            warn!(
+                flag = kind,
+                deadline_s = deadline.as_secs(),
+                "reboot deadline not shorter than Karpenter's own 20-minute window: a reboot that never returns is ended by core, not earlier"
+            );
+        }
+    }
+    let reboot_nodes = Arc::new(KubeNodes::new(client.clone(), token_port.clone()));
     // Standby installs and wipes run in an engine of their own: their
     // progress goes on the server's tags, their Events to the NodeClass.
     let standby_events: Arc<dyn karpenter_scaleway::provider::standby::StandbyEvents> =
@@ -348,6 +376,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_churn_guard(Arc::new(
             karpenter_scaleway::churn::hold::KubeSiblingNodes::new(client.clone()),
         ))
+        // Reboot: the replay record on the NodeClaim, Events, deadlines.
+        .with_reboots(RebootPorts {
+            claims: Arc::new(node_claims.clone()),
+            nodes: reboot_nodes.clone(),
+            settings: reboot_settings,
+            clock: Arc::new(chrono::Utc::now),
+        })
         .with_standby(karpenter_scaleway::provider::standby::StandbyPorts {
             book: Arc::default(),
             engine: standby_engine,
@@ -397,6 +432,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stopped(stop_rx.clone()),
         ))
     });
+    // Reboots whose node never comes back end before core's 20 minutes.
+    let reboot_watch = tokio::spawn(run_reboot_watch(
+        RebootWatch::new(provider.clone(), reboot_nodes),
+        args.resume_interval,
+        is_leader.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let orphan_sweeper = tokio::spawn(run_orphan_sweeper(
         Sweeper {
             api,
@@ -473,6 +515,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _ = j.await;
     }
     let _ = standby.await;
+    let _ = reboot_watch.await;
     let _ = reconciler.await;
     let _ = instance_reconciler.await;
     let _ = sweeper.await;

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/overlay"
 	"sigs.k8s.io/karpenter/pkg/controllers"
+	"sigs.k8s.io/karpenter/pkg/controllers/node/health"
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
 	"sigs.k8s.io/karpenter/pkg/operator"
 	"sigs.k8s.io/karpenter/pkg/operator/options"
@@ -97,7 +98,15 @@ func main() {
 	// karpenter_cloudprovider_errors_total), as the upstream providers wire them.
 	metered := metrics.Decorate(cp)
 	decorated := overlay.Decorate(metered, op.GetClient(), op.InstanceTypeStore)
-	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated)
+	// Core's own validation of the repair policies (v1.15): with the
+	// NodeRepair gate on (and not --legacy-node-repair), the set must hold
+	// exactly one default fallback (empty reason regex) whose action is
+	// ReplaceNode, every policy an action. nil when node repair is off.
+	repairPolicyMatcher, err := health.NewRepairPolicyMatcher(ctx, decorated)
+	if err != nil {
+		fail(err, "validating the provider's repair policies")
+	}
+	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated, state.WithRepairPolicyMatcher(repairPolicyMatcher))
 	// Staged reserved capacity is news to consolidation (see
 	// OnReservedCapacityGrew); then GetInstanceTypes answers from the
 	// catalog this stream keeps current.
@@ -116,6 +125,7 @@ func main() {
 		metered,
 		cluster,
 		op.InstanceTypeStore,
+		op.PredictionStore,
 	)
 	if gcPeriodSet {
 		// Test and diagnostic knob only (see bridge/README.md).

@@ -152,14 +152,15 @@ func (c *catalog) store(snap *catalogSnapshot) {
 	}
 }
 
-// reserved is the room left in every available reserved offering of the
-// snapshot, by instance type, zone and reservation id.
+// reserved is the room left in every reserved offering of the snapshot that
+// core can launch into (Offering.Launchable: available, with room left), by
+// instance type, zone and reservation id.
 func (s *catalogSnapshot) reserved() map[string]int {
 	out := map[string]int{}
 	add := func(its []*cloudprovider.InstanceType) {
 		for _, it := range its {
 			for _, o := range it.Offerings {
-				if o.CapacityType() == v1.CapacityTypeReserved && o.Available && o.ReservationCapacity > 0 {
+				if o.CapacityType() == v1.CapacityTypeReserved && o.Launchable() {
 					out[it.Name+"/"+o.Zone()+"/"+o.ReservationID()] += o.ReservationCapacity
 				}
 			}

@@ -21,6 +21,7 @@ const (
 	methodWatchInstanceTypes = "WatchInstanceTypes"
 	methodIsDrifted          = "IsDrifted"
 	methodRepairPolicies     = "RepairPolicies"
+	methodReboot             = "Reboot"
 	methodInfo               = "Info"
 	methodSetLeadership      = "SetLeadership"
 )
@@ -33,7 +34,9 @@ const (
 //     is out of step with the provider; core retries).
 //  2. Create with a CreateErrorDetail: CreateError with its reason and message,
 //     whatever the code (the detail is the provider's explicit choice).
-//  3. The code rows of the table.
+//  3. The code rows of the table (Reboot: ABORTED, UNAVAILABLE,
+//     DEADLINE_EXCEEDED and every code not listed stay plain errors, which
+//     core retries until its issuance timeout).
 func mapError(method string, err error) error {
 	if err == nil {
 		return nil
@@ -60,6 +63,18 @@ func mapError(method string, err error) error {
 	case methodGet, methodDelete:
 		if st.Code() == codes.NotFound {
 			return cloudprovider.NewNodeClaimNotFoundError(wrapped)
+		}
+	case methodReboot:
+		switch st.Code() {
+		case codes.Unimplemented:
+			// Core's error carries no cause; joined so that the gRPC
+			// status stays reachable (errors.As finds both).
+			return fmt.Errorf("%w: %w", cloudprovider.NewNodeRebootNotImplementedError(), wrapped)
+		case codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition:
+			// Retrying cannot help: core fails the reboot at once (and
+			// node repair replaces the node) instead of retrying until
+			// its issuance timeout.
+			return cloudprovider.NewNodeRebootFailedError(wrapped)
 		}
 	}
 	return wrapped

@@ -131,17 +131,3 @@ func TestRepairPoliciesOtherErrorsFail(t *testing.T) {
 		t.Fatal("want an error")
 	}
 }
-
-func TestRepairPoliciesConverted(t *testing.T) {
-	socket := socketPath(t)
-	serve(t, socket, &fakeProvider{repairPolicies: func(context.Context, *pb.RepairPoliciesRequest) (*pb.RepairPoliciesResponse, error) {
-		return &pb.RepairPoliciesResponse{Policies: []*pb.RepairPolicy{{ConditionType: "Ready", ConditionStatus: "False", TolerationSeconds: 1800}}}, nil
-	}})
-	policies, err := FetchRepairPolicies(context.Background(), dial(t, socket), testOptions().CallTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(policies) != 1 || policies[0].ConditionType != "Ready" || policies[0].ConditionStatus != "False" || policies[0].TolerationDuration.Minutes() != 30 {
-		t.Fatalf("got %+v", policies)
-	}
-}

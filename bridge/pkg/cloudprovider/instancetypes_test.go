@@ -100,7 +100,7 @@ func TestInstanceTypeConversion(t *testing.T) {
 	it := its[0]
 	r := it.Requirements
 
-	if got := r.Get(corev1.LabelInstanceTypeStable); !got.Has("EM-A115X-SSD") || got.MinValues == nil || *got.MinValues != 1 {
+	if got := r.Get(corev1.LabelInstanceTypeStable); !got.Has("EM-A115X-SSD") || got.MinValues() == nil || *got.MinValues() != 1 {
 		t.Fatalf("instance-type requirement %v", got)
 	}
 	if got := r.Get(corev1.LabelTopologyZone); !got.Has("fr-par-1") || !got.Has("fr-par-2") || got.Has("nl-ams-1") {

@@ -144,6 +144,30 @@ func (c *CloudProvider) Delete(ctx context.Context, nodeClaim *v1.NodeClaim) err
 	return err
 }
 
+// Reboot asks the provider to restart the machine of nodeClaim in place. Core
+// (nodeclaim.reboot) calls it once the node is drained, with an operationID
+// that stays the same across its retries and restarts for one reboot; the
+// provider restarts the machine once per operationID. nil means the request
+// was accepted: core then watches the Node's bootID change.
+func (c *CloudProvider) Reboot(ctx context.Context, nodeClaim *v1.NodeClaim, operationID string) error {
+	raw, err := encodeNodeClaim(nodeClaim)
+	if err != nil {
+		return err
+	}
+	if err := c.awaitLeadership(ctx); err != nil {
+		return err
+	}
+	logger := log.FromContext(ctx).WithValues("NodeClaim", nodeClaim.Name, "provider-id", nodeClaim.Status.ProviderID, "operation-id", operationID)
+	logger.Info("asking the provider to reboot the node")
+	_, err = call(ctx, c, methodReboot, c.opts.CallTimeout, c.client.Reboot, &pb.RebootRequest{NodeClaimJson: raw, OperationId: operationID})
+	if err != nil {
+		logger.Info("provider refused or did not answer the reboot", "error", err.Error())
+		return err
+	}
+	logger.Info("provider accepted the reboot")
+	return nil
+}
+
 // awaitCatalogRevision holds an insufficient-capacity answer, for at most one
 // call timeout, until the catalog holds the provider's mark of the refused
 // offering: core deletes the NodeClaim and schedules again at once, and must
@@ -259,7 +283,13 @@ func (c *CloudProvider) GetSupportedNodeClasses() []status.Object {
 }
 
 // FetchRepairPolicies asks the provider for its repair policies.
-// UNIMPLEMENTED means none.
+// UNIMPLEMENTED means none. A policy core could not act on (no condition, a
+// negative duration, no action or one this bridge does not know) fails the
+// call: main refuses to start rather than run with a set core would
+// misread. Whether the set as a whole is valid (exactly one default fallback,
+// whose action is ReplaceNode; priorities within 0-100; reason regexes that
+// compile) is core's own check, health.NewRepairPolicyMatcher, which main
+// runs when the NodeRepair gate is on.
 func FetchRepairPolicies(ctx context.Context, client pb.CloudProviderClient, timeout time.Duration) ([]cloudprovider.RepairPolicy, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -271,16 +301,51 @@ func FetchRepairPolicies(ctx context.Context, client pb.CloudProviderClient, tim
 		return nil, mapError(methodRepairPolicies, err)
 	}
 	out := make([]cloudprovider.RepairPolicy, 0, len(resp.GetPolicies()))
-	for _, p := range resp.GetPolicies() {
-		if p.GetConditionType() == "" || p.GetConditionStatus() == "" || p.GetTolerationSeconds() < 0 {
-			return nil, fmt.Errorf("provider RepairPolicies answered an invalid policy %v", p)
+	for i, p := range resp.GetPolicies() {
+		policy, err := convertRepairPolicy(p)
+		if err != nil {
+			return nil, fmt.Errorf("provider RepairPolicies answered an invalid policy [%d] {%v}: %w", i, p, err)
 		}
-		out = append(out, cloudprovider.RepairPolicy{
-			ConditionType:      corev1.NodeConditionType(p.GetConditionType()),
-			ConditionStatus:    corev1.ConditionStatus(p.GetConditionStatus()),
-			TolerationDuration: time.Duration(p.GetTolerationSeconds()) * time.Second,
-		})
+		out = append(out, policy)
 	}
 	log.FromContext(ctx).V(1).Info("read provider repair policies", "count", len(out))
 	return out, nil
+}
+
+// repairActions maps the proto's actions to core's.
+var repairActions = map[pb.RepairPolicy_Action]cloudprovider.RepairAction{
+	pb.RepairPolicy_REPLACE_NODE: cloudprovider.ReplaceNode,
+	pb.RepairPolicy_REBOOT_NODE:  cloudprovider.RebootNode,
+}
+
+func convertRepairPolicy(p *pb.RepairPolicy) (cloudprovider.RepairPolicy, error) {
+	if p.GetConditionType() == "" || p.GetConditionStatus() == "" {
+		return cloudprovider.RepairPolicy{}, errors.New("condition type and status are required")
+	}
+	if p.GetTolerationSeconds() < 0 {
+		return cloudprovider.RepairPolicy{}, errors.New("negative toleration_seconds")
+	}
+	action, ok := repairActions[p.GetAction()]
+	if !ok {
+		// ACTION_UNSPECIFIED is what a provider built for core v1.14
+		// (no action field) sends.
+		return cloudprovider.RepairPolicy{}, fmt.Errorf("action %s: every policy needs REPLACE_NODE or REBOOT_NODE", p.GetAction())
+	}
+	policy := cloudprovider.RepairPolicy{
+		ConditionType:      corev1.NodeConditionType(p.GetConditionType()),
+		ConditionStatus:    corev1.ConditionStatus(p.GetConditionStatus()),
+		ReasonRegex:        p.GetReasonRegex(),
+		TolerationDuration: time.Duration(p.GetTolerationSeconds()) * time.Second,
+		Priority:           int(p.GetPriority()),
+		Action:             action,
+	}
+	if p.TerminationGracePeriodSeconds != nil {
+		seconds := p.GetTerminationGracePeriodSeconds()
+		if seconds < 0 {
+			return cloudprovider.RepairPolicy{}, errors.New("negative termination_grace_period_seconds")
+		}
+		tgp := time.Duration(seconds) * time.Second
+		policy.TerminationGracePeriod = &tgp
+	}
+	return policy, nil
 }

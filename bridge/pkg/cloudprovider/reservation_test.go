@@ -213,15 +213,64 @@ func TestReservedOfferingConversion(t *testing.T) {
 	}
 }
 
+// Core v1.15's Offering.Launchable, which its scheduler, pricing and
+// disruption use instead of Available: a reserved offering is launchable only
+// while it is available and its reservation has room. The provider reports
+// reservation_capacity = the idle standby servers, and 0 with available =
+// false once none is idle; core must read both "none idle" forms as full,
+// and a reservation with room as launchable. On-demand offerings carry
+// capacity 0 and stay launchable while available.
+func TestReservedOfferingLaunchable(t *testing.T) {
+	isolateReservationGlobals(t)
+	if _, err := Register(runtime.NewScheme(), reservationInfo()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		capacity   int32
+		available  bool
+		launchable bool
+	}{
+		{capacity: 0, available: false, launchable: false}, // what the provider sends when no standby is idle
+		{capacity: 0, available: true, launchable: false},  // full but healthy: core v1.15 reads it as full too
+		{capacity: 1, available: true, launchable: true},
+		{capacity: 3, available: true, launchable: true},
+		{capacity: 2, available: false, launchable: false}, // marked unavailable (e.g. after a refused Create)
+	} {
+		its, err := convertInstanceTypes([]*pb.InstanceType{reservedInstanceType(tc.capacity, tc.available)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDemand, reserved := its[0].Offerings[0], its[0].Offerings[1]
+		if reserved.CapacityType() != v1.CapacityTypeReserved || reserved.ReservationCapacity != int(tc.capacity) || reserved.Available != tc.available {
+			t.Fatalf("capacity %d, available %t: converted to type %s, capacity %d, available %t",
+				tc.capacity, tc.available, reserved.CapacityType(), reserved.ReservationCapacity, reserved.Available)
+		}
+		if got := reserved.Launchable(); got != tc.launchable {
+			t.Errorf("reserved offering with capacity %d, available %t: Launchable %t, want %t", tc.capacity, tc.available, got, tc.launchable)
+		}
+		if !onDemand.Launchable() {
+			t.Errorf("on-demand offering beside a reservation with capacity %d: not Launchable", tc.capacity)
+		}
+		want := 1
+		if tc.launchable {
+			want = 2
+		}
+		if got := len(its[0].Offerings.Launchable()); got != want {
+			t.Errorf("capacity %d, available %t: %d launchable offerings, want %d", tc.capacity, tc.available, got, want)
+		}
+	}
+}
+
 // Core's scheduler, through the bridge, plans no more nodes into a
 // reservation than its capacity: two pods that each need a whole node, one
 // reserved node left. With fallback (the scheduler's default, which core's
 // disruption simulations use) one round plans a node pinned to the
 // reservation and one that names none. The provisioner disables fallback: it
 // plans the reserved node and defers the other pod, which goes on demand in a
-// later round once the provider reports the reservation used up (capacity 0,
-// unavailable); while an exhausted reserved offering is still reported
-// available, the pod stays deferred.
+// later round once the provider reports the reservation used up: capacity 0,
+// whether still available (core v1.15 reads a reservation with no room as
+// full, Offering.Launchable; v1.14 kept deferring the pod) or unavailable, as
+// the provider reports it.
 func TestSchedulerRespectsReservationCapacity(t *testing.T) {
 	isolateReservationGlobals(t)
 	if _, err := Register(runtime.NewScheme(), reservationInfo()); err != nil {
@@ -290,29 +339,22 @@ func TestSchedulerRespectsReservationCapacity(t *testing.T) {
 		}
 
 		// The reserved node launched; the provider reports the
-		// reservation used up but still available: core keeps deferring.
-		publish(0, true)
-		waitForCatalog(0, true)
-		res, err = solve(ctx, cp, []*v1.NodePool{pool}, deferred, scheduling.DisableReservedCapacityFallback)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.NewNodeClaims) != 0 || len(res.ReservedOfferingErrors()) != 1 {
-			t.Fatalf("exhausted but available reservation: %d NodeClaims, pod errors %v", len(res.NewNodeClaims), res.PodErrors)
-		}
-
-		// Marked unavailable, as the contract asks: the pod goes on demand.
-		publish(0, false)
-		waitForCatalog(0, false)
-		res, err = solve(ctx, cp, []*v1.NodePool{pool}, deferred, scheduling.DisableReservedCapacityFallback)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.PodErrors) != 0 {
-			t.Fatalf("pod errors: %v", res.PodErrors)
-		}
-		if got := nodeClaimKinds(t, res); len(got) != 1 || got[0] != "on-demand" {
-			t.Fatalf("NodeClaims %v, want one on demand", got)
+		// reservation used up, still available (core v1.15's "full but
+		// healthy") and then unavailable (what it sends): either way the
+		// pod goes on demand.
+		for _, available := range []bool{true, false} {
+			publish(0, available)
+			waitForCatalog(0, available)
+			res, err = solve(ctx, cp, []*v1.NodePool{pool}, deferred, scheduling.DisableReservedCapacityFallback)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.PodErrors) != 0 {
+				t.Fatalf("used-up reservation (available %t): pod errors %v", available, res.PodErrors)
+			}
+			if got := nodeClaimKinds(t, res); len(got) != 1 || got[0] != "on-demand" {
+				t.Fatalf("used-up reservation (available %t): NodeClaims %v, want one on demand", available, got)
+			}
 		}
 	})
 }

@@ -31,6 +31,7 @@ type fakeProvider struct {
 	getInstanceTypes func(context.Context, *pb.GetInstanceTypesRequest) (*pb.GetInstanceTypesResponse, error)
 	isDrifted        func(context.Context, *pb.IsDriftedRequest) (*pb.IsDriftedResponse, error)
 	repairPolicies   func(context.Context, *pb.RepairPoliciesRequest) (*pb.RepairPoliciesResponse, error)
+	reboot           func(context.Context, *pb.RebootRequest) (*pb.RebootResponse, error)
 	info             func(context.Context, *pb.InfoRequest) (*pb.InfoResponse, error)
 	setLeadership    func(context.Context, *pb.SetLeadershipRequest) (*pb.SetLeadershipResponse, error)
 	watch            func(*pb.WatchInstanceTypesRequest, pb.CloudProvider_WatchInstanceTypesServer) error
@@ -100,6 +101,13 @@ func (f *fakeProvider) RepairPolicies(ctx context.Context, r *pb.RepairPoliciesR
 		return nil, unimplemented("RepairPolicies")
 	}
 	return f.repairPolicies(ctx, r)
+}
+
+func (f *fakeProvider) Reboot(ctx context.Context, r *pb.RebootRequest) (*pb.RebootResponse, error) {
+	if f.reboot == nil {
+		return nil, unimplemented("Reboot")
+	}
+	return f.reboot(ctx, r)
 }
 
 func (f *fakeProvider) Info(ctx context.Context, r *pb.InfoRequest) (*pb.InfoResponse, error) {
@@ -204,9 +212,15 @@ func karpenterKind(err error) string {
 	var notReady *cloudprovider.NodeClassNotReadyError
 	var createErr *cloudprovider.CreateError
 	var notFound *cloudprovider.NodeClaimNotFoundError
+	var rebootNotImplemented *cloudprovider.NodeRebootNotImplementedError
+	var rebootFailed *cloudprovider.NodeRebootFailedError
 	switch {
 	case err == nil:
 		return "nil"
+	case errors.As(err, &rebootNotImplemented):
+		return "NodeRebootNotImplemented"
+	case errors.As(err, &rebootFailed):
+		return "NodeRebootFailed"
 	case errors.As(err, &createErr):
 		return "CreateError"
 	case errors.As(err, &ice):

@@ -153,6 +153,27 @@ func TestReconcileRunsCoreAndRequeuesAfterThePeriod(t *testing.T) {
 	}
 }
 
+// What the wrapper relies on in core's collector (checked against each core
+// upgrade, v1.15.0 last): a successful pass asks for the next one after a
+// fixed RequeueAfter (2 minutes), which is what the wrapper replaces.
+func TestCoreCollectorRequeuesAfterAFixedPeriod(t *testing.T) {
+	ctx := context.Background()
+	kube := kubeWith(registeredClaim("live", "fake:///live"))
+	cp := fake.NewCloudProvider()
+	cp.CreatedNodeClaims["fake:///live"] = registeredClaim("live", "fake:///live")
+	core := garbagecollection.NewController(clock.NewFakeClock(time.Now()), kube, cp)
+	if core.Name() != "nodeclaim.garbagecollection" {
+		t.Fatalf("core's collector is now named %q", core.Name())
+	}
+	result, err := core.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.RequeueAfter != 2*time.Minute {
+		t.Fatalf("core's collector requeues after %v, want 2m", result.RequeueAfter)
+	}
+}
+
 // A failed List is core's error, unchanged: nothing is deleted and the
 // controller's backoff (not the period) decides when to try again.
 func TestReconcileKeepsCoreErrors(t *testing.T) {

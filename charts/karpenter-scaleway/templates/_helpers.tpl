@@ -62,7 +62,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Karpenter core's FEATURE_GATES, every gate spelled out. */}}
 {{- define "kps.featureGates" -}}
 {{- $g := .Values.settings.featureGates -}}
-{{- printf "NodeRepair=%t,ReservedCapacity=%t,SpotToSpotConsolidation=%t,NodeOverlay=%t,StaticCapacity=%t,CapacityBuffer=%t" $g.nodeRepair $g.reservedCapacity $g.spotToSpotConsolidation $g.nodeOverlay $g.staticCapacity $g.capacityBuffer -}}
+{{- printf "NodeRepair=%t,ReservedCapacity=%t,SpotToSpotConsolidation=%t,NodeOverlay=%t,StaticCapacity=%t,CapacityBuffer=%t,TerminateFirstDrift=%t,TerminateFirstRepair=%t,PodDeletionCostManagement=%t" $g.nodeRepair $g.reservedCapacity $g.spotToSpotConsolidation $g.nodeOverlay $g.staticCapacity $g.capacityBuffer $g.terminateFirstDrift $g.terminateFirstRepair $g.podDeletionCostManagement -}}
 {{- end -}}
 
 {{/* The directory of the provider's Unix socket, shared by both containers. */}}

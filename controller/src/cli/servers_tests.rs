@@ -430,6 +430,16 @@ impl NodeClaimSource for FakeClaims {
         }
         Ok(self.claims.clone())
     }
+
+    async fn annotate(
+        &self,
+        name: &str,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<(), KubeError> {
+        Err(KubeError::Refused(format!("read-only fake: {name}")))
+    }
 }
 
 fn vm_claim(name: &str, zone: &str, id: &str) -> Value {

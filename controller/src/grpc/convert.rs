@@ -79,6 +79,9 @@ pub fn error_status(err: ProviderError) -> Status {
         ProviderError::NotFound(_) => Status::not_found(message),
         ProviderError::Invalid(_) => Status::invalid_argument(message),
         ProviderError::Unavailable(_) => Status::unavailable(message),
+        ProviderError::RebootRefused(_) => Status::failed_precondition(message),
+        ProviderError::PermissionDenied(_) => Status::permission_denied(message),
+        ProviderError::NotNow(_) => Status::aborted(message),
     }
 }
 

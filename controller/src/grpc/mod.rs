@@ -8,6 +8,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use serde_json::Value;
@@ -18,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::catalog::{CatalogStore, ClassKind, PROVIDER_LABELS};
 use crate::nodeclass;
-use crate::provider::{PROVIDER_NAME, Provider, ProviderError, RepairPolicy};
+use crate::provider::{PROVIDER_NAME, Provider, ProviderError, RepairAction, RepairPolicy};
 
 pub use convert::RpcStatus;
 
@@ -126,12 +127,22 @@ fn log_error(rpc: &str, subject: &str, err: &ProviderError) {
 /// Whole seconds on the wire, rounded up: a toleration must never come out
 /// shorter than configured.
 fn repair_policy(p: &RepairPolicy) -> pb::RepairPolicy {
-    let d = p.toleration;
-    let seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    let seconds = |d: Duration| {
+        let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+        i64::try_from(s).unwrap_or(i64::MAX)
+    };
+    let action = match p.action {
+        RepairAction::Reboot => pb::repair_policy::Action::RebootNode,
+        RepairAction::Replace => pb::repair_policy::Action::ReplaceNode,
+    };
     pb::RepairPolicy {
         condition_type: p.condition_type.clone(),
         condition_status: p.condition_status.clone(),
-        toleration_seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+        toleration_seconds: seconds(p.toleration),
+        reason_regex: p.reason_regex.clone(),
+        termination_grace_period_seconds: p.termination_grace_period.map(seconds),
+        priority: i32::from(p.priority),
+        action: action.into(),
     }
 }
 
@@ -265,6 +276,26 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(pb::RepairPoliciesResponse {
             policies: self.repair_policies.iter().map(repair_policy).collect(),
         }))
+    }
+
+    async fn reboot(
+        &self,
+        req: Request<pb::RebootRequest>,
+    ) -> Result<Response<pb::RebootResponse>, Status> {
+        let provider = self.provider()?;
+        self.require_leader()?;
+        let claim = decode(&req.get_ref().node_claim_json, "NodeClaim")?;
+        let operation_id = &req.get_ref().operation_id;
+        if operation_id.is_empty() {
+            return Err(Status::invalid_argument("Reboot needs an operation_id"));
+        }
+        match provider.reboot(&claim, operation_id).await {
+            Ok(()) => Ok(Response::new(pb::RebootResponse {})),
+            Err(e) => {
+                log_error("Reboot", claim_name(&claim), &e);
+                Err(convert::error_status(e))
+            }
+        }
     }
 
     async fn info(

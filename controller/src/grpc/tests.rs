@@ -42,7 +42,10 @@ async fn start() -> Harness {
     let service = CloudProviderService::new(
         fixture.provider.clone(),
         Leadership::default(),
-        crate::provider::repair_policies(&crate::install::InstallSettings::default()),
+        crate::provider::repair_policies(
+            &crate::install::InstallSettings::default(),
+            crate::provider::DEFAULT_REBOOT_AFTER,
+        ),
     );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let p = path.clone();
@@ -136,21 +139,43 @@ async fn info_and_repair_policies() {
         .unwrap()
         .into_inner()
         .policies;
-    let on_wire: Vec<(&str, &str, i64)> = policies
+    use pb::repair_policy::Action;
+    let on_wire: Vec<_> = policies
         .iter()
         .map(|p| {
             (
                 p.condition_type.as_str(),
                 p.condition_status.as_str(),
+                p.reason_regex.as_str(),
                 p.toleration_seconds,
+                p.termination_grace_period_seconds,
+                p.action(),
             )
         })
         .collect();
-    // Ready=Unknown: the longest install with the default deadlines (172
+    // The fallback: the longest install with the default deadlines (172
     // min, see provider/repair.rs) plus 15 min.
     assert_eq!(
         on_wire,
-        [("Ready", "False", 30 * 60), ("Ready", "Unknown", 187 * 60)]
+        [
+            ("Ready", "False", ".*", 600, Some(300), Action::RebootNode),
+            (
+                "Ready",
+                "Unknown",
+                "^NodeStatusUnknown$",
+                600,
+                Some(0),
+                Action::RebootNode
+            ),
+            (
+                "Ready",
+                "Unknown",
+                "",
+                187 * 60,
+                Some(0),
+                Action::ReplaceNode
+            ),
+        ]
     );
     h.stop().await;
 }
@@ -160,8 +185,15 @@ fn repair_tolerations_round_up_to_whole_seconds() {
     let policy = |toleration| RepairPolicy {
         condition_type: "Ready".into(),
         condition_status: "False".into(),
+        reason_regex: String::new(),
         toleration,
+        termination_grace_period: Some(Duration::from_millis(100)),
+        priority: 7,
+        action: crate::provider::RepairAction::Replace,
     };
+    let wire = repair_policy(&policy(Duration::from_millis(1500)));
+    assert_eq!(wire.termination_grace_period_seconds, Some(1));
+    assert_eq!(wire.priority, 7);
     assert_eq!(
         repair_policy(&policy(Duration::from_millis(1500))).toleration_seconds,
         2
@@ -516,4 +548,133 @@ async fn info_lists_the_instance_kind_only_where_instances_are_served() {
     assert!(labels.contains(&"karpenter.scaleway.com/instance-family".to_string()));
     let (em_only, _) = kinds(fixture().provider).await;
     assert_eq!(em_only, ["ScalewayElasticMetalNodeClass"]);
+}
+
+impl Harness {
+    async fn reboot(&mut self, c: &serde_json::Value, operation: &str) -> Result<(), Status> {
+        self.client
+            .reboot(pb::RebootRequest {
+                node_claim_json: serde_json::to_vec(c).unwrap(),
+                operation_id: operation.into(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// A joined Elastic Metal node `default-a` on server `srv-1`.
+    fn joined_node(&self) -> serde_json::Value {
+        crate::provider::reboot::fakes::joined_em_node(
+            &self.fixture.api,
+            &self.fixture.claims,
+            ZONE,
+            "default-a",
+            "srv-1",
+        )
+    }
+}
+
+const REBOOT_OP: &str = "default-a-uid-1763805600000000000-boot-a";
+
+#[tokio::test]
+async fn reboot_needs_leadership_and_an_operation_id() {
+    let mut h = start().await;
+    let node = h.joined_node();
+    let err = h.reboot(&node, REBOOT_OP).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(
+        details(&err).details[0].type_url,
+        "type.googleapis.com/karpenter.cloudprovider.v1.NotLeaderDetail"
+    );
+    h.lead().await;
+    let err = h.reboot(&node, "").await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let err = h
+        .client
+        .reboot(pb::RebootRequest {
+            node_claim_json: b"{not json".to_vec(),
+            operation_id: REBOOT_OP.into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(h.fixture.api.count(Op::RebootServer), 0);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn reboot_is_accepted_once_and_replayed() {
+    let mut h = start().await;
+    h.lead().await;
+    let node = h.joined_node();
+    h.reboot(&node, REBOOT_OP).await.unwrap();
+    h.reboot(&node, REBOOT_OP).await.unwrap();
+    assert_eq!(h.fixture.api.count(Op::RebootServer), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn reboot_errors_follow_the_table() {
+    let mut h = start().await;
+    h.lead().await;
+    let node = h.joined_node();
+    let code = |e: Result<(), Status>| e.unwrap_err().code();
+
+    // NOT_FOUND: the server is gone (core fails the reboot, replaces).
+    h.fixture
+        .api
+        .fail_next(Op::GetServer, ApiError::NotFound("server".into()));
+    assert_eq!(code(h.reboot(&node, REBOOT_OP).await), Code::NotFound);
+
+    // PERMISSION_DENIED: the key lacks a permission (401 and 403 alike).
+    h.fixture
+        .api
+        .fail_next(Op::GetServer, ApiError::Unauthorized("403".into()));
+    assert_eq!(
+        code(h.reboot(&node, REBOOT_OP).await),
+        Code::PermissionDenied
+    );
+
+    // UNAVAILABLE: the API did not answer (core retries).
+    h.fixture
+        .api
+        .fail_next(Op::GetServer, ApiError::Unavailable("502".into()));
+    assert_eq!(code(h.reboot(&node, REBOOT_OP).await), Code::Unavailable);
+
+    // ABORTED: not now (an install still running).
+    h.fixture.claims.set_annotation(
+        "default-a",
+        "install.karpenter.scaleway.com/phase",
+        Some("configured"),
+    );
+    assert_eq!(code(h.reboot(&node, REBOOT_OP).await), Code::Aborted);
+
+    // FAILED_PRECONDITION without NotLeaderDetail: refused (install failed).
+    h.fixture.claims.set_annotation(
+        "default-a",
+        "install.karpenter.scaleway.com/phase",
+        Some("failed"),
+    );
+    let err = h.reboot(&node, REBOOT_OP).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.details().is_empty(),
+        "a refusal carries no NotLeaderDetail"
+    );
+
+    // NOT_FOUND: the NodeClaim is gone.
+    h.fixture.claims.remove("default-a");
+    assert_eq!(code(h.reboot(&node, REBOOT_OP).await), Code::NotFound);
+
+    // INVALID_ARGUMENT: not a providerID of this provider.
+    let mut foreign = node.clone();
+    foreign["status"]["providerID"] = json!("aws:///eu-west-1a/i-0");
+    foreign["metadata"]["name"] = json!("default-z");
+    foreign["metadata"]["uid"] = json!("z");
+    h.fixture.claims.insert(foreign.clone());
+    assert_eq!(
+        code(h.reboot(&foreign, REBOOT_OP).await),
+        Code::InvalidArgument
+    );
+    assert_eq!(h.fixture.api.count(Op::RebootServer), 0);
+    h.stop().await;
 }

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
 pub use crate::k8s::events::REPORTING_CONTROLLER;
 use crate::k8s::events::{EventRecorder, NewEvent};
-use crate::provider::{BootstrapTokens, KubeError, UNINITIALIZED_TAINT_KEY};
+use crate::provider::{BootstrapTokens, KubeError, NodeBoots, UNINITIALIZED_TAINT_KEY};
 
 /// The `karpenter.sh/v1` NodeClaim API resource.
 pub fn node_claim_resource() -> ApiResource {
@@ -73,11 +73,42 @@ impl NodeClaimList {
     }
 }
 
-/// The provider's List proves absence against these NodeClaims.
+/// The provider's List proves absence against these NodeClaims; Reboot
+/// reads one and keeps its replay record on it.
 #[async_trait]
 impl crate::provider::NodeClaimSource for NodeClaimList {
     async fn list(&self) -> Result<Vec<Value>, KubeError> {
         NodeClaimList::list(self).await.map_err(classify_kube)
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<Value>, KubeError> {
+        match self.api.get_opt(name).await.map_err(classify_kube)? {
+            Some(object) => serde_json::to_value(object)
+                .map(Some)
+                .map_err(|e| KubeError::Unavailable(format!("decoding NodeClaim {name}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    /// A merge patch; the `resourceVersion` in it is a precondition the API
+    /// server checks (409 Conflict when the NodeClaim moved on).
+    async fn annotate(
+        &self,
+        name: &str,
+        key: &str,
+        value: &str,
+        resource_version: Option<&str>,
+    ) -> Result<(), KubeError> {
+        let mut metadata = serde_json::json!({"annotations": {key: value}});
+        if let Some(rv) = resource_version {
+            metadata["resourceVersion"] = serde_json::json!(rv);
+        }
+        let patch = serde_json::json!({ "metadata": metadata });
+        self.api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(classify_kube)
     }
 }
 
@@ -160,12 +191,34 @@ impl KubeNodes {
                     ..Default::default()
                 },
                 warning: event.warning,
-                action: "Install".into(),
+                action: action_of(&event.reason).into(),
                 reason: event.reason.clone(),
                 note: event.message.clone(),
                 series_key,
             })
             .await
+    }
+}
+
+/// The Event's `action`: reboots share this port with installs.
+fn action_of(reason: &str) -> &'static str {
+    if reason.starts_with("Reboot") {
+        "Reboot"
+    } else {
+        "Install"
+    }
+}
+
+/// The deadline of a reboot reads the Node's boot id.
+#[async_trait]
+impl NodeBoots for KubeNodes {
+    async fn boot_id(&self, node: &str) -> Result<Option<String>, KubeError> {
+        let node = self.nodes.get_opt(node).await.map_err(classify_kube)?;
+        Ok(node
+            .and_then(|n| n.status)
+            .and_then(|s| s.node_info)
+            .map(|i| i.boot_id)
+            .filter(|b| !b.is_empty()))
     }
 }
 
@@ -594,3 +647,7 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+#[path = "nodes_reboot_tests.rs"]
+mod reboot_tests;

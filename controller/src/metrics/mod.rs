@@ -4,7 +4,7 @@
 //! durations, outcomes, installs in progress), failed Lists and the orphan
 //! sweeper, every Scaleway API call (by API, operation and result class, with
 //! retries, pacing, 429s and the rate-limit figures), consolidation churn,
-//! standby pools and the demand planner.
+//! standby pools, the demand planner and reboots.
 //!
 //! Counters are counted where things happen, into the process-wide families
 //! of the `*_metrics()` singletons; figures only known as a snapshot (the
@@ -18,6 +18,7 @@
 mod api;
 mod churn;
 mod install;
+mod reboot;
 mod safety;
 mod standby;
 
@@ -44,6 +45,7 @@ use crate::scaleway::telemetry::api_telemetry;
 
 pub use churn::ChurnMetrics;
 pub use install::InstallMetrics;
+pub use reboot::{REBOOT_KINDS, REBOOT_OUTCOMES, RebootMetrics};
 pub use safety::{LIST_FAILURE_REASONS, SWEEPER_PASS_RESULTS, SafetyMetrics};
 pub use standby::{PlannerFigures, PlannerMetrics, StandbyMetrics};
 
@@ -149,6 +151,7 @@ struct Metrics {
     churn: ChurnMetrics,
     standby: StandbyMetrics,
     planner: PlannerMetrics,
+    reboot: RebootMetrics,
     /// One scrape at a time: the scrape-time gauges are cleared and refilled.
     scraping: Mutex<()>,
 }
@@ -163,6 +166,7 @@ impl Metrics {
             churn: ChurnMetrics::default(),
             standby: StandbyMetrics::default(),
             planner: PlannerMetrics::default(),
+            reboot: RebootMetrics::default(),
             scraping: Mutex::new(()),
         };
         let r = &mut m.registry;
@@ -173,6 +177,7 @@ impl Metrics {
         m.churn.register(r);
         m.standby.register(r);
         m.planner.register(r);
+        m.reboot.register(r);
         m
     }
 
@@ -217,6 +222,11 @@ pub fn standby_metrics() -> &'static StandbyMetrics {
 /// The process-wide planner metrics.
 pub fn planner_metrics() -> &'static PlannerMetrics {
     &METRICS.planner
+}
+
+/// The process-wide reboot metrics.
+pub fn reboot_metrics() -> &'static RebootMetrics {
+    &METRICS.reboot
 }
 
 async fn healthz() -> &'static str {

@@ -196,6 +196,7 @@ const FAMILIES: &[&str] = &[
     "karpenter_scaleway_planner_vm_euros_per_hour",
     "karpenter_scaleway_planner_metal_euros_per_hour",
     "karpenter_scaleway_planner_target_changes",
+    "karpenter_scaleway_reboots",
 ];
 
 /// Every family with a series, as a scrape shows them once each has been
@@ -266,6 +267,7 @@ fn every_family_is_exposed_once_counted() {
         },
     )]));
     m.planner.count_change("default", "raised");
+    m.reboot.count("baremetal", "accepted");
     let out = m.scrape(&sources(catalog)).unwrap();
     let typed: Vec<&str> = out
         .lines()

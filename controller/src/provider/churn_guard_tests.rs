@@ -32,6 +32,16 @@ impl NodeClaimSource for Claims {
         }
         Ok(self.claims.lock().unwrap().clone())
     }
+
+    async fn annotate(
+        &self,
+        name: &str,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<(), KubeError> {
+        Err(KubeError::Refused(format!("read-only fake: {name}")))
+    }
 }
 
 #[derive(Default)]

@@ -7,6 +7,7 @@ mod create;
 mod drift;
 mod lifecycle;
 pub mod nodeclaim;
+pub mod reboot;
 mod repair;
 mod resume;
 mod select;
@@ -31,7 +32,13 @@ pub use drift::{
     NodeClassHash, Restamp,
 };
 pub use lifecycle::ListFailureReason;
-pub use repair::{RepairPolicy, longest_install, repair_policies};
+pub use reboot::{
+    NodeBoots, PRE_BOOT_ID_ANNOTATION, REBOOT_ANNOTATION, RebootPorts, RebootRecord,
+    RebootSettings, RebootState, RebootWatch, WatchOutcome, run_reboot_watch,
+};
+pub use repair::{
+    DEFAULT_REBOOT_AFTER, RepairAction, RepairPolicy, longest_install, repair_policies,
+};
 pub use resume::{ResumeOutcome, ResumeReport};
 pub use select::{candidates, satisfies};
 
@@ -131,11 +138,23 @@ pub enum ProviderError {
     /// The Scaleway API (or the cluster) did not answer; retry later.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// Reboot: the machine is in a state a reboot would harm (an install not
+    /// finished, a standby, a wipe) or no longer this NodeClaim's; retrying
+    /// cannot help.
+    #[error("reboot refused: {0}")]
+    RebootRefused(String),
+    /// The credentials lack a permission; retrying cannot help.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// Not now: ask again later (e.g. an earlier call of the same operation
+    /// is not yet confirmed either way).
+    #[error("not now: {0}")]
+    NotNow(String),
 }
 
 impl ProviderError {
-    /// For calls other than Create: API errors mean "try again", except
-    /// NotFound, which the caller decides about.
+    /// For calls other than Create and Reboot: API errors mean "try again",
+    /// except NotFound, which the caller decides about.
     fn from_api(err: ApiError) -> Self {
         match err {
             ApiError::NotFound(m) => ProviderError::NotFound(m),
@@ -235,10 +254,32 @@ pub trait BootstrapTokens: Send + Sync + 'static {
 
 /// Every NodeClaim in the cluster, as Kubernetes JSON, fresh from the API
 /// server (all pages, or an error). List uses it to prove that a server it
-/// did not see is really gone before core may garbage-collect its NodeClaim.
+/// did not see is really gone before core may garbage-collect its NodeClaim;
+/// Reboot reads one NodeClaim and keeps its replay record on it.
 #[async_trait]
 pub trait NodeClaimSource: Send + Sync + 'static {
     async fn list(&self) -> Result<Vec<serde_json::Value>, KubeError>;
+    /// One NodeClaim, fresh from the API server (not a cache: its
+    /// `resourceVersion` guards a write); `None` when it does not exist.
+    /// By default found in [`Self::list`].
+    async fn get(&self, name: &str) -> Result<Option<serde_json::Value>, KubeError> {
+        Ok(self.list().await?.into_iter().find(|c| {
+            c.pointer("/metadata/name")
+                .and_then(serde_json::Value::as_str)
+                == Some(name)
+        }))
+    }
+    /// Sets one annotation of the NodeClaim (a merge patch). With
+    /// `resource_version`, only while the NodeClaim is still at that version:
+    /// a NodeClaim changed since is [`KubeError::Conflict`], so that of two
+    /// writers that read the same version, one fails.
+    async fn annotate(
+        &self,
+        name: &str,
+        key: &str,
+        value: &str,
+        resource_version: Option<&str>,
+    ) -> Result<(), KubeError>;
 }
 
 /// What Create reads and writes of the Nodes of idle siblings before it
@@ -311,6 +352,9 @@ pub struct Provider {
     /// The churn guard's view of Nodes ([`Provider::with_churn_guard`]);
     /// without it (or without `node_claims`) Create orders unguarded.
     siblings: Option<Arc<dyn SiblingNodes>>,
+    /// What Reboot reads and writes besides the machine
+    /// ([`Provider::with_reboots`]); without it Reboot refuses.
+    reboots: Option<RebootPorts>,
 }
 
 /// `list` in each of `zones` at once; the first error fails the whole.
@@ -355,7 +399,15 @@ impl Provider {
             standby: None,
             planner: None,
             siblings: None,
+            reboots: None,
         }
+    }
+
+    /// Serves Reboot: the NodeClaim its replay record goes on, the Events,
+    /// the deadlines (`reboot/`).
+    pub fn with_reboots(mut self, ports: RebootPorts) -> Self {
+        self.reboots = Some(ports);
+        self
     }
 
     /// Serves standby pools: reserved offerings, adoption, recycling.

@@ -226,17 +226,30 @@ pub fn hydrate(claim: &mut Value, h: &Hydration) {
     status.insert("allocatable".into(), json!(h.allocatable));
 }
 
-/// Whether Karpenter has marked the NodeClaim `Initialized`.
-pub fn initialized(claim: &Value) -> bool {
+/// Whether the NodeClaim's condition `kind` is `True`.
+fn condition_true(claim: &Value, kind: &str) -> bool {
     claim
         .pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|conditions| {
             conditions.iter().any(|c| {
-                c.get("type").and_then(Value::as_str) == Some("Initialized")
+                c.get("type").and_then(Value::as_str) == Some(kind)
                     && c.get("status").and_then(Value::as_str) == Some("True")
             })
         })
+}
+
+/// Whether Karpenter has marked the NodeClaim `Initialized`.
+pub fn initialized(claim: &Value) -> bool {
+    condition_true(claim, "Initialized")
+}
+
+/// Whether Karpenter (v1.15) is rebooting the node in place: `Rebooting`
+/// is True from the repair's decision until the reboot ends, and meanwhile
+/// `Initialized` turns `Unknown` (reason `Rebooting`) once the reboot call
+/// was accepted.
+pub fn rebooting(claim: &Value) -> bool {
+    condition_true(claim, "Rebooting")
 }
 
 #[cfg(test)]

@@ -1,5 +1,11 @@
 //! Repair policies: how long Karpenter's node repair (feature gate
-//! `NodeRepair`) lets a Node stay unhealthy before it deletes its NodeClaim.
+//! `NodeRepair`) lets a Node stay unhealthy, and whether it then reboots the
+//! machine in place (core v1.15's `RebootNode`) or replaces it.
+//!
+//! A reboot comes first wherever one can cure: an Elastic Metal reboot takes
+//! 3-5 minutes and keeps the server, its disk, its Talos install and its paid
+//! period, where a replacement costs a new delivery and install (10-15
+//! minutes at best) and, for a monthly server, a second month.
 //!
 //! Core counts the toleration from the condition's `lastTransitionTime` and
 //! does not look at whether the NodeClaim is initialised. Our Nodes are
@@ -15,22 +21,51 @@ use std::time::Duration;
 
 use crate::install::InstallSettings;
 
-/// One policy, in the proto's terms.
+/// What core does once a policy's toleration has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairAction {
+    /// Restart the machine in place (`Reboot`): same server, same disk, same
+    /// paid period.
+    Reboot,
+    /// Delete the NodeClaim; core provisions a replacement.
+    Replace,
+}
+
+/// One policy, in the proto's terms (core v1.15's `RepairPolicy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepairPolicy {
     /// A Node condition type, e.g. `Ready`.
     pub condition_type: String,
     /// `True`, `False` or `Unknown`.
     pub condition_status: String,
+    /// A Go regular expression on the condition's reason; empty for the
+    /// set's one default fallback.
+    pub reason_regex: String,
     pub toleration: Duration,
+    /// The drain's bound: `None` = the NodeClaim's own, zero = no drain.
+    pub termination_grace_period: Option<Duration>,
+    /// 0-100, higher repairs first.
+    pub priority: u8,
+    pub action: RepairAction,
 }
 
-/// `Ready=False` for this long: the kubelet reports the node unhealthy. An
-/// Elastic Metal reboot alone (firmware POST) takes 3-5 minutes and replacing
-/// the node costs a new delivery and install (10-15 minutes at best), so a
-/// node gets far longer to recover than a cloud VM would; 30 minutes is what
-/// Karpenter's AWS provider uses as well.
-pub const READY_FALSE_TOLERATION: Duration = Duration::from_secs(30 * 60);
+/// The reason the node lifecycle controller gives `Ready=Unknown` when the
+/// kubelet posted status before and then stopped (a wedged kernel, a hung
+/// kubelet, a lost network): a reboot can cure it. An early-registered Node
+/// whose install is still running has never been posted by a kubelet and
+/// carries `NodeStatusNeverUpdated` instead, which only the fallback matches.
+pub const KUBELET_STOPPED_REASON: &str = "NodeStatusUnknown";
+
+/// How long a kubelet that reports `Ready=False` may drain its pods before the
+/// reboot goes ahead: the kubelet still evicts, but a stuck PodDisruptionBudget
+/// must not hold a broken node forever.
+pub const NOT_READY_DRAIN: Duration = Duration::from_secs(5 * 60);
+
+/// `--repair-reboot-after`: how long a node stays unhealthy before core
+/// reboots it. Core's own e2e suite injects its reboot fault 11 minutes old,
+/// so the default stays under that.
+pub const DEFAULT_REBOOT_AFTER: Duration = Duration::from_secs(10 * 60);
+
 /// Never less than this for `Ready=Unknown`, whatever the deadlines.
 pub const READY_UNKNOWN_MIN_TOLERATION: Duration = Duration::from_secs(30 * 60);
 /// Added to the longest install: the node lifecycle controller and the
@@ -59,10 +94,23 @@ pub fn longest_install(settings: &InstallSettings) -> Duration {
     .fold(d.delivery, Duration::saturating_add)
 }
 
-/// The policies the provider declares: `Ready=False` for
-/// [`READY_FALSE_TOLERATION`], `Ready=Unknown` for the longest install plus
-/// [`INSTALL_MARGIN`] (at least [`READY_UNKNOWN_MIN_TOLERATION`]).
-pub fn repair_policies(settings: &InstallSettings) -> Vec<RepairPolicy> {
+/// The policies the provider declares, in core v1.15's form (validated by
+/// core at start-up when `NodeRepair` is on):
+///
+/// * `Ready=False` (the kubelet says the node is unhealthy): reboot after
+///   `reboot_after`, draining for at most [`NOT_READY_DRAIN`];
+/// * `Ready=Unknown` with reason [`KUBELET_STOPPED_REASON`] (the kubelet went
+///   silent after it had joined): reboot after `reboot_after`, no drain (a
+///   silent kubelet cannot evict);
+/// * the default fallback, `Ready=Unknown` with any other reason (above all
+///   `NodeStatusNeverUpdated`, the state of an early-registered Node during
+///   its whole install): replace after the longest install plus
+///   [`INSTALL_MARGIN`] (at least [`READY_UNKNOWN_MIN_TOLERATION`]).
+///
+/// A fault that a reboot does not cure is replaced by core itself: a reboot
+/// whose node does not come back Ready fails and replaces the node, and after
+/// two reboots in 24 hours core replaces instead of rebooting a third time.
+pub fn repair_policies(settings: &InstallSettings, reboot_after: Duration) -> Vec<RepairPolicy> {
     let unknown = longest_install(settings)
         .saturating_add(INSTALL_MARGIN)
         .max(READY_UNKNOWN_MIN_TOLERATION);
@@ -70,12 +118,29 @@ pub fn repair_policies(settings: &InstallSettings) -> Vec<RepairPolicy> {
         RepairPolicy {
             condition_type: "Ready".into(),
             condition_status: "False".into(),
-            toleration: READY_FALSE_TOLERATION,
+            reason_regex: ".*".into(),
+            toleration: reboot_after,
+            termination_grace_period: Some(NOT_READY_DRAIN),
+            priority: 0,
+            action: RepairAction::Reboot,
         },
         RepairPolicy {
             condition_type: "Ready".into(),
             condition_status: "Unknown".into(),
+            reason_regex: format!("^{KUBELET_STOPPED_REASON}$"),
+            toleration: reboot_after,
+            termination_grace_period: Some(Duration::ZERO),
+            priority: 0,
+            action: RepairAction::Reboot,
+        },
+        RepairPolicy {
+            condition_type: "Ready".into(),
+            condition_status: "Unknown".into(),
+            reason_regex: String::new(),
             toleration: unknown,
+            termination_grace_period: Some(Duration::ZERO),
+            priority: 0,
+            action: RepairAction::Replace,
         },
     ]
 }
@@ -95,22 +160,65 @@ mod tests {
             longest_install(&settings),
             Duration::from_secs((30 + 2 * (30 + 20 + 10) + 5 + 2 + 15) * MIN)
         );
-        let policies = repair_policies(&settings);
+    }
+
+    #[test]
+    fn reboot_first_where_a_reboot_can_cure_and_one_replace_fallback() {
+        let settings = InstallSettings::default();
+        let policies = repair_policies(&settings, DEFAULT_REBOOT_AFTER);
         assert_eq!(
             policies,
             vec![
                 RepairPolicy {
                     condition_type: "Ready".into(),
                     condition_status: "False".into(),
-                    toleration: Duration::from_secs(30 * MIN),
+                    reason_regex: ".*".into(),
+                    toleration: Duration::from_secs(10 * MIN),
+                    termination_grace_period: Some(Duration::from_secs(5 * MIN)),
+                    priority: 0,
+                    action: RepairAction::Reboot,
                 },
                 RepairPolicy {
                     condition_type: "Ready".into(),
                     condition_status: "Unknown".into(),
+                    reason_regex: "^NodeStatusUnknown$".into(),
+                    toleration: Duration::from_secs(10 * MIN),
+                    termination_grace_period: Some(Duration::ZERO),
+                    priority: 0,
+                    action: RepairAction::Reboot,
+                },
+                RepairPolicy {
+                    condition_type: "Ready".into(),
+                    condition_status: "Unknown".into(),
+                    reason_regex: String::new(),
                     toleration: Duration::from_secs((172 + 15) * MIN),
+                    termination_grace_period: Some(Duration::ZERO),
+                    priority: 0,
+                    action: RepairAction::Replace,
                 },
             ]
         );
+        // Core's start-up validation: exactly one default fallback, and it
+        // replaces; every policy has an action.
+        let fallbacks: Vec<_> = policies
+            .iter()
+            .filter(|p| p.reason_regex.is_empty())
+            .collect();
+        assert_eq!(fallbacks.len(), 1);
+        assert_eq!(fallbacks[0].action, RepairAction::Replace);
+        // Core's e2e suite backdates its reboot fault by 11 minutes.
+        assert!(DEFAULT_REBOOT_AFTER < Duration::from_secs(11 * MIN));
+    }
+
+    #[test]
+    fn the_reboot_toleration_is_the_setting() {
+        let policies = repair_policies(&InstallSettings::default(), Duration::from_secs(7));
+        let reboots: Vec<_> = policies
+            .iter()
+            .filter(|p| p.action == RepairAction::Reboot)
+            .map(|p| p.toleration)
+            .collect();
+        assert_eq!(reboots, vec![Duration::from_secs(7); 2]);
     }
 
     #[test]
@@ -118,13 +226,13 @@ mod tests {
         let mut settings = InstallSettings::default();
         settings.deadlines.delivery = Duration::from_secs(120 * MIN);
         settings.rescue_returns = 0;
-        let unknown = &repair_policies(&settings)[1];
+        let fallback = &repair_policies(&settings, DEFAULT_REBOOT_AFTER)[2];
         assert_eq!(
-            unknown.toleration,
+            fallback.toleration,
             Duration::from_secs((120 + 60 + 5 + 2 + 15 + 15) * MIN)
         );
         // Every install outlives its policy's toleration minus the margin.
-        assert!(unknown.toleration > longest_install(&settings));
+        assert!(fallback.toleration > longest_install(&settings));
     }
 
     #[test]
@@ -137,8 +245,7 @@ mod tests {
                 .expect("known deadline");
         }
         settings.apply_grace = Duration::from_secs(10);
-        let policies = repair_policies(&settings);
-        assert_eq!(policies[1].toleration, READY_UNKNOWN_MIN_TOLERATION);
-        assert_eq!(policies[0].toleration, READY_FALSE_TOLERATION);
+        let policies = repair_policies(&settings, DEFAULT_REBOOT_AFTER);
+        assert_eq!(policies[2].toleration, READY_UNKNOWN_MIN_TOLERATION);
     }
 }

@@ -100,8 +100,12 @@ impl Provider {
             // Karpenter marks a NodeClaim Initialized only once its Node lost
             // the `uninitialized` taint. A joined one that is not was left
             // half-finished (by a version that persisted `joined` before
-            // removing the taint): the engine finishes it again.
-            Some(Phase::Joined) if nodeclaim::initialized(claim) => return ResumeOutcome::Inactive,
+            // removing the taint): the engine finishes it again. One being
+            // rebooted in place is not Initialized either, for a while: it
+            // joined, and comes back from its own disk.
+            Some(Phase::Joined) if nodeclaim::initialized(claim) || nodeclaim::rebooting(claim) => {
+                return ResumeOutcome::Inactive;
+            }
             _ => {}
         }
         if self.installer.knows(server_id) {

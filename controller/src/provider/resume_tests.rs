@@ -141,6 +141,17 @@ async fn a_joined_claim_karpenter_has_not_initialized_is_finished_again() {
     c["status"]["conditions"] =
         json!([{"type": "Initialized", "status": "True", "reason": "Initialized"}]);
     let (provider, installer) = restarted(&f);
+    let report = provider.resume_installs(std::slice::from_ref(&c)).await;
+    assert_eq!(report[0].1, ResumeOutcome::Inactive);
+    assert!(installer.resumed.lock().unwrap().is_empty());
+
+    // Rebooted in place by core (v1.15): not Initialized for a while, yet
+    // joined; nothing to finish.
+    c["status"]["conditions"] = json!([
+        {"type": "Rebooting", "status": "True", "reason": "RebootIssued"},
+        {"type": "Initialized", "status": "Unknown", "reason": "Rebooting"}
+    ]);
+    let (provider, installer) = restarted(&f);
     let report = provider.resume_installs(&[c]).await;
     assert_eq!(report[0].1, ResumeOutcome::Inactive);
     assert!(installer.resumed.lock().unwrap().is_empty());

@@ -174,6 +174,9 @@ pub(crate) struct Fixture {
     pub tokens: Arc<FakeTokens>,
     pub nodes: Arc<FakeRegistrar>,
     pub catalog: Arc<CatalogStore>,
+    /// The NodeClaims Reboot reads and records on, and its Events.
+    pub claims: Arc<reboot::fakes::FakeClaimStore>,
+    pub reboot_nodes: Arc<reboot::fakes::RecordingNodes>,
     pub provider: Arc<Provider>,
 }
 
@@ -213,22 +216,32 @@ pub(crate) fn fixture() -> Fixture {
     let installer = Arc::new(RecordingInstaller::default());
     let tokens = Arc::new(FakeTokens::default());
     let nodes = Arc::new(FakeRegistrar::default());
-    let provider = Arc::new(Provider::new(
-        api.clone(),
-        catalog.clone(),
-        classes.clone(),
-        installer.clone(),
-        ClusterPorts {
-            tokens: tokens.clone(),
-            nodes: nodes.clone(),
-        },
-        ProviderSettings {
-            cluster_name: "test".into(),
-            project_id: PROJECT.into(),
-            zones: vec![ZONE.into(), "nl-ams-1".into()],
-            instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
-        },
-    ));
+    let claims = Arc::new(reboot::fakes::FakeClaimStore::default());
+    let reboot_nodes = Arc::new(reboot::fakes::RecordingNodes::default());
+    let provider = Arc::new(
+        Provider::new(
+            api.clone(),
+            catalog.clone(),
+            classes.clone(),
+            installer.clone(),
+            ClusterPorts {
+                tokens: tokens.clone(),
+                nodes: nodes.clone(),
+            },
+            ProviderSettings {
+                cluster_name: "test".into(),
+                project_id: PROJECT.into(),
+                zones: vec![ZONE.into(), "nl-ams-1".into()],
+                instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
+            },
+        )
+        .with_reboots(RebootPorts {
+            claims: claims.clone(),
+            nodes: reboot_nodes.clone(),
+            settings: RebootSettings::default(),
+            clock: Arc::new(chrono::Utc::now),
+        }),
+    );
     Fixture {
         api,
         classes,
@@ -236,6 +249,8 @@ pub(crate) fn fixture() -> Fixture {
         tokens,
         nodes,
         catalog,
+        claims,
+        reboot_nodes,
         provider,
     }
 }

@@ -162,6 +162,11 @@ fn next_ip(st: &mut State) -> Ip {
     }
 }
 
+/// The API's timestamp format (`updated_at` moves on every change).
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
 fn not_found(kind: &str, id: &str) -> ApiError {
     ApiError::NotFound(format!("{kind} {id}"))
 }
@@ -225,8 +230,8 @@ impl ElasticMetal for FakeElasticMetal {
             boot_type: BootType::Normal,
             zone: zone.to_string(),
             rescue_server: None,
-            created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            updated_at: String::new(),
+            created_at: now(),
+            updated_at: now(),
         };
         if st.auto_deliver {
             server.status = ServerStatus::Ready;
@@ -271,6 +276,7 @@ impl ElasticMetal for FakeElasticMetal {
         let mut st = self.begin(call(Op::UpdateServerTags, zone, Some(id)))?;
         let server = server_in(&mut st, zone, id)?;
         server.tags = tags.to_vec();
+        server.updated_at = now();
         Ok(server.clone())
     }
 
@@ -294,6 +300,7 @@ impl ElasticMetal for FakeElasticMetal {
         }
         server.status = ServerStatus::Ready;
         server.boot_type = boot_type;
+        server.updated_at = now();
         server.rescue_server = (boot_type == BootType::Rescue).then(|| RescueServer {
             user: "rescue".into(),
             password: "fake-password".into(),

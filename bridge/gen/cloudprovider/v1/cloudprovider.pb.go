@@ -23,6 +23,15 @@
 // | GetInstanceTypes   | any non-OK           | plain error: core skips the NodePool this round     |
 // | IsDrifted          | any non-OK           | plain error                                         |
 // | RepairPolicies     | UNIMPLEMENTED        | no repair policies                                  |
+// | Reboot             | UNIMPLEMENTED        | cloudprovider.NodeRebootNotImplementedError         |
+// | Reboot             | NOT_FOUND,           | cloudprovider.NodeRebootFailedError: retrying       |
+// |                    | PERMISSION_DENIED,   | cannot help (machine gone, a permission missing,    |
+// |                    | UNAUTHENTICATED,     | the machine in a state a reboot would harm: not     |
+// |                    | FAILED_PRECONDITION  | installed, a standby, being wiped); core fails the  |
+// |                    |                      | reboot and replaces the node                        |
+// | Reboot             | ABORTED              | plain error: not now (e.g. an earlier call of the   |
+// |                    |                      | same operation not yet confirmed); core retries     |
+// |                    |                      | until its issuance timeout                          |
 // | any                | UNAVAILABLE,         | plain error (provider not reachable or timed out);  |
 // |                    | DEADLINE_EXCEEDED    | core retries with its own backoff                   |
 // | any mutating call  | FAILED_PRECONDITION  | plain error when sent to a replica that is not the  |
@@ -117,6 +126,56 @@ func (x Requirement_Operator) Number() protoreflect.EnumNumber {
 // Deprecated: Use Requirement_Operator.Descriptor instead.
 func (Requirement_Operator) EnumDescriptor() ([]byte, []int) {
 	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{19, 0}
+}
+
+type RepairPolicy_Action int32
+
+const (
+	// Never sent; the bridge refuses a policy without an action.
+	RepairPolicy_ACTION_UNSPECIFIED RepairPolicy_Action = 0
+	RepairPolicy_REPLACE_NODE       RepairPolicy_Action = 1
+	RepairPolicy_REBOOT_NODE        RepairPolicy_Action = 2
+)
+
+// Enum value maps for RepairPolicy_Action.
+var (
+	RepairPolicy_Action_name = map[int32]string{
+		0: "ACTION_UNSPECIFIED",
+		1: "REPLACE_NODE",
+		2: "REBOOT_NODE",
+	}
+	RepairPolicy_Action_value = map[string]int32{
+		"ACTION_UNSPECIFIED": 0,
+		"REPLACE_NODE":       1,
+		"REBOOT_NODE":        2,
+	}
+)
+
+func (x RepairPolicy_Action) Enum() *RepairPolicy_Action {
+	p := new(RepairPolicy_Action)
+	*p = x
+	return p
+}
+
+func (x RepairPolicy_Action) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RepairPolicy_Action) Descriptor() protoreflect.EnumDescriptor {
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_enumTypes[1].Descriptor()
+}
+
+func (RepairPolicy_Action) Type() protoreflect.EnumType {
+	return &file_karpenter_cloudprovider_v1_cloudprovider_proto_enumTypes[1]
+}
+
+func (x RepairPolicy_Action) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RepairPolicy_Action.Descriptor instead.
+func (RepairPolicy_Action) EnumDescriptor() ([]byte, []int) {
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{24, 0}
 }
 
 type CreateRequest struct {
@@ -1025,9 +1084,10 @@ type Offering struct {
 	// read only on reserved offerings (karpenter.sh/capacity-type In
 	// [reserved]), 0 on every other offering. Core never plans more nodes into
 	// a reservation than this. A reserved offering whose capacity is used up
-	// stays listed, with 0 and available = false: core's provisioner defers,
-	// rather than sends elsewhere, a pod that fits an available reserved
-	// offering it cannot reserve.
+	// stays listed, with 0 and available = false. Core v1.15 takes a reserved
+	// offering with 0 as not launchable whatever `available` says
+	// (Offering.Launchable): it is neither priced nor chosen, and a pod that
+	// only it would fit goes to the next NodePool by weight.
 	ReservationCapacity int32 `protobuf:"varint,4,opt,name=reservation_capacity,json=reservationCapacity,proto3" json:"reservation_capacity,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
@@ -1333,8 +1393,19 @@ type RepairPolicy struct {
 	ConditionType     string                 `protobuf:"bytes,1,opt,name=condition_type,json=conditionType,proto3" json:"condition_type,omitempty"`
 	ConditionStatus   string                 `protobuf:"bytes,2,opt,name=condition_status,json=conditionStatus,proto3" json:"condition_status,omitempty"`
 	TolerationSeconds int64                  `protobuf:"varint,3,opt,name=toleration_seconds,json=tolerationSeconds,proto3" json:"toleration_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A Go regular expression matched against the condition's reason. Empty:
+	// the policy set's one default fallback (core requires exactly one, with
+	// action REPLACE_NODE).
+	ReasonRegex string `protobuf:"bytes,4,opt,name=reason_regex,json=reasonRegex,proto3" json:"reason_regex,omitempty"`
+	// How long the drain may last before repair proceeds: unset = the
+	// NodeClaim's own terminationGracePeriod; 0 = no drain (the kubelet cannot
+	// evict, e.g. it stopped posting).
+	TerminationGracePeriodSeconds *int64 `protobuf:"varint,5,opt,name=termination_grace_period_seconds,json=terminationGracePeriodSeconds,proto3,oneof" json:"termination_grace_period_seconds,omitempty"`
+	// 0-100, higher repairs first.
+	Priority      int32               `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Action        RepairPolicy_Action `protobuf:"varint,7,opt,name=action,proto3,enum=karpenter.cloudprovider.v1.RepairPolicy_Action" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RepairPolicy) Reset() {
@@ -1388,6 +1459,124 @@ func (x *RepairPolicy) GetTolerationSeconds() int64 {
 	return 0
 }
 
+func (x *RepairPolicy) GetReasonRegex() string {
+	if x != nil {
+		return x.ReasonRegex
+	}
+	return ""
+}
+
+func (x *RepairPolicy) GetTerminationGracePeriodSeconds() int64 {
+	if x != nil && x.TerminationGracePeriodSeconds != nil {
+		return *x.TerminationGracePeriodSeconds
+	}
+	return 0
+}
+
+func (x *RepairPolicy) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *RepairPolicy) GetAction() RepairPolicy_Action {
+	if x != nil {
+		return x.Action
+	}
+	return RepairPolicy_ACTION_UNSPECIFIED
+}
+
+type RebootRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// karpenter.sh/v1 NodeClaim, Kubernetes JSON.
+	NodeClaimJson []byte `protobuf:"bytes,1,opt,name=node_claim_json,json=nodeClaimJson,proto3" json:"node_claim_json,omitempty"`
+	// Core's idempotency key of one reboot operation.
+	OperationId   string `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebootRequest) Reset() {
+	*x = RebootRequest{}
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebootRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebootRequest) ProtoMessage() {}
+
+func (x *RebootRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
+func (*RebootRequest) Descriptor() ([]byte, []int) {
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RebootRequest) GetNodeClaimJson() []byte {
+	if x != nil {
+		return x.NodeClaimJson
+	}
+	return nil
+}
+
+func (x *RebootRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+type RebootResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebootResponse) Reset() {
+	*x = RebootResponse{}
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebootResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebootResponse) ProtoMessage() {}
+
+func (x *RebootResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
+func (*RebootResponse) Descriptor() ([]byte, []int) {
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{26}
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1396,7 +1585,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1597,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[25]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1610,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{25}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{27}
 }
 
 type InfoResponse struct {
@@ -1446,7 +1635,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1647,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[26]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1660,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{26}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -1520,7 +1709,7 @@ type NodeClassKind struct {
 
 func (x *NodeClassKind) Reset() {
 	*x = NodeClassKind{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1721,7 @@ func (x *NodeClassKind) String() string {
 func (*NodeClassKind) ProtoMessage() {}
 
 func (x *NodeClassKind) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[27]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1734,7 @@ func (x *NodeClassKind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeClassKind.ProtoReflect.Descriptor instead.
 func (*NodeClassKind) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{27}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeClassKind) GetGroup() string {
@@ -1580,7 +1769,7 @@ type SetLeadershipRequest struct {
 
 func (x *SetLeadershipRequest) Reset() {
 	*x = SetLeadershipRequest{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1781,7 @@ func (x *SetLeadershipRequest) String() string {
 func (*SetLeadershipRequest) ProtoMessage() {}
 
 func (x *SetLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[28]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1794,7 @@ func (x *SetLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*SetLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{28}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetLeadershipRequest) GetLeader() bool {
@@ -1630,7 +1819,7 @@ type SetLeadershipResponse struct {
 
 func (x *SetLeadershipResponse) Reset() {
 	*x = SetLeadershipResponse{}
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[29]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1831,7 @@ func (x *SetLeadershipResponse) String() string {
 func (*SetLeadershipResponse) ProtoMessage() {}
 
 func (x *SetLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[29]
+	mi := &file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1844,7 @@ func (x *SetLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*SetLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{29}
+	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP(), []int{31}
 }
 
 var File_karpenter_cloudprovider_v1_cloudprovider_proto protoreflect.FileDescriptor
@@ -1750,11 +1939,24 @@ const file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x17\n" +
 	"\x15RepairPoliciesRequest\"^\n" +
 	"\x16RepairPoliciesResponse\x12D\n" +
-	"\bpolicies\x18\x01 \x03(\v2(.karpenter.cloudprovider.v1.RepairPolicyR\bpolicies\"\x8f\x01\n" +
+	"\bpolicies\x18\x01 \x03(\v2(.karpenter.cloudprovider.v1.RepairPolicyR\bpolicies\"\xcf\x03\n" +
 	"\fRepairPolicy\x12%\n" +
 	"\x0econdition_type\x18\x01 \x01(\tR\rconditionType\x12)\n" +
 	"\x10condition_status\x18\x02 \x01(\tR\x0fconditionStatus\x12-\n" +
-	"\x12toleration_seconds\x18\x03 \x01(\x03R\x11tolerationSeconds\"\r\n" +
+	"\x12toleration_seconds\x18\x03 \x01(\x03R\x11tolerationSeconds\x12!\n" +
+	"\freason_regex\x18\x04 \x01(\tR\vreasonRegex\x12L\n" +
+	" termination_grace_period_seconds\x18\x05 \x01(\x03H\x00R\x1dterminationGracePeriodSeconds\x88\x01\x01\x12\x1a\n" +
+	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12G\n" +
+	"\x06action\x18\a \x01(\x0e2/.karpenter.cloudprovider.v1.RepairPolicy.ActionR\x06action\"C\n" +
+	"\x06Action\x12\x16\n" +
+	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fREPLACE_NODE\x10\x01\x12\x0f\n" +
+	"\vREBOOT_NODE\x10\x02B#\n" +
+	"!_termination_grace_period_seconds\"Z\n" +
+	"\rRebootRequest\x12&\n" +
+	"\x0fnode_claim_json\x18\x01 \x01(\fR\rnodeClaimJson\x12!\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\"\x10\n" +
+	"\x0eRebootResponse\"\r\n" +
 	"\vInfoRequest\"\xf9\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12L\n" +
@@ -1769,7 +1971,7 @@ const file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc = "" +
 	"\x14SetLeadershipRequest\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\bR\x06leader\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\"\x17\n" +
-	"\x15SetLeadershipResponse2\xbf\b\n" +
+	"\x15SetLeadershipResponse2\xa0\t\n" +
 	"\rCloudProvider\x12_\n" +
 	"\x06Create\x12).karpenter.cloudprovider.v1.CreateRequest\x1a*.karpenter.cloudprovider.v1.CreateResponse\x12_\n" +
 	"\x06Delete\x12).karpenter.cloudprovider.v1.DeleteRequest\x1a*.karpenter.cloudprovider.v1.DeleteResponse\x12V\n" +
@@ -1778,7 +1980,8 @@ const file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc = "" +
 	"\x10GetInstanceTypes\x123.karpenter.cloudprovider.v1.GetInstanceTypesRequest\x1a4.karpenter.cloudprovider.v1.GetInstanceTypesResponse\x12\x85\x01\n" +
 	"\x12WatchInstanceTypes\x125.karpenter.cloudprovider.v1.WatchInstanceTypesRequest\x1a6.karpenter.cloudprovider.v1.WatchInstanceTypesResponse0\x01\x12h\n" +
 	"\tIsDrifted\x12,.karpenter.cloudprovider.v1.IsDriftedRequest\x1a-.karpenter.cloudprovider.v1.IsDriftedResponse\x12w\n" +
-	"\x0eRepairPolicies\x121.karpenter.cloudprovider.v1.RepairPoliciesRequest\x1a2.karpenter.cloudprovider.v1.RepairPoliciesResponse\x12Y\n" +
+	"\x0eRepairPolicies\x121.karpenter.cloudprovider.v1.RepairPoliciesRequest\x1a2.karpenter.cloudprovider.v1.RepairPoliciesResponse\x12_\n" +
+	"\x06Reboot\x12).karpenter.cloudprovider.v1.RebootRequest\x1a*.karpenter.cloudprovider.v1.RebootResponse\x12Y\n" +
 	"\x04Info\x12'.karpenter.cloudprovider.v1.InfoRequest\x1a(.karpenter.cloudprovider.v1.InfoResponse\x12t\n" +
 	"\rSetLeadership\x120.karpenter.cloudprovider.v1.SetLeadershipRequest\x1a1.karpenter.cloudprovider.v1.SetLeadershipResponseBTZRgithub.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1;cloudproviderv1b\x06proto3"
 
@@ -1794,87 +1997,93 @@ func file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescGZIP() []byte {
 	return file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDescData
 }
 
-var file_karpenter_cloudprovider_v1_cloudprovider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_karpenter_cloudprovider_v1_cloudprovider_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_karpenter_cloudprovider_v1_cloudprovider_proto_goTypes = []any{
 	(Requirement_Operator)(0),          // 0: karpenter.cloudprovider.v1.Requirement.Operator
-	(*CreateRequest)(nil),              // 1: karpenter.cloudprovider.v1.CreateRequest
-	(*CreateResponse)(nil),             // 2: karpenter.cloudprovider.v1.CreateResponse
-	(*CreateErrorDetail)(nil),          // 3: karpenter.cloudprovider.v1.CreateErrorDetail
-	(*InsufficientCapacityDetail)(nil), // 4: karpenter.cloudprovider.v1.InsufficientCapacityDetail
-	(*NotLeaderDetail)(nil),            // 5: karpenter.cloudprovider.v1.NotLeaderDetail
-	(*DeleteRequest)(nil),              // 6: karpenter.cloudprovider.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 7: karpenter.cloudprovider.v1.DeleteResponse
-	(*GetRequest)(nil),                 // 8: karpenter.cloudprovider.v1.GetRequest
-	(*GetResponse)(nil),                // 9: karpenter.cloudprovider.v1.GetResponse
-	(*ListRequest)(nil),                // 10: karpenter.cloudprovider.v1.ListRequest
-	(*ListResponse)(nil),               // 11: karpenter.cloudprovider.v1.ListResponse
-	(*GetInstanceTypesRequest)(nil),    // 12: karpenter.cloudprovider.v1.GetInstanceTypesRequest
-	(*GetInstanceTypesResponse)(nil),   // 13: karpenter.cloudprovider.v1.GetInstanceTypesResponse
-	(*WatchInstanceTypesRequest)(nil),  // 14: karpenter.cloudprovider.v1.WatchInstanceTypesRequest
-	(*WatchInstanceTypesResponse)(nil), // 15: karpenter.cloudprovider.v1.WatchInstanceTypesResponse
-	(*NodeClassCatalog)(nil),           // 16: karpenter.cloudprovider.v1.NodeClassCatalog
-	(*InstanceType)(nil),               // 17: karpenter.cloudprovider.v1.InstanceType
-	(*Overhead)(nil),                   // 18: karpenter.cloudprovider.v1.Overhead
-	(*Offering)(nil),                   // 19: karpenter.cloudprovider.v1.Offering
-	(*Requirement)(nil),                // 20: karpenter.cloudprovider.v1.Requirement
-	(*IsDriftedRequest)(nil),           // 21: karpenter.cloudprovider.v1.IsDriftedRequest
-	(*IsDriftedResponse)(nil),          // 22: karpenter.cloudprovider.v1.IsDriftedResponse
-	(*RepairPoliciesRequest)(nil),      // 23: karpenter.cloudprovider.v1.RepairPoliciesRequest
-	(*RepairPoliciesResponse)(nil),     // 24: karpenter.cloudprovider.v1.RepairPoliciesResponse
-	(*RepairPolicy)(nil),               // 25: karpenter.cloudprovider.v1.RepairPolicy
-	(*InfoRequest)(nil),                // 26: karpenter.cloudprovider.v1.InfoRequest
-	(*InfoResponse)(nil),               // 27: karpenter.cloudprovider.v1.InfoResponse
-	(*NodeClassKind)(nil),              // 28: karpenter.cloudprovider.v1.NodeClassKind
-	(*SetLeadershipRequest)(nil),       // 29: karpenter.cloudprovider.v1.SetLeadershipRequest
-	(*SetLeadershipResponse)(nil),      // 30: karpenter.cloudprovider.v1.SetLeadershipResponse
-	nil,                                // 31: karpenter.cloudprovider.v1.InstanceType.CapacityEntry
-	nil,                                // 32: karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
-	nil,                                // 33: karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
-	nil,                                // 34: karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
+	(RepairPolicy_Action)(0),           // 1: karpenter.cloudprovider.v1.RepairPolicy.Action
+	(*CreateRequest)(nil),              // 2: karpenter.cloudprovider.v1.CreateRequest
+	(*CreateResponse)(nil),             // 3: karpenter.cloudprovider.v1.CreateResponse
+	(*CreateErrorDetail)(nil),          // 4: karpenter.cloudprovider.v1.CreateErrorDetail
+	(*InsufficientCapacityDetail)(nil), // 5: karpenter.cloudprovider.v1.InsufficientCapacityDetail
+	(*NotLeaderDetail)(nil),            // 6: karpenter.cloudprovider.v1.NotLeaderDetail
+	(*DeleteRequest)(nil),              // 7: karpenter.cloudprovider.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 8: karpenter.cloudprovider.v1.DeleteResponse
+	(*GetRequest)(nil),                 // 9: karpenter.cloudprovider.v1.GetRequest
+	(*GetResponse)(nil),                // 10: karpenter.cloudprovider.v1.GetResponse
+	(*ListRequest)(nil),                // 11: karpenter.cloudprovider.v1.ListRequest
+	(*ListResponse)(nil),               // 12: karpenter.cloudprovider.v1.ListResponse
+	(*GetInstanceTypesRequest)(nil),    // 13: karpenter.cloudprovider.v1.GetInstanceTypesRequest
+	(*GetInstanceTypesResponse)(nil),   // 14: karpenter.cloudprovider.v1.GetInstanceTypesResponse
+	(*WatchInstanceTypesRequest)(nil),  // 15: karpenter.cloudprovider.v1.WatchInstanceTypesRequest
+	(*WatchInstanceTypesResponse)(nil), // 16: karpenter.cloudprovider.v1.WatchInstanceTypesResponse
+	(*NodeClassCatalog)(nil),           // 17: karpenter.cloudprovider.v1.NodeClassCatalog
+	(*InstanceType)(nil),               // 18: karpenter.cloudprovider.v1.InstanceType
+	(*Overhead)(nil),                   // 19: karpenter.cloudprovider.v1.Overhead
+	(*Offering)(nil),                   // 20: karpenter.cloudprovider.v1.Offering
+	(*Requirement)(nil),                // 21: karpenter.cloudprovider.v1.Requirement
+	(*IsDriftedRequest)(nil),           // 22: karpenter.cloudprovider.v1.IsDriftedRequest
+	(*IsDriftedResponse)(nil),          // 23: karpenter.cloudprovider.v1.IsDriftedResponse
+	(*RepairPoliciesRequest)(nil),      // 24: karpenter.cloudprovider.v1.RepairPoliciesRequest
+	(*RepairPoliciesResponse)(nil),     // 25: karpenter.cloudprovider.v1.RepairPoliciesResponse
+	(*RepairPolicy)(nil),               // 26: karpenter.cloudprovider.v1.RepairPolicy
+	(*RebootRequest)(nil),              // 27: karpenter.cloudprovider.v1.RebootRequest
+	(*RebootResponse)(nil),             // 28: karpenter.cloudprovider.v1.RebootResponse
+	(*InfoRequest)(nil),                // 29: karpenter.cloudprovider.v1.InfoRequest
+	(*InfoResponse)(nil),               // 30: karpenter.cloudprovider.v1.InfoResponse
+	(*NodeClassKind)(nil),              // 31: karpenter.cloudprovider.v1.NodeClassKind
+	(*SetLeadershipRequest)(nil),       // 32: karpenter.cloudprovider.v1.SetLeadershipRequest
+	(*SetLeadershipResponse)(nil),      // 33: karpenter.cloudprovider.v1.SetLeadershipResponse
+	nil,                                // 34: karpenter.cloudprovider.v1.InstanceType.CapacityEntry
+	nil,                                // 35: karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
+	nil,                                // 36: karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
+	nil,                                // 37: karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
 }
 var file_karpenter_cloudprovider_v1_cloudprovider_proto_depIdxs = []int32{
-	17, // 0: karpenter.cloudprovider.v1.GetInstanceTypesResponse.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
-	16, // 1: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.catalogs:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
-	17, // 2: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.default_catalog:type_name -> karpenter.cloudprovider.v1.InstanceType
-	16, // 3: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.kind_defaults:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
-	17, // 4: karpenter.cloudprovider.v1.NodeClassCatalog.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
-	20, // 5: karpenter.cloudprovider.v1.InstanceType.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
-	19, // 6: karpenter.cloudprovider.v1.InstanceType.offerings:type_name -> karpenter.cloudprovider.v1.Offering
-	31, // 7: karpenter.cloudprovider.v1.InstanceType.capacity:type_name -> karpenter.cloudprovider.v1.InstanceType.CapacityEntry
-	18, // 8: karpenter.cloudprovider.v1.InstanceType.overhead:type_name -> karpenter.cloudprovider.v1.Overhead
-	32, // 9: karpenter.cloudprovider.v1.Overhead.kube_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
-	33, // 10: karpenter.cloudprovider.v1.Overhead.system_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
-	34, // 11: karpenter.cloudprovider.v1.Overhead.eviction_threshold:type_name -> karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
-	20, // 12: karpenter.cloudprovider.v1.Offering.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
+	18, // 0: karpenter.cloudprovider.v1.GetInstanceTypesResponse.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
+	17, // 1: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.catalogs:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
+	18, // 2: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.default_catalog:type_name -> karpenter.cloudprovider.v1.InstanceType
+	17, // 3: karpenter.cloudprovider.v1.WatchInstanceTypesResponse.kind_defaults:type_name -> karpenter.cloudprovider.v1.NodeClassCatalog
+	18, // 4: karpenter.cloudprovider.v1.NodeClassCatalog.instance_types:type_name -> karpenter.cloudprovider.v1.InstanceType
+	21, // 5: karpenter.cloudprovider.v1.InstanceType.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
+	20, // 6: karpenter.cloudprovider.v1.InstanceType.offerings:type_name -> karpenter.cloudprovider.v1.Offering
+	34, // 7: karpenter.cloudprovider.v1.InstanceType.capacity:type_name -> karpenter.cloudprovider.v1.InstanceType.CapacityEntry
+	19, // 8: karpenter.cloudprovider.v1.InstanceType.overhead:type_name -> karpenter.cloudprovider.v1.Overhead
+	35, // 9: karpenter.cloudprovider.v1.Overhead.kube_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.KubeReservedEntry
+	36, // 10: karpenter.cloudprovider.v1.Overhead.system_reserved:type_name -> karpenter.cloudprovider.v1.Overhead.SystemReservedEntry
+	37, // 11: karpenter.cloudprovider.v1.Overhead.eviction_threshold:type_name -> karpenter.cloudprovider.v1.Overhead.EvictionThresholdEntry
+	21, // 12: karpenter.cloudprovider.v1.Offering.requirements:type_name -> karpenter.cloudprovider.v1.Requirement
 	0,  // 13: karpenter.cloudprovider.v1.Requirement.operator:type_name -> karpenter.cloudprovider.v1.Requirement.Operator
-	25, // 14: karpenter.cloudprovider.v1.RepairPoliciesResponse.policies:type_name -> karpenter.cloudprovider.v1.RepairPolicy
-	28, // 15: karpenter.cloudprovider.v1.InfoResponse.node_classes:type_name -> karpenter.cloudprovider.v1.NodeClassKind
-	1,  // 16: karpenter.cloudprovider.v1.CloudProvider.Create:input_type -> karpenter.cloudprovider.v1.CreateRequest
-	6,  // 17: karpenter.cloudprovider.v1.CloudProvider.Delete:input_type -> karpenter.cloudprovider.v1.DeleteRequest
-	8,  // 18: karpenter.cloudprovider.v1.CloudProvider.Get:input_type -> karpenter.cloudprovider.v1.GetRequest
-	10, // 19: karpenter.cloudprovider.v1.CloudProvider.List:input_type -> karpenter.cloudprovider.v1.ListRequest
-	12, // 20: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:input_type -> karpenter.cloudprovider.v1.GetInstanceTypesRequest
-	14, // 21: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:input_type -> karpenter.cloudprovider.v1.WatchInstanceTypesRequest
-	21, // 22: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:input_type -> karpenter.cloudprovider.v1.IsDriftedRequest
-	23, // 23: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:input_type -> karpenter.cloudprovider.v1.RepairPoliciesRequest
-	26, // 24: karpenter.cloudprovider.v1.CloudProvider.Info:input_type -> karpenter.cloudprovider.v1.InfoRequest
-	29, // 25: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:input_type -> karpenter.cloudprovider.v1.SetLeadershipRequest
-	2,  // 26: karpenter.cloudprovider.v1.CloudProvider.Create:output_type -> karpenter.cloudprovider.v1.CreateResponse
-	7,  // 27: karpenter.cloudprovider.v1.CloudProvider.Delete:output_type -> karpenter.cloudprovider.v1.DeleteResponse
-	9,  // 28: karpenter.cloudprovider.v1.CloudProvider.Get:output_type -> karpenter.cloudprovider.v1.GetResponse
-	11, // 29: karpenter.cloudprovider.v1.CloudProvider.List:output_type -> karpenter.cloudprovider.v1.ListResponse
-	13, // 30: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:output_type -> karpenter.cloudprovider.v1.GetInstanceTypesResponse
-	15, // 31: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:output_type -> karpenter.cloudprovider.v1.WatchInstanceTypesResponse
-	22, // 32: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:output_type -> karpenter.cloudprovider.v1.IsDriftedResponse
-	24, // 33: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:output_type -> karpenter.cloudprovider.v1.RepairPoliciesResponse
-	27, // 34: karpenter.cloudprovider.v1.CloudProvider.Info:output_type -> karpenter.cloudprovider.v1.InfoResponse
-	30, // 35: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:output_type -> karpenter.cloudprovider.v1.SetLeadershipResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	26, // 14: karpenter.cloudprovider.v1.RepairPoliciesResponse.policies:type_name -> karpenter.cloudprovider.v1.RepairPolicy
+	1,  // 15: karpenter.cloudprovider.v1.RepairPolicy.action:type_name -> karpenter.cloudprovider.v1.RepairPolicy.Action
+	31, // 16: karpenter.cloudprovider.v1.InfoResponse.node_classes:type_name -> karpenter.cloudprovider.v1.NodeClassKind
+	2,  // 17: karpenter.cloudprovider.v1.CloudProvider.Create:input_type -> karpenter.cloudprovider.v1.CreateRequest
+	7,  // 18: karpenter.cloudprovider.v1.CloudProvider.Delete:input_type -> karpenter.cloudprovider.v1.DeleteRequest
+	9,  // 19: karpenter.cloudprovider.v1.CloudProvider.Get:input_type -> karpenter.cloudprovider.v1.GetRequest
+	11, // 20: karpenter.cloudprovider.v1.CloudProvider.List:input_type -> karpenter.cloudprovider.v1.ListRequest
+	13, // 21: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:input_type -> karpenter.cloudprovider.v1.GetInstanceTypesRequest
+	15, // 22: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:input_type -> karpenter.cloudprovider.v1.WatchInstanceTypesRequest
+	22, // 23: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:input_type -> karpenter.cloudprovider.v1.IsDriftedRequest
+	24, // 24: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:input_type -> karpenter.cloudprovider.v1.RepairPoliciesRequest
+	27, // 25: karpenter.cloudprovider.v1.CloudProvider.Reboot:input_type -> karpenter.cloudprovider.v1.RebootRequest
+	29, // 26: karpenter.cloudprovider.v1.CloudProvider.Info:input_type -> karpenter.cloudprovider.v1.InfoRequest
+	32, // 27: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:input_type -> karpenter.cloudprovider.v1.SetLeadershipRequest
+	3,  // 28: karpenter.cloudprovider.v1.CloudProvider.Create:output_type -> karpenter.cloudprovider.v1.CreateResponse
+	8,  // 29: karpenter.cloudprovider.v1.CloudProvider.Delete:output_type -> karpenter.cloudprovider.v1.DeleteResponse
+	10, // 30: karpenter.cloudprovider.v1.CloudProvider.Get:output_type -> karpenter.cloudprovider.v1.GetResponse
+	12, // 31: karpenter.cloudprovider.v1.CloudProvider.List:output_type -> karpenter.cloudprovider.v1.ListResponse
+	14, // 32: karpenter.cloudprovider.v1.CloudProvider.GetInstanceTypes:output_type -> karpenter.cloudprovider.v1.GetInstanceTypesResponse
+	16, // 33: karpenter.cloudprovider.v1.CloudProvider.WatchInstanceTypes:output_type -> karpenter.cloudprovider.v1.WatchInstanceTypesResponse
+	23, // 34: karpenter.cloudprovider.v1.CloudProvider.IsDrifted:output_type -> karpenter.cloudprovider.v1.IsDriftedResponse
+	25, // 35: karpenter.cloudprovider.v1.CloudProvider.RepairPolicies:output_type -> karpenter.cloudprovider.v1.RepairPoliciesResponse
+	28, // 36: karpenter.cloudprovider.v1.CloudProvider.Reboot:output_type -> karpenter.cloudprovider.v1.RebootResponse
+	30, // 37: karpenter.cloudprovider.v1.CloudProvider.Info:output_type -> karpenter.cloudprovider.v1.InfoResponse
+	33, // 38: karpenter.cloudprovider.v1.CloudProvider.SetLeadership:output_type -> karpenter.cloudprovider.v1.SetLeadershipResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_karpenter_cloudprovider_v1_cloudprovider_proto_init() }
@@ -1883,13 +2092,14 @@ func file_karpenter_cloudprovider_v1_cloudprovider_proto_init() {
 		return
 	}
 	file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[19].OneofWrappers = []any{}
+	file_karpenter_cloudprovider_v1_cloudprovider_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc), len(file_karpenter_cloudprovider_v1_cloudprovider_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   34,
+			NumEnums:      2,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

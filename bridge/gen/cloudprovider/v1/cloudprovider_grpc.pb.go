@@ -23,6 +23,15 @@
 // | GetInstanceTypes   | any non-OK           | plain error: core skips the NodePool this round     |
 // | IsDrifted          | any non-OK           | plain error                                         |
 // | RepairPolicies     | UNIMPLEMENTED        | no repair policies                                  |
+// | Reboot             | UNIMPLEMENTED        | cloudprovider.NodeRebootNotImplementedError         |
+// | Reboot             | NOT_FOUND,           | cloudprovider.NodeRebootFailedError: retrying       |
+// |                    | PERMISSION_DENIED,   | cannot help (machine gone, a permission missing,    |
+// |                    | UNAUTHENTICATED,     | the machine in a state a reboot would harm: not     |
+// |                    | FAILED_PRECONDITION  | installed, a standby, being wiped); core fails the  |
+// |                    |                      | reboot and replaces the node                        |
+// | Reboot             | ABORTED              | plain error: not now (e.g. an earlier call of the   |
+// |                    |                      | same operation not yet confirmed); core retries     |
+// |                    |                      | until its issuance timeout                          |
 // | any                | UNAVAILABLE,         | plain error (provider not reachable or timed out);  |
 // |                    | DEADLINE_EXCEEDED    | core retries with its own backoff                   |
 // | any mutating call  | FAILED_PRECONDITION  | plain error when sent to a replica that is not the  |
@@ -64,6 +73,7 @@ const (
 	CloudProvider_WatchInstanceTypes_FullMethodName = "/karpenter.cloudprovider.v1.CloudProvider/WatchInstanceTypes"
 	CloudProvider_IsDrifted_FullMethodName          = "/karpenter.cloudprovider.v1.CloudProvider/IsDrifted"
 	CloudProvider_RepairPolicies_FullMethodName     = "/karpenter.cloudprovider.v1.CloudProvider/RepairPolicies"
+	CloudProvider_Reboot_FullMethodName             = "/karpenter.cloudprovider.v1.CloudProvider/Reboot"
 	CloudProvider_Info_FullMethodName               = "/karpenter.cloudprovider.v1.CloudProvider/Info"
 	CloudProvider_SetLeadership_FullMethodName      = "/karpenter.cloudprovider.v1.CloudProvider/SetLeadership"
 )
@@ -92,6 +102,11 @@ type CloudProviderClient interface {
 	// ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (a Kubernetes condition reason).
 	IsDrifted(ctx context.Context, in *IsDriftedRequest, opts ...grpc.CallOption) (*IsDriftedResponse, error)
 	RepairPolicies(ctx context.Context, in *RepairPoliciesRequest, opts ...grpc.CallOption) (*RepairPoliciesResponse, error)
+	// Restart the machine of a NodeClaim in place. OK once the cloud accepted
+	// the request (recovery is observed by core through the Node's bootID).
+	// Replay-safe by operation_id: a repeated call for one operation restarts
+	// the machine once, across provider restarts and leader changes.
+	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
 	// Name and supported NodeClass kinds (Karpenter's Name() and GetSupportedNodeClasses()).
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	// The bridge tells the provider whether this replica holds Karpenter's leader lease.
@@ -195,6 +210,16 @@ func (c *cloudProviderClient) RepairPolicies(ctx context.Context, in *RepairPoli
 	return out, nil
 }
 
+func (c *cloudProviderClient) Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebootResponse)
+	err := c.cc.Invoke(ctx, CloudProvider_Reboot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *cloudProviderClient) Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(InfoResponse)
@@ -239,6 +264,11 @@ type CloudProviderServer interface {
 	// ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (a Kubernetes condition reason).
 	IsDrifted(context.Context, *IsDriftedRequest) (*IsDriftedResponse, error)
 	RepairPolicies(context.Context, *RepairPoliciesRequest) (*RepairPoliciesResponse, error)
+	// Restart the machine of a NodeClaim in place. OK once the cloud accepted
+	// the request (recovery is observed by core through the Node's bootID).
+	// Replay-safe by operation_id: a repeated call for one operation restarts
+	// the machine once, across provider restarts and leader changes.
+	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
 	// Name and supported NodeClass kinds (Karpenter's Name() and GetSupportedNodeClasses()).
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	// The bridge tells the provider whether this replica holds Karpenter's leader lease.
@@ -276,6 +306,9 @@ func (UnimplementedCloudProviderServer) IsDrifted(context.Context, *IsDriftedReq
 }
 func (UnimplementedCloudProviderServer) RepairPolicies(context.Context, *RepairPoliciesRequest) (*RepairPoliciesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RepairPolicies not implemented")
+}
+func (UnimplementedCloudProviderServer) Reboot(context.Context, *RebootRequest) (*RebootResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reboot not implemented")
 }
 func (UnimplementedCloudProviderServer) Info(context.Context, *InfoRequest) (*InfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Info not implemented")
@@ -441,6 +474,24 @@ func _CloudProvider_RepairPolicies_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CloudProvider_Reboot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebootRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CloudProviderServer).Reboot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CloudProvider_Reboot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CloudProviderServer).Reboot(ctx, req.(*RebootRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CloudProvider_Info_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(InfoRequest)
 	if err := dec(in); err != nil {
@@ -511,6 +562,10 @@ var CloudProvider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RepairPolicies",
 			Handler:    _CloudProvider_RepairPolicies_Handler,
+		},
+		{
+			MethodName: "Reboot",
+			Handler:    _CloudProvider_Reboot_Handler,
 		},
 		{
 			MethodName: "Info",

@@ -448,6 +448,16 @@ impl NodeClaimSource for Claims {
     async fn list(&self) -> Result<Vec<Value>, KubeError> {
         Ok(self.0.clone())
     }
+
+    async fn annotate(
+        &self,
+        name: &str,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<(), KubeError> {
+        Err(KubeError::Refused(format!("read-only fake: {name}")))
+    }
 }
 
 fn with_claims(v: &Vm, claims: Vec<Value>) -> Provider {

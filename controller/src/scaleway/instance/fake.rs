@@ -262,6 +262,8 @@ fn set_state(server: &mut Server, state: ServerState, detail: &str) {
     };
     server.state = state;
     server.state_detail = detail.to_string();
+    server.modification_date =
+        Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, false));
 }
 
 /// Ends the action under way on one server.
@@ -270,6 +272,11 @@ fn finish(st: &mut State, id: &str) {
         return;
     };
     match server.state {
+        // A reboot keeps the hypervisor and the addresses.
+        ServerState::Starting if server.state_detail == "rebooting" => {
+            let s = st.servers.get_mut(id).expect("cloned above");
+            set_state(s, ServerState::Running, "booting kernel");
+        }
         ServerState::Starting => {
             let shortage = st
                 .availability
@@ -417,7 +424,8 @@ impl Instance for FakeInstance {
             tags: req.tags.clone(),
             zone: zone.to_string(),
             project: req.project.clone(),
-            creation_date: Some(now),
+            creation_date: Some(now.clone()),
+            modification_date: Some(now),
             image: req.image.as_ref().map(|id| super::Ref {
                 id: id.clone(),
                 name: String::new(),
@@ -516,7 +524,7 @@ impl Instance for FakeInstance {
             ServerAction::Terminate if running => {
                 set_state(s, ServerState::Stopping, "terminating")
             }
-            ServerAction::Reboot if running => {}
+            ServerAction::Reboot if running => set_state(s, ServerState::Starting, "rebooting"),
             ServerAction::Poweroff | ServerAction::Terminate | ServerAction::Reboot => {
                 return Err(wrong_state("running"));
             }

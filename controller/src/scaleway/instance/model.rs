@@ -278,6 +278,11 @@ pub struct Server {
     /// RFC 3339 with `+00:00`.
     #[serde(default)]
     pub creation_date: Option<String>,
+    /// When the server last changed (RFC 3339): an action moves it, which
+    /// is how a reboot whose answer was lost is told from one never sent
+    /// (`provider/reboot`).
+    #[serde(default)]
+    pub modification_date: Option<String>,
     #[serde(default)]
     pub image: Option<Ref>,
     #[serde(default)]
