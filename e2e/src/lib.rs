@@ -9,6 +9,7 @@ pub mod image;
 pub mod kubeutil;
 pub mod procs;
 pub mod progress;
+pub mod reboot;
 pub mod scenario;
 pub mod sims;
 pub mod stack;

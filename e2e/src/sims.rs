@@ -282,6 +282,12 @@ impl TalosSimAdmin {
         self.0.post("/_talossim/faults", &body).await
     }
 
+    /// Arms a fault given as talos-sim's whole JSON body (`kind`, and any of
+    /// `server_id`, `node_name`, `count`, `delay_ms`).
+    pub async fn add_fault_spec(&self, body: &Value) -> Result<Value> {
+        self.0.post("/_talossim/faults", body).await
+    }
+
     /// Every armed fault with its `fired` count.
     pub async fn faults(&self) -> Result<Vec<Value>> {
         self.0.list("/_talossim/faults", "faults").await

@@ -23,6 +23,7 @@ mod instances;
 mod leadership;
 mod list_faults;
 mod orphans;
+mod reboot;
 mod soak;
 mod standby;
 mod standby_crash;

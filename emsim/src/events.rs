@@ -16,12 +16,46 @@ pub enum EventKind {
     Deleted,
 }
 
+/// What brought the event about: the request behind it, or the delivery.
+/// talos-sim tells a reboot from a stop and start by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The order was delivered (`power_on`).
+    Deliver,
+    /// `POST .../reboot`: `power_off` at the call (when the server was on),
+    /// `power_on` once it is `ready` again.
+    Reboot,
+    /// `POST .../start`: `power_on` once `ready`.
+    Start,
+    /// `POST .../stop`: `power_off` at the call.
+    Stop,
+    /// `DELETE /servers/{id}`: `power_off` at the call, `deleted` when gone.
+    Delete,
+    /// `POST /_emsim/reset`: `power_off` and `deleted` for every server.
+    Reset,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Deliver => "deliver",
+            Cause::Reboot => "reboot",
+            Cause::Start => "start",
+            Cause::Stop => "stop",
+            Cause::Delete => "delete",
+            Cause::Reset => "reset",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
     pub seq: u64,
     #[serde(rename = "type")]
     pub kind: EventKind,
     pub at: String,
+    pub cause: Cause,
     /// The server exactly as `GET /servers/{id}` returned it at that moment.
     pub server: Server,
     /// Present on every event: the address is allocated at order time.

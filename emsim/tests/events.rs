@@ -25,6 +25,7 @@ async fn rescue_reboot_is_recorded_and_streamed() {
     let delivered = events.next().await;
     assert_eq!(delivered["type"], "power_on");
     assert_eq!(delivered["boot_type"], "normal");
+    assert_eq!(delivered["cause"], "deliver");
     assert_eq!(delivered["server"]["id"], id);
     assert_eq!(delivered["address"], "127.77.0.10");
     sim.wait_ready(id).await;
@@ -41,6 +42,7 @@ async fn rescue_reboot_is_recorded_and_streamed() {
 
     let off = events.next().await;
     assert_eq!(off["type"], "power_off");
+    assert_eq!(off["cause"], "reboot");
     assert_eq!(
         off["seq"].as_u64().unwrap(),
         delivered["seq"].as_u64().unwrap() + 1
@@ -52,6 +54,7 @@ async fn rescue_reboot_is_recorded_and_streamed() {
         off["seq"].as_u64().unwrap() + 1
     );
     assert_eq!(on["boot_type"], "rescue");
+    assert_eq!(on["cause"], "reboot");
     assert_eq!(on["rescue_user"], "rescue");
     assert_eq!(on["rescue_ssh_public_keys"], json!([KEY]));
     assert_eq!(on["address"], "127.77.0.10");

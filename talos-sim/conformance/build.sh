@@ -9,6 +9,10 @@
 #
 #   KPS_TALOS_CONFIG_BIN   output path (default: <repo>/.cache/bin/talos-config)
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${KPS_TALOS_CONFIG_BIN:-$here/../../.cache/bin/talos-config}

@@ -87,7 +87,10 @@ impl Simulator {
                     return;
                 }
                 if let Some(running) = slot.running.take() {
+                    // A new boot while one runs (a VM whose reboot was seen
+                    // only as a new boot number): the old one went down.
                     running.stop().await;
+                    slot.record.power_off(on.cause.clone());
                 }
                 let disk = Disk::new(
                     &self.settings.state_dir,
@@ -106,6 +109,14 @@ impl Simulator {
                     r.state = OsState::Off;
                 });
                 slot.disk = Some(disk.clone());
+                let boot_id = slot.record.begin_boot(
+                    match on.boot_type {
+                        BootType::Normal => "normal",
+                        BootType::Rescue => "rescue",
+                    },
+                    on.cause.clone(),
+                );
+                tracing::info!(%server_id, %boot_id, cause = ?on.cause, "booting");
                 let cancel = CancellationToken::new();
                 let (settled_tx, settled_rx) = oneshot::channel();
                 let boot_type = on.boot_type;
@@ -134,13 +145,15 @@ impl Simulator {
                     tracing::warn!(%server_id, "boot still settling, moving on");
                 }
             }
-            Command::PowerOff { server_id } => {
+            Command::PowerOff { server_id, cause } => {
                 let Some(slot) = servers.get_mut(&server_id) else {
                     return;
                 };
                 if let Some(running) = slot.running.take() {
+                    // A hard stop: the kubelet posts nothing more.
                     running.stop().await;
-                    tracing::info!(%server_id, "powered off");
+                    slot.record.power_off(cause.clone());
+                    tracing::info!(%server_id, ?cause, "powered off");
                 }
                 slot.record.set_state(OsState::Off);
             }
@@ -156,6 +169,7 @@ impl Simulator {
                 };
                 if let Some(running) = slot.running.take() {
                     running.stop().await;
+                    slot.record.power_off(Some("delete".into()));
                 }
                 if let Some(disk) = &slot.disk
                     && let Err(e) = disk.wipe()

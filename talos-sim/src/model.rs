@@ -16,6 +16,10 @@ pub struct Event {
     pub kind: String,
     #[serde(default)]
     pub at: Option<String>,
+    /// What brought it about (`deliver`, `reboot`, `start`, `stop`,
+    /// `delete`, `reset`); absent from older emsims.
+    #[serde(default)]
+    pub cause: Option<String>,
     pub server: ServerRef,
     #[serde(default)]
     pub boot_type: Option<String>,
@@ -103,8 +107,15 @@ pub enum BootType {
 #[derive(Debug, Clone)]
 pub enum Command {
     PowerOn(Box<PowerOn>),
-    PowerOff { server_id: String },
-    Deleted { server_id: String },
+    /// `cause`: the request that takes the OS down (`reboot`, `stop`,
+    /// `delete`; for a VM `reboot`, `poweroff`, `terminate`), when known.
+    PowerOff {
+        server_id: String,
+        cause: Option<String>,
+    },
+    Deleted {
+        server_id: String,
+    },
 }
 
 impl Command {
@@ -120,7 +131,7 @@ impl Command {
     pub fn server_id(&self) -> &str {
         match self {
             Command::PowerOn(on) => &on.server_id,
-            Command::PowerOff { server_id } | Command::Deleted { server_id } => server_id,
+            Command::PowerOff { server_id, .. } | Command::Deleted { server_id } => server_id,
         }
     }
 }
@@ -135,6 +146,9 @@ pub struct PowerOn {
     pub rescue_user: String,
     pub machine: Machine,
     pub platform: Platform,
+    /// What started this boot (`deliver`, `reboot`, `start`; for a VM
+    /// `poweron`, `reboot`), when known.
+    pub cause: Option<String>,
 }
 
 /// The Talos image a server boots and where its config comes from.
@@ -190,7 +204,10 @@ impl Event {
     pub fn command(&self) -> Result<Command, EventError> {
         let server_id = self.server.id.clone();
         match self.kind.as_str() {
-            "power_off" => Ok(Command::PowerOff { server_id }),
+            "power_off" => Ok(Command::PowerOff {
+                server_id,
+                cause: self.cause.clone(),
+            }),
             "deleted" => Ok(Command::Deleted { server_id }),
             "power_on" => self.power_on().map(|on| Command::PowerOn(Box::new(on))),
             other => Err(EventError::UnknownType(other.to_string())),
@@ -240,6 +257,7 @@ impl Event {
                 .unwrap_or_else(|| "rescue".to_string()),
             machine,
             platform: Platform::Metal,
+            cause: self.cause.clone(),
         })
     }
 }
@@ -358,6 +376,24 @@ mod tests {
         assert_eq!(on.machine.disk_size, 1_920_383_410_176);
         assert_eq!(on.machine.threads, 32);
         assert_eq!(on.machine.memory_bytes, 274_877_906_944);
+        assert_eq!(on.cause, None, "an emsim that does not say");
+        let with_cause = POWER_ON.replace(
+            r#""type": "power_on","#,
+            r#""type": "power_on", "cause": "reboot","#,
+        );
+        let event: Event = serde_json::from_str(&with_cause).unwrap();
+        let Command::PowerOn(on) = event.command().unwrap() else {
+            panic!("not a power_on")
+        };
+        assert_eq!(on.cause.as_deref(), Some("reboot"));
+        let off: Event = serde_json::from_str(
+            r#"{"seq":13,"type":"power_off","cause":"reboot","server":{"id":"a"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            off.command().unwrap(),
+            Command::PowerOff { cause: Some(c), .. } if c == "reboot"
+        ));
     }
 
     #[test]

@@ -9,18 +9,19 @@ use std::time::Duration;
 
 use russh::keys::PrivateKey;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
-use crate::faults::{FaultKind, Faults};
+use crate::faults::{FaultKind, Faults, Target};
 use crate::image::{BootError, ImageHeader};
 use crate::instance::metadata::Metadata;
 use crate::kubelet::bootstrap::{self, ClientIdentity, ClusterAccess};
+use crate::kubelet::health::{self, Health};
 use crate::kubelet::{self, Kubelet};
 use crate::machine_config;
 use crate::model::{BootType, Platform, PowerOn};
-use crate::records::{OsState, Record};
+use crate::records::{OsState, Record, new_boot_id};
 use crate::shell::{FaultHooks, ShellEnv};
 use crate::ssh::{RescueSsh, parse_authorized_keys};
 use crate::talos_api::MaintenanceApi;
@@ -57,6 +58,9 @@ pub struct Settings {
     /// How fast rescue writes reach a disk (`dd of=`, `tee`); `None`: as
     /// fast as the host allows.
     pub disk_write_rate: Option<WriteRate>,
+    /// How often the kubelet posts its Node's status and renews its Lease
+    /// (a kubelet's 10 s; tests shorten it).
+    pub kubelet_heartbeat: Duration,
 }
 
 impl Settings {
@@ -73,6 +77,7 @@ impl Settings {
             config_validator: None,
             metadata: None,
             disk_write_rate: None,
+            kubelet_heartbeat: kubelet::HEARTBEAT,
         }
     }
 }
@@ -93,6 +98,11 @@ pub struct Boot {
 
 impl Boot {
     pub async fn run(self) {
+        let normal = matches!(self.on.platform, Platform::Scaleway(_))
+            || self.on.boot_type == BootType::Normal;
+        if normal && self.never_returns() {
+            return std::future::pending().await;
+        }
         match (&self.on.platform, self.on.boot_type) {
             (Platform::Scaleway(vm), _) => {
                 let vm = vm.clone();
@@ -112,6 +122,29 @@ impl Boot {
         {
             let _ = tx.send(());
         }
+    }
+
+    /// The `reboot_never_returns` fault: this boot hangs before the OS
+    /// starts (nothing listens, no kubelet), until the next power-on. Aimed
+    /// by node name, it knows the node from the boot before.
+    fn never_returns(&self) -> bool {
+        let node_name = self.record.update(|r| r.node_name.clone());
+        let target = Target::node(self.server_id(), node_name.as_deref());
+        if self
+            .settings
+            .faults
+            .take_for(FaultKind::RebootNeverReturns, target)
+            .is_none()
+        {
+            return false;
+        }
+        tracing::warn!(server_id = %self.server_id(), "fault reboot_never_returns: the OS does not come back");
+        self.record.fault_fired(
+            FaultKind::RebootNeverReturns,
+            "fault reboot_never_returns: the OS did not come back from this boot".into(),
+        );
+        self.settle();
+        true
     }
 
     pub(crate) fn server_id(&self) -> &str {
@@ -249,10 +282,10 @@ impl Boot {
             .take(FaultKind::MaintenanceNeverUp, self.server_id())
         {
             // Hung before apid started: nothing listens, nothing changes.
-            self.record.update(|r| {
-                r.boot_error =
-                    Some("fault maintenance_never_up: the Talos API did not start".into())
-            });
+            self.record.fault_fired(
+                FaultKind::MaintenanceNeverUp,
+                "fault maintenance_never_up: the Talos API did not start".into(),
+            );
             self.settle();
             return std::future::pending().await;
         }
@@ -302,6 +335,8 @@ impl Boot {
             self.fail(format!("cannot install the machine config: {e}"));
             return None;
         }
+        // Talos reboots into the installed system: a new kernel boot.
+        self.record.begin_boot("normal", Some("install".into()));
         tracing::info!(server_id = %self.server_id(), "installed Talos and rebooted with the applied config");
         Some(applied.yaml)
     }
@@ -322,6 +357,7 @@ impl Boot {
                 return std::future::pending().await;
             }
         };
+        let boot_id = self.record.boot_id().unwrap_or_else(new_boot_id);
         let mut facts = kubelet::facts(
             &cfg,
             &self.on.server_id,
@@ -329,6 +365,7 @@ impl Boot {
             &header.arch,
             &header.version,
             &self.on.machine,
+            &boot_id,
         );
         if let Platform::Scaleway(vm) = &self.on.platform {
             crate::instance::platform_identity(
@@ -339,15 +376,25 @@ impl Boot {
                 &mut facts,
             );
         }
-        let ready = !self
+        let never_ready = self
             .settings
             .faults
-            .take(FaultKind::NeverReady, self.server_id());
+            .take_for(
+                FaultKind::NeverReady,
+                Target::node(self.server_id(), Some(&facts.name)),
+            )
+            .is_some();
+        let initial = if never_ready {
+            Health::NotReady(kubelet::node::NOT_READY_MESSAGE.into())
+        } else {
+            Health::Ready
+        };
+        let (health_tx, health_rx) = watch::channel(initial.clone());
         let mut identity = self.stored_identity();
         let mut backoff = Duration::from_millis(500);
         let kubelet = loop {
             match self
-                .join_once(&access, &cfg, &facts, ready, &mut identity)
+                .join_once(&access, &cfg, &facts, &health_rx, &mut identity)
                 .await
             {
                 Ok(k) => break k,
@@ -370,14 +417,25 @@ impl Boot {
             }
         };
         let node_name = kubelet.node_name().to_string();
-        self.record.update(|r| {
-            r.state = OsState::Running;
-            r.node_name = Some(node_name.clone());
-            r.boot_error =
-                (!ready).then(|| "fault never_ready: the node reports NotReady".to_string());
-        });
-        tracing::info!(server_id = %self.server_id(), node = %node_name, ready, "node joined the cluster");
-        kubelet.run().await;
+        self.record.update(|r| r.boot_error = None);
+        self.record.kubelet_joined(&node_name, initial.report());
+        if never_ready {
+            self.record.fault_fired(
+                FaultKind::NeverReady,
+                "fault never_ready: the node reports NotReady".into(),
+            );
+        }
+        tracing::info!(server_id = %self.server_id(), node = %node_name, %boot_id, ready = !never_ready, "node joined the cluster");
+        tokio::join!(
+            kubelet.run(),
+            health::follow_faults(
+                &self.settings.faults,
+                self.server_id(),
+                &node_name,
+                &self.record,
+                &health_tx,
+            )
+        );
     }
 
     /// The client certificate a previous boot of this install obtained.
@@ -398,7 +456,7 @@ impl Boot {
         access: &ClusterAccess,
         cfg: &machine_config::NodeConfig,
         facts: &kubelet::node::NodeFacts,
-        ready: bool,
+        health: &watch::Receiver<Health>,
         identity: &mut Option<ClientIdentity>,
     ) -> Result<Kubelet, kubelet::KubeletError> {
         let current = match identity {
@@ -416,7 +474,9 @@ impl Boot {
             }
         };
         let client = bootstrap::node_client(access, &current).await?;
-        let mut k = Kubelet::connect(client, cfg.clone(), facts.clone(), ready).await?;
+        let mut k = Kubelet::connect(client, cfg.clone(), facts.clone(), health.clone())
+            .await?
+            .with_heartbeat(self.settings.kubelet_heartbeat);
         k.register().await?;
         Ok(k)
     }

@@ -62,6 +62,61 @@ pub struct UserDataRead {
     pub bytes: usize,
 }
 
+/// One boot of the server's OS: every power-on, and the reboot that ends an
+/// install in maintenance mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BootEntry {
+    /// RFC 3339, wall clock of talos-sim.
+    pub at: String,
+    /// The kernel's boot id: what the kubelet of this boot reports as the
+    /// Node's `status.nodeInfo.bootID`.
+    pub boot_id: String,
+    /// `normal` or `rescue`.
+    pub boot_type: &'static str,
+    /// What started it: emsim's cause (`deliver`, `reboot`, `start`; for a
+    /// VM its action `poweron` or `reboot`), `install` for the reboot into
+    /// an applied config; null when emsim did not say.
+    pub cause: Option<String>,
+    /// When the kubelet of this boot registered (created or adopted the
+    /// Node and posted its status); null while it has not.
+    pub kubelet_joined_at: Option<String>,
+}
+
+/// The OS of a running server going down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PowerOffEntry {
+    /// RFC 3339, wall clock of talos-sim.
+    pub at: String,
+    /// What took it down: emsim's cause (`reboot`, `stop`, `delete`,
+    /// `reset`; for a VM `reboot`, `poweroff`, `terminate`), or null.
+    pub cause: Option<String>,
+    /// The boot that ended.
+    pub boot_id: Option<String>,
+}
+
+/// A fault of the OS or the kubelet that acted on this server (the rescue
+/// faults show in `GET /_talossim/faults` only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FaultFired {
+    /// RFC 3339, wall clock of talos-sim.
+    pub at: String,
+    pub kind: &'static str,
+    /// The boot it acted on.
+    pub boot_id: Option<String>,
+}
+
+/// What the kubelet of the running boot reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KubeletReport {
+    /// Ready=True, heartbeats and Lease renewals.
+    Ready,
+    /// Ready=False (`KubeletNotReady`), heartbeats and Lease renewals.
+    NotReady,
+    /// Nothing at all: no status, no Lease (a wedged machine).
+    Silent,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServerRecord {
     pub id: String,
@@ -82,6 +137,35 @@ pub struct ServerRecord {
     pub boot_error: Option<String>,
     /// Set once emsim reported the server deleted (its disk is wiped).
     pub deleted: bool,
+    /// The running boot's id; null while the server is off.
+    pub boot_id: Option<String>,
+    /// Every boot, oldest first.
+    pub boots: Vec<BootEntry>,
+    /// Every time the running OS went down, oldest first.
+    pub power_offs: Vec<PowerOffEntry>,
+    /// The OS and kubelet faults that acted, oldest first.
+    pub faults_fired: Vec<FaultFired>,
+    /// What the running kubelet reports; null when none runs.
+    pub kubelet: Option<KubeletReport>,
+}
+
+/// Now on talos-sim's wall clock, as records show it.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// A fresh kernel boot id (`/proc/sys/kernel/random/boot_id`'s format).
+pub fn new_boot_id() -> String {
+    let b: [u8; 16] = rand::random();
+    let h = crate::image::hex(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 /// One server's record, shared between the services that update it.
@@ -109,6 +193,11 @@ impl Record {
             node_name: None,
             boot_error: None,
             deleted: false,
+            boot_id: None,
+            boots: Vec::new(),
+            power_offs: Vec::new(),
+            faults_fired: Vec::new(),
+            kubelet: None,
         })))
     }
 
@@ -138,6 +227,76 @@ impl Record {
     pub fn push_command(&self, line: &str) {
         self.update(|r| r.commands.push(line.to_string()));
     }
+
+    /// A new boot of the OS with a new boot id, which it returns.
+    pub fn begin_boot(&self, boot_type: &'static str, cause: Option<String>) -> String {
+        let boot_id = new_boot_id();
+        self.update(|r| {
+            r.boot_id = Some(boot_id.clone());
+            r.kubelet = None;
+            r.boots.push(BootEntry {
+                at: now(),
+                boot_id: boot_id.clone(),
+                boot_type,
+                cause,
+                kubelet_joined_at: None,
+            });
+        });
+        boot_id
+    }
+
+    /// The running OS went down.
+    pub fn power_off(&self, cause: Option<String>) {
+        self.update(|r| {
+            r.power_offs.push(PowerOffEntry {
+                at: now(),
+                cause,
+                boot_id: r.boot_id.take(),
+            });
+            r.kubelet = None;
+            r.state = OsState::Off;
+        });
+    }
+
+    /// The running boot's id.
+    pub fn boot_id(&self) -> Option<String> {
+        self.update(|r| r.boot_id.clone())
+    }
+
+    /// The kubelet of the running boot registered its node.
+    pub fn kubelet_joined(&self, node_name: &str, report: KubeletReport) {
+        self.update(|r| {
+            r.state = OsState::Running;
+            r.node_name = Some(node_name.to_string());
+            r.kubelet = Some(report);
+            let id = r.boot_id.clone();
+            if let Some(boot) = r
+                .boots
+                .iter_mut()
+                .rev()
+                .find(|b| Some(&b.boot_id) == id.as_ref())
+            {
+                boot.kubelet_joined_at = Some(now());
+            }
+        });
+    }
+
+    pub fn set_kubelet(&self, report: KubeletReport) {
+        self.update(|r| r.kubelet = Some(report));
+    }
+
+    /// An OS or kubelet fault acted on the running boot; `why` goes to
+    /// `boot_error`.
+    pub fn fault_fired(&self, kind: crate::faults::FaultKind, why: String) {
+        self.update(|r| {
+            r.faults_fired.push(FaultFired {
+                at: now(),
+                kind: kind.as_str(),
+                boot_id: r.boot_id.clone(),
+            });
+            r.boot_error = Some(why);
+        });
+    }
 }
 
 #[cfg(test)]
@@ -161,9 +320,33 @@ mod tests {
             "user_data_reads",
             "node_name",
             "platform",
+            "boot_id",
+            "boots",
+            "power_offs",
+            "faults_fired",
+            "kubelet",
         ] {
             assert!(json.get(key).is_some(), "{key} missing");
         }
+        record.begin_boot("normal", Some("reboot".into()));
+        record.kubelet_joined("node-a", KubeletReport::Ready);
+        record.fault_fired(crate::faults::FaultKind::NotReadyUntilReboot, "why".into());
+        record.power_off(Some("reboot".into()));
+        let json = serde_json::to_value(record.snapshot()).unwrap();
+        let boot = &json["boots"][0];
+        assert_eq!(boot["boot_type"], "normal");
+        assert_eq!(boot["cause"], "reboot");
+        assert!(boot["kubelet_joined_at"].is_string());
+        assert_eq!(json["faults_fired"][0]["kind"], "not_ready_until_reboot");
+        assert_eq!(json["faults_fired"][0]["boot_id"], boot["boot_id"]);
+        assert_eq!(json["power_offs"][0]["boot_id"], boot["boot_id"]);
+        assert_eq!(json["power_offs"][0]["cause"], "reboot");
+        assert!(
+            json["boot_id"].is_null() && json["kubelet"].is_null(),
+            "off"
+        );
+        assert_eq!(json["state"], "off");
+        assert_eq!(json["boot_error"], "why");
         for key in [
             "name",
             "path",

@@ -318,6 +318,7 @@ async fn maintenance_never_up_keeps_the_talos_api_closed_for_one_boot() {
         async move {
             sim.apply(Command::PowerOff {
                 server_id: "srv-mnt".into(),
+                cause: None,
             })
             .await;
             sim.apply(power_on("srv-mnt", BootType::Normal, r.ip, vec![], &offer))

@@ -27,7 +27,7 @@ impl EventSink for Recorder {
                 on.address,
                 on.machine.disk_name
             ),
-            Command::PowerOff { server_id } => format!("power_off {server_id}"),
+            Command::PowerOff { server_id, .. } => format!("power_off {server_id}"),
             Command::Deleted { server_id } => format!("deleted {server_id}"),
         };
         self.0.lock().unwrap().push(entry);

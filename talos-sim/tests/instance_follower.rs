@@ -28,7 +28,7 @@ impl EventSink for Recorder {
                 Platform::Scaleway(vm) => format!("power_on {} boot {}", on.server_id, vm.boot),
                 Platform::Metal => format!("power_on {} metal", on.server_id),
             },
-            Command::PowerOff { server_id } => format!("power_off {server_id}"),
+            Command::PowerOff { server_id, .. } => format!("power_off {server_id}"),
             Command::Deleted { server_id } => format!("deleted {server_id}"),
         };
         self.0.lock().unwrap().push(entry);

@@ -101,6 +101,7 @@ async fn rescue_install_boot_and_apply_configuration() {
     // Reboot: the rescue system goes away with its connections.
     sim.apply(Command::PowerOff {
         server_id: "srv-a".into(),
+        cause: None,
     })
     .await;
     assert!(
@@ -207,6 +208,7 @@ async fn rescue_install_boot_and_apply_configuration() {
     // A power cycle boots the installed system, not maintenance mode.
     sim.apply(Command::PowerOff {
         server_id: "srv-a".into(),
+        cause: None,
     })
     .await;
     sim.apply(power_on("srv-a", BootType::Normal, ip, vec![], &offer))
@@ -266,6 +268,7 @@ async fn blank_and_corrupt_disks_do_not_boot() {
 
     sim.apply(Command::PowerOff {
         server_id: "srv-b".into(),
+        cause: None,
     })
     .await;
     sim.apply(power_on(
@@ -284,6 +287,7 @@ async fn blank_and_corrupt_disks_do_not_boot() {
     assert_eq!(out.status, Some(0), "{}", out.stderr);
     sim.apply(Command::PowerOff {
         server_id: "srv-b".into(),
+        cause: None,
     })
     .await;
     sim.apply(power_on("srv-b", BootType::Normal, ip, vec![], &offer))

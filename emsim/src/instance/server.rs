@@ -34,13 +34,15 @@ impl VmState {
         }
     }
 
-    /// What the recorded answers list (`["poweron","backup"]` when stopped);
-    /// the others are INFERENCE.
+    /// What the recorded answers list (terraform-provider-scaleway
+    /// `instance/testdata/action-server-basic.cassette.yaml`: stopped,
+    /// `starting`/`allocating node`, `stopping`/`rebooting`,
+    /// `starting`/`rebooting`, running).
     pub fn allowed_actions(self) -> Vec<&'static str> {
         match self {
             VmState::Stopped => vec!["poweron", "backup"],
             VmState::Running => vec!["poweroff", "terminate", "reboot", "stop_in_place", "backup"],
-            VmState::Starting | VmState::Stopping => vec![],
+            VmState::Starting | VmState::Stopping => vec!["stop_in_place", "backup"],
         }
     }
 }
@@ -95,6 +97,8 @@ pub enum Step {
     },
     /// The end of a GPU type's `provisioning node`.
     Provisioned,
+    /// A reboot's `stopping` ends: `starting`/`rebooting` until `Rebooted`.
+    RebootHalted,
     /// The end of a reboot.
     Rebooted,
     Stopped,
@@ -153,6 +157,9 @@ pub struct VmRecord {
     pub user_data: BTreeMap<String, Secret>,
     pub created_at: SimTime,
     pub modified_at: SimTime,
+    /// `modified_at` before the reboot in progress: what the API shows again
+    /// while the reboot is `starting` (as recorded).
+    pub modified_before_reboot: Option<SimTime>,
     /// Actions asked, for tests: `(at, action)`.
     pub history: Vec<(SimTime, &'static str)>,
     pub deleted_at: Option<SimTime>,
@@ -239,6 +246,7 @@ mod tests {
             user_data: BTreeMap::from([("cloud-init".into(), Secret(b"token: abc".to_vec()))]),
             created_at: now,
             modified_at: now,
+            modified_before_reboot: None,
             history: vec![],
             deleted_at: None,
         }

@@ -21,9 +21,15 @@ use crate::timings::Span;
 /// Instance calls to a scenario does not change its bare-metal ids.
 const RNG_SALT: u64 = 0x696e_7374_616e_6365;
 
+/// The last simulated seconds of a reboot, spent `starting`/`rebooting`
+/// (recorded on DEV1-S, terraform-provider-scaleway
+/// `instance/testdata/action-server-basic.cassette.yaml`: `stopping`/`rebooting`
+/// for ~36 s, `starting`/`rebooting` under a second, then `running`).
+pub const REBOOT_STARTING: f64 = 1.0;
+
 /// Simulated seconds of the Instance transitions (`facts/scaleway-instances.md`
 /// §1: poweroff ~45 s on DEV1-S, GPU `provisioning node` ~20 s, terminate
-/// 5–15 s; allocation and reboot are INFERENCE).
+/// 5–15 s; allocation is INFERENCE, a reboot ~37 s in one recording).
 #[derive(Debug, Clone, Copy)]
 pub struct InstanceTimings {
     /// `poweron` to running (GPU types: to `provisioning node`).
@@ -372,6 +378,7 @@ impl InstanceWorld {
             user_data: BTreeMap::new(),
             created_at: now,
             modified_at: now,
+            modified_before_reboot: None,
             history: vec![(now, "create")],
             deleted_at: None,
         };
@@ -530,7 +537,12 @@ impl InstanceWorld {
                 Step::Allocated { out_of_stock },
             ),
             VmAction::Poweroff => (VmState::Stopping, "stopping", timings.stop, Step::Stopped),
-            VmAction::Reboot => (VmState::Starting, "rebooting", boot_after, Step::Rebooted),
+            VmAction::Reboot => (
+                VmState::Stopping,
+                "rebooting",
+                (boot_after - REBOOT_STARTING).max(0.0),
+                Step::RebootHalted,
+            ),
             VmAction::Terminate => (
                 VmState::Stopping,
                 "terminating",
@@ -540,6 +552,7 @@ impl InstanceWorld {
         };
         server.state = state;
         server.state_detail = detail;
+        server.modified_before_reboot = (action == VmAction::Reboot).then_some(server.modified_at);
         server.modified_at = now;
         server.history.push((now, action.as_str()));
         server.pending = Some(VmPending {
@@ -638,6 +651,19 @@ impl InstanceWorld {
                 server.pending = Some(VmPending {
                     at: at + secs(provision),
                     step: Step::Provisioned,
+                });
+                false
+            }
+            Step::RebootHalted => {
+                // As recorded: `starting`, and `modification_date` back to
+                // what it was before the reboot call until the VM runs.
+                server.state = VmState::Starting;
+                if let Some(before) = server.modified_before_reboot.take() {
+                    server.modified_at = before;
+                }
+                server.pending = Some(VmPending {
+                    at: at + secs(REBOOT_STARTING),
+                    step: Step::Rebooted,
                 });
                 false
             }

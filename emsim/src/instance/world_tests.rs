@@ -369,7 +369,24 @@ fn reboot_passes_through_starting_and_keeps_the_dynamic_ip() {
     f.world.advance(at(10.0), &mut f.pool);
     let ip = f.world.server(ZONE, &id).unwrap().dynamic_ip_id.clone();
     assert!(ip.is_some());
+    assert_eq!(f.world.server(ZONE, &id).unwrap().modified_at, at(10.0));
     f.act(at(20.0), &id, VmAction::Reboot).unwrap();
+    // As recorded: `stopping`/`rebooting`, then `starting`/`rebooting` for
+    // the last second, then running. `modification_date` moves at the call
+    // (what a provider compares to learn whether its reboot landed), shows
+    // its old value again while `starting`, and moves when the VM runs.
+    assert_eq!(f.world.server(ZONE, &id).unwrap().modified_at, at(20.0));
+    assert_eq!(
+        f.state(at(28.9), &id),
+        Some((VmState::Stopping, "rebooting"))
+    );
+    let wire = f.world.server_wire(f.world.server(ZONE, &id).unwrap());
+    assert_eq!(wire.allowed_actions, vec!["stop_in_place", "backup"]);
+    assert_eq!(
+        f.state(at(29.0), &id),
+        Some((VmState::Starting, "rebooting"))
+    );
+    assert_eq!(f.world.server(ZONE, &id).unwrap().modified_at, at(10.0));
     assert_eq!(
         f.state(at(29.9), &id),
         Some((VmState::Starting, "rebooting"))
@@ -378,22 +395,29 @@ fn reboot_passes_through_starting_and_keeps_the_dynamic_ip() {
         f.state(at(30.0), &id),
         Some((VmState::Running, "booting kernel"))
     );
-    assert_eq!(f.world.server(ZONE, &id).unwrap().dynamic_ip_id, ip);
+    let server = f.world.server(ZONE, &id).unwrap();
+    assert_eq!(server.modified_at, at(30.0));
+    assert_eq!(server.dynamic_ip_id, ip);
+    let actions: Vec<&str> = server.history.iter().map(|(_, a)| *a).collect();
+    assert_eq!(actions.last(), Some(&"reboot"));
 }
 
-/// Seconds from the action at `from` until the VM runs.
+/// Seconds from the action at `from` until the VM runs, through every
+/// step on the way (a reboot's `stopping`, then `starting`).
 fn seconds_to_running(f: &mut Fixture, from: f64, id: &str) -> f64 {
-    let pending = f
-        .world
-        .server(ZONE, id)
-        .unwrap()
-        .pending
-        .as_ref()
-        .unwrap()
-        .at;
-    let after = (pending - at(from)).as_seconds_f64();
-    assert_eq!(f.state(pending, id).unwrap().0, VmState::Running);
-    after
+    loop {
+        let pending = f
+            .world
+            .server(ZONE, id)
+            .unwrap()
+            .pending
+            .as_ref()
+            .expect("on its way to running")
+            .at;
+        if f.state(pending, id).unwrap().0 == VmState::Running {
+            return (pending - at(from)).as_seconds_f64();
+        }
+    }
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub use server::{
 use crate::catalog::{Catalog, CatalogOffer, Stock, extras};
 use crate::clock::{SimTime, format_time, secs};
 use crate::error::ApiError;
-use crate::events::{Event, EventKind};
+use crate::events::{Cause, Event, EventKind};
 use crate::faults::{Faults, Order};
 use crate::instance::{InstanceCatalog, InstanceTimings, InstanceWorld};
 use crate::model::{self, RescueServer};
@@ -206,9 +206,9 @@ impl World {
         for id in ids {
             if let Some(mut server) = self.servers.remove(&id) {
                 if server.powered_on.take().is_some() {
-                    self.emit(EventKind::PowerOff, now, &server, None, None);
+                    self.emit(EventKind::PowerOff, Cause::Reset, now, &server, None, None);
                 }
-                self.emit(EventKind::Deleted, now, &server, None, None);
+                self.emit(EventKind::Deleted, Cause::Reset, now, &server, None, None);
             }
         }
         self.tombstones.clear();
@@ -481,17 +481,22 @@ impl World {
             },
             at: now,
         });
+        let cause = match request {
+            Request::Start => Cause::Start,
+            _ => Cause::Reboot,
+        };
         server.pending = Some(Pending {
             at: now + secs(duration),
             action: Action::Boot {
                 boot_type,
                 rescue_keys,
+                cause,
             },
         });
         let was_on = server.powered_on.take().is_some();
         let server = server.clone();
         if was_on {
-            self.emit(EventKind::PowerOff, now, &server, None, None);
+            self.emit(EventKind::PowerOff, cause, now, &server, None, None);
         }
         tracing::info!(server_id = %id, ?request, boot_type = boot_type.as_str(), boot_s = duration, "boot requested");
         self.wake.notify_one();
@@ -515,7 +520,7 @@ impl World {
         let was_on = server.powered_on.take().is_some();
         let server = server.clone();
         if was_on {
-            self.emit(EventKind::PowerOff, now, &server, None, None);
+            self.emit(EventKind::PowerOff, Cause::Stop, now, &server, None, None);
         }
         tracing::info!(server_id = %id, "stop requested");
         self.wake.notify_one();
@@ -547,7 +552,7 @@ impl World {
         let was_on = server.powered_on.take().is_some();
         let server = server.clone();
         if was_on {
-            self.emit(EventKind::PowerOff, now, &server, None, None);
+            self.emit(EventKind::PowerOff, Cause::Delete, now, &server, None, None);
         }
         tracing::info!(server_id = %id, "delete requested");
         self.wake.notify_one();
@@ -629,17 +634,25 @@ impl World {
         server.updated_at = at;
         match pending.action {
             Action::Deliver | Action::Boot { .. } => {
-                let (boot_type, keys) = match pending.action {
+                let (boot_type, keys, cause) = match pending.action {
                     Action::Boot {
                         boot_type,
                         rescue_keys,
-                    } => (boot_type, rescue_keys),
-                    _ => (BootType::Normal, Vec::new()),
+                        cause,
+                    } => (boot_type, rescue_keys, cause),
+                    _ => (BootType::Normal, Vec::new(), Cause::Deliver),
                 };
                 server.delivered = true;
                 server.status = Status::Ready;
                 let server = server.clone();
-                let event = self.emit(EventKind::PowerOn, at, &server, Some(boot_type), Some(keys));
+                let event = self.emit(
+                    EventKind::PowerOn,
+                    cause,
+                    at,
+                    &server,
+                    Some(boot_type),
+                    Some(keys),
+                );
                 self.servers.get_mut(id).expect("exists").powered_on = Some(event);
                 tracing::info!(server_id = %id, boot_type = boot_type.as_str(), "server ready");
             }
@@ -658,7 +671,7 @@ impl World {
                 if let Some(stock) = self.stock.get_mut(&server.offer_id) {
                     stock.give_back();
                 }
-                self.emit(EventKind::Deleted, at, &server, None, None);
+                self.emit(EventKind::Deleted, Cause::Delete, at, &server, None, None);
                 tracing::info!(server_id = %id, "server deleted");
                 self.tombstones.push(server);
             }
@@ -668,6 +681,7 @@ impl World {
     fn emit(
         &mut self,
         kind: EventKind,
+        cause: Cause,
         at: SimTime,
         server: &ServerRecord,
         boot_type: Option<BootType>,
@@ -681,6 +695,7 @@ impl World {
             seq: self.seq,
             kind,
             at: format_time(at),
+            cause,
             server: server.to_wire(),
             address: server.address.to_string(),
             boot_type: boot_type.map(|b| b.as_str().to_string()),

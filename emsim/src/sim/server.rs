@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::clock::{SimTime, format_time};
 use crate::error::ApiError;
-use crate::events::Event;
+use crate::events::{Cause, Event};
 use crate::model::{self, Ip, RescueServer, Server, ServerOption};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,6 +79,9 @@ pub enum Action {
     Boot {
         boot_type: BootType,
         rescue_keys: Vec<String>,
+        /// Reboot or start: what the `power_on` event says.
+        #[serde(skip)]
+        cause: Cause,
     },
     Stop,
     Delete,

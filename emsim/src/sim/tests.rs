@@ -195,6 +195,95 @@ fn rescue_reboot_carries_project_and_extra_keys() {
     assert_eq!(normal.rescue_server, None);
 }
 
+/// A normal reboot, of a node and of a server in rescue: `stopping` then
+/// `ready`, `updated_at` moved by the call and again by the boot (what a
+/// provider compares to learn whether its call landed), and events whose
+/// `cause` tells a reboot from a stop and start.
+#[test]
+fn normal_reboot_moves_updated_at_and_streams_its_cause() {
+    let mut w = world();
+    let key = add_key(&mut w, t0());
+    let (_, mut rx) = w.subscribe();
+    let s = order(&mut w, "EM-FAST", t0()).unwrap();
+    w.advance(t0() + secs(10.0));
+    let delivered = rx.try_recv().unwrap();
+    assert_eq!(delivered.cause, Cause::Deliver);
+    let before = w.server("fr-par-1", &s.id).unwrap().to_wire();
+    assert_eq!(before.updated_at, "2026-11-22T10:00:10.000000Z");
+
+    for (boot_type, keys) in [(BootType::Normal, vec![]), (BootType::Rescue, vec![key.id])] {
+        let at = w.server("fr-par-1", &s.id).unwrap().updated_at + secs(60.0);
+        let before = w.server("fr-par-1", &s.id).unwrap().to_wire();
+        let called = w
+            .boot(at, "fr-par-1", &s.id, Request::Reboot, boot_type, keys)
+            .unwrap();
+        assert_eq!(called.status, "stopping");
+        assert_ne!(called.updated_at, before.updated_at, "the call moves it");
+        assert_eq!(called.updated_at, format_time(at));
+        let off = rx.try_recv().unwrap();
+        assert_eq!((off.kind, off.cause), (EventKind::PowerOff, Cause::Reboot));
+        assert_eq!(off.server.status, "stopping");
+        w.advance(at + secs(12.0));
+        let ready = w.server("fr-par-1", &s.id).unwrap().to_wire();
+        assert_eq!(ready.status, "ready");
+        assert_eq!(ready.updated_at, format_time(at + secs(12.0)));
+        let on = rx.try_recv().unwrap();
+        assert_eq!((on.kind, on.cause), (EventKind::PowerOn, Cause::Reboot));
+        assert_eq!(on.boot_type.as_deref(), Some(boot_type.as_str()));
+    }
+
+    // Out of rescue with a normal reboot: the rescue credentials go.
+    let at = t0() + secs(300.0);
+    let called = w
+        .boot(
+            at,
+            "fr-par-1",
+            &s.id,
+            Request::Reboot,
+            BootType::Normal,
+            vec![],
+        )
+        .unwrap();
+    assert_eq!(called.boot_type, "normal");
+    assert_eq!(called.rescue_server, None);
+    assert_eq!(rx.try_recv().unwrap().cause, Cause::Reboot);
+    w.advance(at + secs(12.0));
+    let on = rx.try_recv().unwrap();
+    assert_eq!(
+        (on.kind, on.boot_type.as_deref()),
+        (EventKind::PowerOn, Some("normal"))
+    );
+    assert_eq!(on.rescue_ssh_public_keys, Some(vec![]));
+
+    // Stop, start and delete say so.
+    w.stop(t0() + secs(400.0), "fr-par-1", &s.id).unwrap();
+    assert_eq!(rx.try_recv().unwrap().cause, Cause::Stop);
+    w.advance(t0() + secs(410.0));
+    w.boot(
+        t0() + secs(410.0),
+        "fr-par-1",
+        &s.id,
+        Request::Start,
+        BootType::Normal,
+        vec![],
+    )
+    .unwrap();
+    w.advance(t0() + secs(422.0));
+    assert_eq!(rx.try_recv().unwrap().cause, Cause::Start);
+    w.delete(t0() + secs(430.0), "fr-par-1", &s.id).unwrap();
+    w.advance(t0() + secs(440.0));
+    let causes: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+        .map(|e| (e.kind, e.cause))
+        .collect();
+    assert_eq!(
+        causes,
+        vec![
+            (EventKind::PowerOff, Cause::Delete),
+            (EventKind::Deleted, Cause::Delete)
+        ]
+    );
+}
+
 #[test]
 fn delete_frees_address_and_stock_then_404() {
     let mut w = world();

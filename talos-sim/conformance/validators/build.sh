@@ -13,6 +13,10 @@
 #
 #   KPS_TALOS_VALIDATORS_DIR   output directory (default: <repo>/.cache/bin)
 set -euo pipefail
+# Go toolchain: Karpenter core v1.15 (bridge/go.mod) needs go >= 1.26.9; the go
+# command fetches this one as a module (once per machine). Set GOTOOLCHAIN to
+# override (e.g. GOTOOLCHAIN=local with a new enough go installed).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 minor=${1:-}
 if [[ ! "$minor" =~ ^v[0-9]+\.[0-9]+$ ]]; then

@@ -6,7 +6,7 @@
 //! starts a new boot, so the number of those actions tells a reboot apart
 //! from the boot already running even when a poll missed the `starting`
 //! state in between. Any other state means the OS is down (emsim moves a VM
-//! to `stopping` or `starting` at the poweroff, terminate or reboot call);
+//! to `stopping` at the poweroff, terminate or reboot call);
 //! a VM missing from the list is gone.
 
 use std::collections::BTreeMap;
@@ -94,6 +94,15 @@ impl AdminVm {
             .count() as u64
     }
 
+    /// The latest of these actions: what started or stopped the VM.
+    pub fn last_action(&self, of: &[&str]) -> Option<String> {
+        self.actions
+            .iter()
+            .rev()
+            .find(|a| of.contains(&a.action.as_str()))
+            .map(|a| a.action.clone())
+    }
+
     pub fn is_running(&self) -> bool {
         self.state == "running"
     }
@@ -146,6 +155,7 @@ impl AdminVm {
             rescue_ssh_public_keys: Vec::new(),
             rescue_user: String::new(),
             machine,
+            cause: self.last_action(&["poweron", "reboot"]),
             platform: Platform::Scaleway(VmBoot {
                 zone: self.zone.clone(),
                 boot: self.boots(),
@@ -218,6 +228,7 @@ impl Tracker {
                 if told.is_some() {
                     changes.push(Change::Command(Command::PowerOff {
                         server_id: vm.id.clone(),
+                        cause: vm.last_action(&["reboot", "poweroff", "terminate"]),
                     }));
                 }
                 self.told.insert(vm.id.clone(), None);

@@ -40,7 +40,7 @@ fn said(tracker: &mut Tracker, servers: &[Value]) -> Vec<String> {
                 Platform::Scaleway(b) => format!("on {} boot {}", on.server_id, b.boot),
                 Platform::Metal => panic!("a VM boots the scaleway platform"),
             },
-            Change::Command(Command::PowerOff { server_id }) => format!("off {server_id}"),
+            Change::Command(Command::PowerOff { server_id, .. }) => format!("off {server_id}"),
             Change::Command(Command::Deleted { server_id }) => format!("deleted {server_id}"),
             Change::Unreadable { server_id, error } => format!("unreadable {server_id}: {error}"),
         })

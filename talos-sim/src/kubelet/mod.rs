@@ -3,9 +3,12 @@
 //! it Running and completes their deletion.
 
 pub mod bootstrap;
+pub mod health;
 pub mod node;
 
+use std::collections::HashSet;
 use std::net::Ipv4Addr;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,12 +19,16 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tokio::sync::watch;
 
 use crate::machine_config::NodeConfig;
 use crate::model::Machine;
+use health::Health;
 use node::NodeFacts;
 
-const HEARTBEAT: Duration = Duration::from_secs(10);
+/// How often the kubelet posts its Node's status and renews its Lease
+/// (`nodeStatusUpdateFrequency`, and the Lease's renew interval).
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
 const FIELD_MANAGER: &str = "talos-sim-kubelet";
 
 #[derive(Debug, thiserror::Error)]
@@ -66,8 +73,13 @@ pub struct Kubelet {
     facts: NodeFacts,
     node_uid: Option<String>,
     started: Timestamp,
-    /// `false` under the `never_ready` fault: the node reports NotReady.
-    ready: bool,
+    /// What to report: Ready, NotReady (the `never_ready` fault, or one
+    /// that acts while the node runs) or nothing at all.
+    health: watch::Receiver<Health>,
+    /// The pods this boot's kubelet started: the first time it meets one
+    /// that ran before, it restarts its containers.
+    started_pods: Mutex<HashSet<String>>,
+    heartbeat: Duration,
 }
 
 impl Kubelet {
@@ -78,7 +90,7 @@ impl Kubelet {
         client: Client,
         cfg: NodeConfig,
         mut facts: NodeFacts,
-        ready: bool,
+        health: watch::Receiver<Health>,
     ) -> Result<Self, KubeletError> {
         if facts.kubelet_version.is_empty() {
             facts.kubelet_version = client.apiserver_version().await?.git_version;
@@ -89,8 +101,16 @@ impl Kubelet {
             facts,
             node_uid: None,
             started: Timestamp::now(),
-            ready,
+            health,
+            started_pods: Mutex::default(),
+            heartbeat: HEARTBEAT,
         })
+    }
+
+    /// Posts and renews every `every` instead of `HEARTBEAT` (tests).
+    pub fn with_heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = every;
+        self
     }
 
     pub fn node_name(&self) -> &str {
@@ -129,18 +149,24 @@ impl Kubelet {
             tracing::warn!(node = %name, taints = ?missing, "machine.nodeTaints not applied: a node is not allowed to modify its own taints (NodeRestriction); use registerWithTaints");
         }
         self.node_uid = registered.metadata.uid.clone();
-        self.report_status().await?;
+        let health = self.health.borrow().clone();
+        self.report_status(&health, self.started).await?;
         self.renew_lease().await?;
         Ok(())
     }
 
-    async fn report_status(&self) -> Result<(), KubeletError> {
+    async fn report_status(
+        &self,
+        health: &Health,
+        ready_since: Timestamp,
+    ) -> Result<(), KubeletError> {
         let status = node::status(
             &self.cfg,
             &self.facts,
-            self.ready,
+            health.not_ready(),
             Timestamp::now(),
             self.started,
+            ready_since,
         );
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
@@ -166,14 +192,34 @@ impl Kubelet {
         Ok(())
     }
 
+    fn silent(&self) -> bool {
+        *self.health.borrow() == Health::Silent
+    }
+
     /// Heartbeats and pod handling, until the future is dropped (power off).
+    /// A change of health is reported at once; a silent kubelet posts and
+    /// renews nothing.
     pub async fn run(self) {
         let name = self.facts.name.clone();
         let heartbeat = async {
-            let mut tick = tokio::time::interval(HEARTBEAT);
+            let mut health = self.health.clone();
+            let mut ready = health.borrow_and_update().not_ready().is_none();
+            let mut ready_since = self.started;
+            let mut tick = tokio::time::interval(self.heartbeat);
             loop {
-                tick.tick().await;
-                match self.report_status().await {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    Ok(()) = health.changed() => {}
+                }
+                let now = health.borrow_and_update().clone();
+                if now == Health::Silent {
+                    continue;
+                }
+                if now.not_ready().is_none() != ready {
+                    ready = !ready;
+                    ready_since = Timestamp::now();
+                }
+                match self.report_status(&now, ready_since).await {
                     Ok(()) => {}
                     // A kubelet does not recreate a Node someone deleted.
                     Err(e) if e.is_not_found() => {
@@ -185,9 +231,12 @@ impl Kubelet {
             }
         };
         let lease = async {
-            let mut tick = tokio::time::interval(HEARTBEAT);
+            let mut tick = tokio::time::interval(self.heartbeat);
             loop {
                 tick.tick().await;
+                if self.silent() {
+                    continue;
+                }
                 if let Err(e) = self.renew_lease().await {
                     tracing::warn!(node = %name, error = %e, "lease renewal failed");
                 }
@@ -205,11 +254,19 @@ impl Kubelet {
             .applied_objects()
             .boxed();
         while let Some(event) = events.next().await {
+            if self.silent() {
+                // Wedged: nothing runs, nothing is confirmed.
+                continue;
+            }
             match event {
                 Ok(pod) => self.sync_pod(&pod).await,
                 Err(e) => tracing::warn!(node = %self.facts.name, error = %e, "pod watch error"),
             }
         }
+    }
+
+    fn pods_started(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.started_pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn sync_pod(&self, pod: &Pod) {
@@ -228,19 +285,34 @@ impl Kubelet {
                 ..Default::default()
             };
             pods.delete(&name, &params).await.map(|_| ())
-        } else if !self.ready {
-            // Without a pod network nothing starts.
+        } else if self.health.borrow().not_ready().is_some() {
+            // Without a pod network or a runtime nothing starts.
             Ok(())
-        } else if let Some(status) = node::pod_status(pod, self.facts.address, Timestamp::now()) {
-            pods.patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await
-            .map(|_| ())
         } else {
-            Ok(())
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let first = self.pods_started().insert(uid.clone());
+            let now = Timestamp::now();
+            let status = if first {
+                node::pod_status_after_boot(pod, self.facts.address, now)
+            } else {
+                node::pod_status(pod, self.facts.address, now)
+            };
+            let result = match status {
+                Some(status) => pods
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "status": status })),
+                    )
+                    .await
+                    .map(|_| ()),
+                None => Ok(()),
+            };
+            if first && result.is_err() {
+                // Not started after all: the next event tries again.
+                self.pods_started().remove(&uid);
+            }
+            result
         };
         match result {
             Ok(()) => {
@@ -254,8 +326,8 @@ impl Kubelet {
     }
 }
 
-/// The facts of a node booted from an image of `talos_version`/`arch` on
-/// `machine`.
+/// The facts of a node booted (boot `boot_id`) from an image of
+/// `talos_version`/`arch` on `machine`.
 pub fn facts(
     cfg: &NodeConfig,
     server_id: &str,
@@ -263,6 +335,7 @@ pub fn facts(
     arch: &str,
     talos_version: &str,
     machine: &Machine,
+    boot_id: &str,
 ) -> NodeFacts {
     NodeFacts {
         name: node::node_name(cfg, server_id),
@@ -279,19 +352,6 @@ pub fn facts(
         memory_bytes: machine.memory_bytes,
         disk_bytes: machine.disk_size,
         gpus: machine.gpus,
-        boot_id: uuid_like(),
+        boot_id: boot_id.to_string(),
     }
-}
-
-fn uuid_like() -> String {
-    let b: [u8; 16] = rand::random();
-    let h = crate::image::hex(&b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
 }

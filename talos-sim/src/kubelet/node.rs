@@ -318,15 +318,17 @@ fn condition(
 /// never came up (the `never_ready` fault).
 pub const NOT_READY_MESSAGE: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
 
-/// The status the kubelet reports: Ready (or not), no pressure, its
-/// resources and identity. `since` is when the kubelet started
-/// (transition time).
+/// The status the kubelet reports: Ready, or not Ready with `not_ready`'s
+/// message; no pressure, its resources and identity. `since` is when the
+/// kubelet started (transition time of the other conditions),
+/// `ready_since` when Ready last changed.
 pub fn status(
     cfg: &NodeConfig,
     facts: &NodeFacts,
-    ready: bool,
+    not_ready: Option<&str>,
     now: Timestamp,
     since: Timestamp,
+    ready_since: Timestamp,
 ) -> NodeStatus {
     let (capacity, allocatable) = resources(cfg, facts);
     let machine_id = hex(&Sha256::digest(
@@ -371,24 +373,23 @@ pub fn status(
                 now,
                 since,
             ),
-            if ready {
-                condition(
+            match not_ready {
+                None => condition(
                     "Ready",
                     "True",
                     "KubeletReady",
                     "kubelet is posting ready status",
                     now,
-                    since,
-                )
-            } else {
-                condition(
+                    ready_since,
+                ),
+                Some(message) => condition(
                     "Ready",
                     "False",
                     "KubeletNotReady",
-                    NOT_READY_MESSAGE,
+                    message,
                     now,
-                    since,
-                )
+                    ready_since,
+                ),
             },
         ]),
         daemon_endpoints: Some(NodeDaemonEndpoints {
@@ -446,11 +447,13 @@ fn is_running_and_ready(status: &PodStatus) -> bool {
             .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-fn container_id(pod_uid: &str, name: &str) -> String {
-    format!(
-        "containerd://{}",
-        hex(&Sha256::digest(format!("{pod_uid}/{name}").as_bytes()))
-    )
+/// The container of one run (`attempt` = its restart count).
+fn container_id(pod_uid: &str, name: &str, attempt: i32) -> String {
+    let key = match attempt {
+        0 => format!("{pod_uid}/{name}"),
+        n => format!("{pod_uid}/{name}/{n}"),
+    };
+    format!("containerd://{}", hex(&Sha256::digest(key.as_bytes())))
 }
 
 fn image_id(image: &str) -> String {
@@ -472,40 +475,103 @@ pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodSta
     {
         return None;
     }
-    let spec = pod.spec.as_ref()?;
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let started = current.start_time.clone().unwrap_or(Time(now));
-    let scheduled_at = current
+    started(pod, &current, node_ip, now, &[])
+}
+
+/// The status of a pod the first time the kubelet of a boot sees it. A pod
+/// whose containers ran in an earlier boot lost them with the machine: the
+/// kubelet starts them again, `restartCount` + 1 with the lost run in
+/// `lastState` as containerd reports a container that died with its host
+/// (exit code 255, reason `Unknown`); under `restartPolicy: Never` the pod
+/// fails instead. Any other pod is handled as `pod_status` says.
+pub fn pod_status_after_boot(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodStatus> {
+    let current = pod.status.clone().unwrap_or_default();
+    let previous = current.container_statuses.clone().unwrap_or_default();
+    let ran = current.phase.as_deref() == Some("Running")
+        && previous.iter().any(|c| c.container_id.is_some());
+    if !ran {
+        return pod_status(pod, node_ip, now);
+    }
+    if pod.spec.as_ref()?.restart_policy.as_deref() == Some("Never") {
+        return Some(failed(&current, &previous, now));
+    }
+    started(pod, &current, node_ip, now, &previous)
+}
+
+fn pod_condition(kind: &str, ok: bool, reason: Option<&str>, at: Time) -> PodCondition {
+    PodCondition {
+        type_: kind.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.map(str::to_string),
+        last_transition_time: Some(at),
+        ..Default::default()
+    }
+}
+
+fn scheduled_at(current: &PodStatus, now: Timestamp) -> Time {
+    current
         .conditions
         .iter()
         .flatten()
         .find(|c| c.type_ == "PodScheduled")
         .and_then(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
-    let cond = |kind: &str, at: Time| PodCondition {
-        type_: kind.into(),
-        status: "True".into(),
-        last_transition_time: Some(at),
+        .unwrap_or(Time(now))
+}
+
+/// The run a reset ended, as containerd reports it after the boot.
+fn lost_run(previous: &ContainerStatus, now: Timestamp) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 255,
+            reason: Some("Unknown".into()),
+            started_at: previous
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.clone()),
+            finished_at: Some(Time(now)),
+            container_id: previous.container_id.clone(),
+            ..Default::default()
+        }),
         ..Default::default()
-    };
+    }
+}
+
+/// Every container running and ready; `previous` holds the container
+/// statuses of a run the machine lost (empty for a first start).
+fn started(
+    pod: &Pod,
+    current: &PodStatus,
+    node_ip: Ipv4Addr,
+    now: Timestamp,
+    previous: &[ContainerStatus],
+) -> Option<PodStatus> {
+    let spec = pod.spec.as_ref()?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let started = current.start_time.clone().unwrap_or(Time(now));
     let containers = spec
         .containers
         .iter()
-        .map(|c| ContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone().unwrap_or_default(),
-            image_id: image_id(c.image.as_deref().unwrap_or_default()),
-            container_id: Some(container_id(&uid, &c.name)),
-            ready: true,
-            started: Some(true),
-            restart_count: 0,
-            state: Some(ContainerState {
-                running: Some(ContainerStateRunning {
-                    started_at: Some(Time(now)),
+        .map(|c| {
+            let before = previous.iter().find(|p| p.name == c.name);
+            let attempt = before.map_or(0, |p| p.restart_count + 1);
+            ContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                image_id: image_id(c.image.as_deref().unwrap_or_default()),
+                container_id: Some(container_id(&uid, &c.name, attempt)),
+                ready: true,
+                started: Some(true),
+                restart_count: attempt,
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(Time(now)),
+                    }),
+                    ..Default::default()
                 }),
+                last_state: before.map(|p| lost_run(p, now)),
                 ..Default::default()
-            }),
-            ..Default::default()
+            }
         })
         .collect();
     let init_containers: Vec<ContainerStatus> = spec
@@ -516,7 +582,7 @@ pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodSta
             name: c.name.clone(),
             image: c.image.clone().unwrap_or_default(),
             image_id: image_id(c.image.as_deref().unwrap_or_default()),
-            container_id: Some(container_id(&uid, &c.name)),
+            container_id: Some(container_id(&uid, &c.name, 0)),
             ready: true,
             started: Some(false),
             restart_count: 0,
@@ -526,7 +592,7 @@ pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodSta
                     reason: Some("Completed".into()),
                     started_at: Some(Time(now)),
                     finished_at: Some(Time(now)),
-                    container_id: Some(container_id(&uid, &c.name)),
+                    container_id: Some(container_id(&uid, &c.name, 0)),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -535,14 +601,15 @@ pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodSta
         })
         .collect();
     let ip = node_ip.to_string();
+    let up = |kind: &str| pod_condition(kind, true, None, Time(now));
     Some(PodStatus {
         phase: Some("Running".into()),
         conditions: Some(vec![
-            cond("PodReadyToStartContainers", Time(now)),
-            cond("Initialized", Time(now)),
-            cond("Ready", Time(now)),
-            cond("ContainersReady", Time(now)),
-            cond("PodScheduled", scheduled_at),
+            up("PodReadyToStartContainers"),
+            up("Initialized"),
+            up("Ready"),
+            up("ContainersReady"),
+            pod_condition("PodScheduled", true, None, scheduled_at(current, now)),
         ]),
         host_ip: Some(ip.clone()),
         host_ips: Some(vec![HostIP { ip: ip.clone() }]),
@@ -551,9 +618,36 @@ pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodSta
         start_time: Some(started),
         container_statuses: Some(containers),
         init_container_statuses: (!init_containers.is_empty()).then_some(init_containers),
-        qos_class: current.qos_class,
+        qos_class: current.qos_class.clone(),
         ..Default::default()
     })
+}
+
+/// A `restartPolicy: Never` pod whose containers the machine lost.
+fn failed(current: &PodStatus, previous: &[ContainerStatus], now: Timestamp) -> PodStatus {
+    let containers = previous
+        .iter()
+        .map(|p| ContainerStatus {
+            ready: false,
+            started: Some(false),
+            state: Some(lost_run(p, now)),
+            last_state: None,
+            ..p.clone()
+        })
+        .collect();
+    let down = |kind: &str| pod_condition(kind, false, Some("PodFailed"), Time(now));
+    PodStatus {
+        phase: Some("Failed".into()),
+        conditions: Some(vec![
+            pod_condition("PodReadyToStartContainers", false, None, Time(now)),
+            pod_condition("Initialized", true, None, Time(now)),
+            down("Ready"),
+            down("ContainersReady"),
+            pod_condition("PodScheduled", true, None, scheduled_at(current, now)),
+        ]),
+        container_statuses: Some(containers),
+        ..current.clone()
+    }
 }
 
 #[cfg(test)]

@@ -150,24 +150,44 @@ fn gpus_are_reported_as_nvidia_gpu_capacity_and_allocatable() {
     let (capacity, allocatable) = resources(&config(), &gpu);
     assert_eq!(capacity[NVIDIA_GPU].0, "2");
     assert_eq!(allocatable[NVIDIA_GPU].0, "2");
-    let status = status(&config(), &gpu, true, now(), now());
+    let status = status(&config(), &gpu, None, now(), now(), now());
     assert_eq!(status.capacity.unwrap()[NVIDIA_GPU].0, "2");
 }
 
 #[test]
 fn status_is_ready_with_addresses_and_node_info() {
-    let not_ready = status(&config(), &facts(), false, now(), now());
-    let cond = not_ready
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
-    assert_eq!(
-        (cond.status.as_str(), cond.reason.as_deref()),
-        ("False", Some("KubeletNotReady"))
+    let later: Timestamp = "2026-11-22T10:05:00Z".parse().unwrap();
+    let not_ready = status(
+        &config(),
+        &facts(),
+        Some("container runtime is down"),
+        later,
+        now(),
+        later,
     );
-    let status = status(&config(), &facts(), true, now(), now());
+    let conditions = not_ready.conditions.unwrap();
+    let cond = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (
+            cond.status.as_str(),
+            cond.reason.as_deref(),
+            cond.message.as_deref()
+        ),
+        (
+            "False",
+            Some("KubeletNotReady"),
+            Some("container runtime is down")
+        )
+    );
+    // Ready changed later than the kubelet started; the rest did not.
+    assert_eq!(cond.last_transition_time, Some(Time(later)));
+    let memory = conditions
+        .iter()
+        .find(|c| c.type_ == "MemoryPressure")
+        .unwrap();
+    assert_eq!(memory.last_transition_time, Some(Time(now())));
+    assert_eq!(not_ready.node_info.unwrap().boot_id, "boot");
+    let status = status(&config(), &facts(), None, now(), now(), now());
     let ready = status
         .conditions
         .unwrap()
@@ -254,5 +274,116 @@ fn pending_pods_become_running_and_ready() {
     assert_eq!(
         pod_status(&pod(Some("Succeeded")), Ipv4Addr::LOCALHOST, now()),
         None
+    );
+}
+
+/// A pod that ran before the machine rebooted, as the API server still
+/// holds it: Running, its container started in the earlier boot.
+fn ran_before(restart_policy: Option<&str>) -> Pod {
+    let mut p = pod(Some("Pending"));
+    p.spec.as_mut().unwrap().restart_policy = restart_policy.map(str::to_string);
+    let earlier: Timestamp = "2026-11-22T09:00:00Z".parse().unwrap();
+    let mut status = pod_status(&p, Ipv4Addr::new(127, 77, 0, 10), earlier).unwrap();
+    // What the node lifecycle controller did while the node was away.
+    for c in status.conditions.iter_mut().flatten() {
+        if c.type_ == "Ready" {
+            c.status = "False".into();
+        }
+    }
+    p.status = Some(status);
+    p
+}
+
+#[test]
+fn after_a_reboot_pods_that_ran_restart_their_containers() {
+    let ip = Ipv4Addr::new(127, 77, 0, 10);
+    let before = ran_before(Some("Always"));
+    let old = before
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .clone();
+    let status = pod_status_after_boot(&before, ip, now()).unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    let c = &status.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(c.restart_count, 1);
+    assert!(c.ready);
+    assert_ne!(c.container_id, old.container_id, "a new container");
+    assert_eq!(
+        c.state
+            .as_ref()
+            .unwrap()
+            .running
+            .as_ref()
+            .unwrap()
+            .started_at,
+        Some(Time(now()))
+    );
+    let lost = c.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        (lost.exit_code, lost.reason.as_deref()),
+        (255, Some("Unknown"))
+    );
+    assert_eq!(lost.container_id, old.container_id);
+    assert_eq!(
+        lost.started_at,
+        old.state
+            .as_ref()
+            .unwrap()
+            .running
+            .as_ref()
+            .unwrap()
+            .started_at
+    );
+    assert_eq!(
+        status.start_time,
+        before.status.as_ref().unwrap().start_time,
+        "the pod's own start stays"
+    );
+
+    // Once more: the count goes on.
+    let mut again = before.clone();
+    again.status = Some(status);
+    let status = pod_status_after_boot(&again, ip, now()).unwrap();
+    assert_eq!(status.container_statuses.unwrap()[0].restart_count, 2);
+
+    // A pod new to the node starts as usual, and a finished one stays.
+    let fresh = pod_status_after_boot(&pod(Some("Pending")), ip, now()).unwrap();
+    assert_eq!(fresh.container_statuses.unwrap()[0].restart_count, 0);
+    assert_eq!(
+        pod_status_after_boot(&pod(Some("Succeeded")), ip, now()),
+        None
+    );
+}
+
+#[test]
+fn after_a_reboot_a_never_restarted_pod_fails() {
+    let status =
+        pod_status_after_boot(&ran_before(Some("Never")), Ipv4Addr::LOCALHOST, now()).unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    let c = &status.container_statuses.as_ref().unwrap()[0];
+    assert!(!c.ready);
+    assert_eq!(c.restart_count, 0);
+    let lost = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(lost.exit_code, 255);
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("PodFailed"))
     );
 }

@@ -205,7 +205,9 @@ mod tests {
                 .add(FaultSpec {
                     kind,
                     server_id: None,
+                    node_name: None,
                     count: None,
+                    delay_ms: None,
                 })
                 .unwrap();
         }

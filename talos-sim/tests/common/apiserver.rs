@@ -1,13 +1,16 @@
 //! A small fake API server over TLS for the kubelet stand-in: it answers
 //! the few calls the kubelet makes, checks who makes them (bootstrap token
 //! for the CSR, no token afterwards) and signs CSRs with its CA like
-//! kube-controller-manager. The real API server (Node authorizer,
+//! kube-controller-manager. It keeps the Nodes and pods it was given (JSON
+//! merge patches applied as they come), so a rebooted kubelet finds its
+//! Node and its pods again. The real API server (Node authorizer,
 //! NodeRestriction, csrapproving) is exercised by the e2e suite.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -34,13 +37,105 @@ pub struct Seen {
     pub ready_statuses: Vec<String>,
     /// Every Node created, as sent.
     pub nodes: Vec<Value>,
-    /// Every status patch, as sent.
+    /// Every status patch, as sent, with when it arrived.
     pub statuses: Vec<Value>,
+    pub status_times: Vec<Instant>,
+    /// When each Lease renewal arrived.
+    pub leases: Vec<Instant>,
+    /// Merge patches of an existing Node (adoptions).
+    pub node_patches: Vec<Value>,
+    /// The Nodes as they stand, by name.
+    pub node_store: BTreeMap<String, Value>,
+    /// The pods as they stand, by name (one namespace: `default`).
+    pub pods: BTreeMap<String, Value>,
+}
+
+impl Seen {
+    /// `(Ready status, reason, message, bootID)` of every status patch.
+    pub fn reports(&self) -> Vec<(String, String, String, String)> {
+        self.statuses
+            .iter()
+            .map(|s| {
+                let ready = s["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == "Ready")
+                    .unwrap();
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    text(&ready["status"]),
+                    text(&ready["reason"]),
+                    text(&ready["message"]),
+                    text(&s["nodeInfo"]["bootID"]),
+                )
+            })
+            .collect()
+    }
 }
 
 pub struct Fake {
     issuer: Issuer<'static, KeyPair>,
     pub seen: Mutex<Seen>,
+    /// Set once the bootstrap token is deleted (as the provider does once
+    /// the node joined): the token gets 401s.
+    revoked: AtomicBool,
+}
+
+impl Fake {
+    pub fn revoke_token(&self) {
+        self.revoked.store(true, Ordering::SeqCst);
+    }
+
+    fn token_ok(&self, headers: &HeaderMap) -> bool {
+        !self.revoked.load(Ordering::SeqCst) && bearer(headers).as_deref() == Some(GOOD_TOKEN)
+    }
+
+    /// A pod bound to `node`, as the scheduler leaves it.
+    pub fn add_pod(&self, name: &str, node: &str, restart_policy: &str) {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"nodeName": node, "restartPolicy": restart_policy,
+                     "containers": [{"name": "app", "image": "nginx:1.27"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True"}]},
+        });
+        self.seen.lock().unwrap().pods.insert(name.into(), pod);
+    }
+
+    pub fn pod(&self, name: &str) -> Value {
+        self.seen.lock().unwrap().pods[name].clone()
+    }
+
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.seen.lock().unwrap().node_store.get(name).cloned()
+    }
+
+    /// Changes a stored Node as another client would (core removing a
+    /// taint, say).
+    pub fn edit_node(&self, name: &str, edit: impl FnOnce(&mut Value)) {
+        edit(self.seen.lock().unwrap().node_store.get_mut(name).unwrap());
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().unwrap();
+    for (key, value) in fields {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
 }
 
 fn status(code: u16, reason: &str) -> Response {
@@ -67,7 +162,7 @@ async fn create_csr(
     headers: HeaderMap,
     Json(csr): Json<Value>,
 ) -> Response {
-    if bearer(&headers).as_deref() != Some(GOOD_TOKEN) {
+    if !f.token_ok(&headers) {
         return status(401, "Unauthorized");
     }
     let pem = B64
@@ -110,7 +205,7 @@ async fn get_csr(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    if bearer(&headers).as_deref() != Some(GOOD_TOKEN) {
+    if !f.token_ok(&headers) {
         return status(401, "Unauthorized");
     }
     let seen = f.seen.lock().unwrap();
@@ -135,9 +230,33 @@ fn node_call(f: &Fake, headers: &HeaderMap) {
     }
 }
 
-async fn get_node(State(f): State<Arc<Fake>>, headers: HeaderMap) -> Response {
+async fn get_node(
+    State(f): State<Arc<Fake>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
     node_call(&f, &headers);
-    status(404, "NotFound")
+    match f.node(&name) {
+        Some(node) => Json(node).into_response(),
+        None => status(404, "NotFound"),
+    }
+}
+
+async fn patch_node(
+    State(f): State<Arc<Fake>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    node_call(&f, &headers);
+    let patch: Value = serde_json::from_slice(&body).unwrap();
+    let mut seen = f.seen.lock().unwrap();
+    seen.node_patches.push(patch.clone());
+    let Some(node) = seen.node_store.get_mut(&name) else {
+        return status(404, "NotFound");
+    };
+    merge(node, &patch);
+    Json(node.clone()).into_response()
 }
 
 async fn create_node(
@@ -150,8 +269,10 @@ async fn create_node(
         let mut seen = f.seen.lock().unwrap();
         seen.node_creates += 1;
         seen.nodes.push(node.clone());
+        node["metadata"]["uid"] = json!("uid-1");
+        let name = node["metadata"]["name"].as_str().unwrap().to_string();
+        seen.node_store.insert(name, node.clone());
     }
-    node["metadata"]["uid"] = json!("uid-1");
     (StatusCode::CREATED, Json(node)).into_response()
 }
 
@@ -174,7 +295,15 @@ async fn patch_node_status(
     let mut seen = f.seen.lock().unwrap();
     seen.ready_statuses.push(ready);
     seen.statuses.push(patch["status"].clone());
-    Json(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})).into_response()
+    seen.status_times.push(Instant::now());
+    match seen.node_store.get_mut(&name) {
+        Some(node) => {
+            merge(node, &patch);
+            Json(node.clone()).into_response()
+        }
+        None => Json(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+            .into_response(),
+    }
 }
 
 async fn apply_lease(
@@ -184,6 +313,7 @@ async fn apply_lease(
 ) -> Response {
     node_call(&f, &headers);
     let lease: Value = serde_json::from_slice(&body).unwrap();
+    f.seen.lock().unwrap().leases.push(Instant::now());
     Json(lease).into_response()
 }
 
@@ -194,11 +324,42 @@ async fn pods(
 ) -> Response {
     node_call(&f, &headers);
     if q.get("watch").map(String::as_str) == Some("true") {
-        // Nothing ever changes.
+        // Nothing changes behind a watch: the list is what the kubelet
+        // gets at each start.
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
-    Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []}))
+    let node = q
+        .get("fieldSelector")
+        .and_then(|s| s.strip_prefix("spec.nodeName="))
+        .unwrap_or_default()
+        .to_string();
+    let items: Vec<Value> = f
+        .seen
+        .lock()
+        .unwrap()
+        .pods
+        .values()
+        .filter(|p| p["spec"]["nodeName"] == node.as_str())
+        .cloned()
+        .collect();
+    Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}))
         .into_response()
+}
+
+async fn patch_pod_status(
+    State(f): State<Arc<Fake>>,
+    headers: HeaderMap,
+    Path((_namespace, name)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    node_call(&f, &headers);
+    let patch: Value = serde_json::from_slice(&body).unwrap();
+    let mut seen = f.seen.lock().unwrap();
+    let Some(pod) = seen.pods.get_mut(&name) else {
+        return status(404, "NotFound");
+    };
+    merge(pod, &patch);
+    Json(pod.clone()).into_response()
 }
 
 struct TlsListener {
@@ -253,19 +414,24 @@ pub async fn fake_apiserver(ip: Ipv4Addr) -> (Arc<Fake>, String, String) {
     let fake = Arc::new(Fake {
         issuer,
         seen: Mutex::default(),
+        revoked: AtomicBool::new(false),
     });
     let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
     let app = axum::Router::new()
         .route(csrs, post(create_csr))
         .route(&format!("{csrs}/{{name}}"), get(get_csr))
         .route("/api/v1/nodes", post(create_node))
-        .route("/api/v1/nodes/{name}", get(get_node))
+        .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
         .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
         .route(
             "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}",
             patch(apply_lease),
         )
         .route("/api/v1/pods", get(pods))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/status",
+            patch(patch_pod_status),
+        )
         .with_state(fake.clone());
     let tcp = TcpListener::bind((ip, 0)).await.unwrap();
     let url = format!("https://{}", tcp.local_addr().unwrap());

@@ -70,6 +70,7 @@ pub fn power_on(
         rescue_user: "rescue".into(),
         machine: Machine::from_offer(id, offer).expect("machine"),
         platform: Platform::Metal,
+        cause: None,
     }))
 }
 
