@@ -24,6 +24,7 @@ mod leadership;
 mod list_faults;
 mod orphans;
 mod reboot;
+mod reboot_kinds;
 mod soak;
 mod standby;
 mod standby_crash;
