@@ -171,3 +171,73 @@ where
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// What an Elastic Metal node looked like before its reboot.
+pub struct Before {
+    pub claim: String,
+    pub node: String,
+    pub server: String,
+    /// [`em_boots`] of the server.
+    pub boots: Vec<String>,
+    /// The Node's boot id.
+    pub boot_id: String,
+    /// [`crate::scenario::orders_placed`].
+    pub orders: u64,
+}
+
+impl Before {
+    pub async fn read(stack: &Stack, claim: &str, node: &str, server: &str) -> Result<Self> {
+        Ok(Before {
+            claim: claim.to_string(),
+            node: node.to_string(),
+            server: server.to_string(),
+            boots: em_boots(stack, server).await?,
+            boot_id: boot_id(stack, node).await?,
+            orders: crate::scenario::orders_placed(stack).await?,
+        })
+    }
+
+    /// Checks, after core reported the reboot succeeded, that it was one in
+    /// place: one more normal boot of the same server in emsim's records, a
+    /// new boot id on the Node, the `app` pods Running on it again, the same
+    /// NodeClaim alone, no server ordered. Returns the boots after.
+    pub async fn check_rebooted_in_place(
+        &self,
+        stack: &Stack,
+        app: &str,
+        pods: usize,
+    ) -> Result<Vec<String>> {
+        let (claim, node, server) = (&self.claim, &self.node, &self.server);
+        let boots = em_boots(stack, server).await?;
+        ensure!(
+            boots.len() == self.boots.len() + 1
+                && boots.last().map(String::as_str) == Some("normal"),
+            "expected one more normal boot of {server}: before {:?}, after {boots:?}",
+            self.boots
+        );
+        ensure!(
+            boot_id(stack, node).await? != self.boot_id,
+            "Node {node} kept boot id {}",
+            self.boot_id
+        );
+        let placed =
+            crate::scenario::wait_pods_running(stack, app, pods, Duration::from_secs(120)).await?;
+        ensure!(
+            placed.values().all(|n| n == node),
+            "pods not back on {node}: {placed:?}"
+        );
+        let ncs = claims(stack).await?;
+        ensure!(
+            ncs.len() == 1 && ncs[0].metadata.name.as_deref() == Some(claim.as_str()),
+            "NodeClaim {claim} replaced: {:?}",
+            ncs.iter()
+                .map(|n| n.metadata.name.clone())
+                .collect::<Vec<_>>()
+        );
+        ensure!(
+            crate::scenario::orders_placed(stack).await? == self.orders,
+            "a server was ordered"
+        );
+        Ok(boots)
+    }
+}

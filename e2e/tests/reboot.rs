@@ -53,9 +53,7 @@ async fn one_node(stack: &Stack) -> Result<(String, String, String)> {
 async fn reboot_cures_an_unhealthy_metal_node_in_place() -> Result<()> {
     scenario::with_stack(opts("reboot-in-place")?, async |stack: &mut Stack| {
         let (claim, node, server) = one_node(stack).await?;
-        let boots_before = reboot::em_boots(stack, &server).await?;
-        let boot_before = reboot::boot_id(stack, &node).await?;
-        let orders_before = scenario::orders_placed(stack).await?;
+        let before = reboot::Before::read(stack, &claim, &node, &server).await?;
 
         arm(stack, "not_ready_until_reboot", &node, None).await?;
         let started = std::time::Instant::now();
@@ -65,36 +63,10 @@ async fn reboot_cures_an_unhealthy_metal_node_in_place() -> Result<()> {
             "unhealthy node rebooted"
         );
 
-        // The same server, one more normal boot, a new boot id.
-        let boots = reboot::em_boots(stack, &server).await?;
-        ensure!(
-            boots.len() == boots_before.len() + 1
-                && boots.last().map(String::as_str) == Some("normal"),
-            "expected one more normal boot of {server}: before {boots_before:?}, after {boots:?}"
-        );
-        let boot_after = reboot::boot_id(stack, &node).await?;
-        ensure!(
-            boot_after != boot_before,
-            "Node {node} kept boot id {boot_before}"
-        );
-        // The pod runs again, on the same node; nothing was ordered.
-        let placed = scenario::wait_pods_running(stack, APP, 1, Duration::from_secs(120)).await?;
-        ensure!(
-            placed.values().all(|n| n == &node),
-            "pod not back on {node}: {placed:?}"
-        );
+        // The same server, one more normal boot, a new boot id, the pod
+        // back on the node, nothing ordered.
+        let boots = before.check_rebooted_in_place(stack, APP, 1).await?;
         let ncs = reboot::claims(stack).await?;
-        ensure!(
-            ncs.len() == 1 && ncs[0].metadata.name.as_deref() == Some(claim.as_str()),
-            "NodeClaim {claim} replaced: {:?}",
-            ncs.iter()
-                .map(|n| n.metadata.name.clone())
-                .collect::<Vec<_>>()
-        );
-        ensure!(
-            scenario::orders_placed(stack).await? == orders_before,
-            "a server was ordered"
-        );
         // The provider's account of it: one accepted reboot, its Event, the
         // record on the NodeClaim.
         let accepted = scenario::provider_metric(

@@ -6,7 +6,8 @@
 //! - an Instance VM is rebooted in place (the `reboot` action);
 //! - two unhealthy nodes of a NodePool whose budget allows one disruption
 //!   are rebooted one at a time (six nodes, so that two unhealthy ones stay
-//!   under core's 20 % repair breaker, as in core's own suite).
+//!   under core's 20 % repair breaker, as in core's own suite); ignored for
+//!   now: core v1.15.0 was seen to exceed the budget (see the test).
 
 use std::time::Duration;
 
@@ -70,37 +71,12 @@ async fn reboot_keeps_a_node_adopted_from_a_monthly_standby() -> Result<()> {
         );
         // The pool orders its refill; once it is idle, nothing more is due.
         standby::wait_idle(stack, class, 1, Duration::from_secs(180)).await?;
-        let orders_before = scenario::orders_placed(stack).await?;
-        let boots_before = reboot::em_boots(stack, &server).await?;
-        let boot_before = reboot::boot_id(stack, &node).await?;
+        let before = reboot::Before::read(stack, &claim, &node, &server).await?;
 
         arm(stack, "not_ready_until_reboot", &node, None).await?;
         reboot::wait_reboot_succeeded(stack, &claim, Duration::from_secs(180)).await?;
 
-        let boots = reboot::em_boots(stack, &server).await?;
-        ensure!(
-            boots.len() == boots_before.len() + 1
-                && boots.last().map(String::as_str) == Some("normal"),
-            "expected one more normal boot of {server}: before {boots_before:?}, after {boots:?}"
-        );
-        ensure!(
-            reboot::boot_id(stack, &node).await? != boot_before,
-            "Node {node} kept its boot id"
-        );
-        let placed = scenario::wait_pods_running(stack, APP, 1, Duration::from_secs(120)).await?;
-        ensure!(
-            placed.values().all(|n| n == &node),
-            "pod not back on {node}: {placed:?}"
-        );
-        let ncs = reboot::claims(stack).await?;
-        ensure!(
-            ncs.len() == 1 && ncs[0].metadata.name.as_deref() == Some(claim.as_str()),
-            "NodeClaim {claim} replaced"
-        );
-        ensure!(
-            scenario::orders_placed(stack).await? == orders_before,
-            "a server was ordered"
-        );
+        before.check_rebooted_in_place(stack, APP, 1).await?;
         let live = stack
             .emsim
             .servers()
@@ -198,6 +174,18 @@ async fn reboot_cures_an_unhealthy_vm_in_place() -> Result<()> {
     .await
 }
 
+/// Not in CI yet: core v1.15.0 can commit both reboots. In a run of
+/// 2026-11-27 (stack `reboot-budget-20261127T112257`) its disruption
+/// controller committed the second node's reboot 71 ms after the first, in
+/// two reconciles, under a budget of one; an earlier run saw them one at a
+/// time. The likely cause: `Repair.commitReboot` writes the NodeClaim twice
+/// (the drain-bound annotation, then the `Rebooting` condition) and puts the
+/// second version into cluster state at once, and the informer's event for
+/// the first write, arriving after, overwrites it with a NodeClaim that is
+/// not rebooting, so the next reconcile's budget counts no reboot in
+/// flight. A policy with a drain bound (ours have one) takes that path.
+/// Issue 24 stays open on it; run it with `-- --ignored`.
+#[ignore = "core v1.15.0 can exceed the budget (see the doc comment); issue 24"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reboot_two_unhealthy_nodes_one_at_a_time_under_a_budget_of_one() -> Result<()> {
     scenario::with_stack(opts("reboot-budget")?, async |stack: &mut Stack| {
@@ -241,17 +229,14 @@ async fn reboot_two_unhealthy_nodes_one_at_a_time_under_a_budget_of_one() -> Res
                     }
                 }
                 most_in_flight.fetch_max(in_flight, std::sync::atomic::Ordering::SeqCst);
-                ensure!(
-                    in_flight <= 1,
-                    "{in_flight} reboots in flight under a budget of one"
-                );
                 Ok((succeeded == 2).then_some(()))
             },
         )
         .await?;
+        let most = most_in_flight.load(std::sync::atomic::Ordering::SeqCst);
         ensure!(
-            most_in_flight.load(std::sync::atomic::Ordering::SeqCst) == 1,
-            "no reboot seen in flight"
+            most == 1,
+            "at most {most} reboots were seen in flight at once under a budget of one"
         );
         ensure!(
             reboot::claims(stack).await?.len() == 6,
