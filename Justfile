@@ -172,11 +172,13 @@ dashboard-picture: build-bridge karpenter-crds talos-config
 
 # Warm metal: a standby's adoption against a cold install of the same offer at time scale 1 (emsim's own timings), docs/figures.md "Warm metal"
 standby-figures: build
-    KPS_TIME_SCALE=1 cargo test -p e2e --test scenarios -- --ignored --nocapture standby::standby_figures_adoption_against_a_cold_install
+    KPS_TIME_SCALE=1 KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" cargo test -p e2e --test scenarios -- --ignored --nocapture standby::standby_figures_adoption_against_a_cold_install
 
-# Issue 14's soak at real Scaleway timings (about an hour and a quarter, by
-# hand, not in CI): the warm path (planner, standby, consolidation onto it)
-# and the cold path (on-demand metal replacing VMs); prints the timelines
-# recorded in docs/figures.md, "The hybrid soak".
+# The soak at real Scaleway timings (about an hour and a quarter, by hand,
+# not in CI), four stacks at once: the warm path (planner, standby,
+# consolidation onto it), the cold path (on-demand metal replacing VMs), and
+# repair by reboot at Elastic Metal's reboot durations (cured in place;
+# rebooted twice, then replaced); prints the timelines recorded in
+# docs/figures.md, "The hybrid soak" and "Repair at real timings".
 soak: build
-    cargo test -p e2e --test scenarios -- --ignored --nocapture --test-threads 2 soak::
+    KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" cargo test -p e2e --test scenarios -- --ignored --nocapture --test-threads 4 soak::

@@ -489,3 +489,18 @@ def karpenter_module_dir():
     if not out:
         raise SystemExit("dashboard-check: sigs.k8s.io/karpenter is not in the module cache (cd bridge && go mod download)")
     return pathlib.Path(out)
+
+
+if __name__ == "__main__":
+    # `python3 hack/metric_names.py core-families`: the metric families Karpenter
+    # core declares at the bridge's version, "name type" per line (the e2e
+    # harness uses it to tell a counter with no sample yet from a wrong name).
+    import sys
+
+    if sys.argv[1:] != ["core-families"]:
+        raise SystemExit("usage: metric_names.py core-families")
+    metrics, problems = core_metrics(karpenter_module_dir())
+    if problems:
+        raise SystemExit("metric_names: " + "; ".join(problems))
+    for name in sorted(metrics):
+        print(name, metrics[name]["type"])

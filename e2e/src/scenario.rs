@@ -52,6 +52,36 @@ pub async fn scale(stack: &Stack, name: &str, replicas: u32) -> Result<()> {
     Ok(())
 }
 
+/// The pods of app `name` Running on a Ready node, not being deleted: pod -> node.
+pub async fn pods_running(stack: &Stack, name: &str) -> Result<BTreeMap<String, String>> {
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), APP_NAMESPACE);
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={name}")))
+        .await?;
+    let mut placed = BTreeMap::new();
+    for p in list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        if running
+            && nodes
+                .get_opt(&node)
+                .await?
+                .as_ref()
+                .is_some_and(kubeutil::node_ready)
+        {
+            placed.insert(p.name_any(), node);
+        }
+    }
+    Ok(placed)
+}
+
 /// Waits until every pod of app `name` is Running on a Ready node; returns pod -> node.
 pub async fn wait_pods_running(
     stack: &Stack,
@@ -59,41 +89,13 @@ pub async fn wait_pods_running(
     replicas: usize,
     timeout: Duration,
 ) -> Result<BTreeMap<String, String>> {
-    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), APP_NAMESPACE);
-    let nodes: Api<Node> = Api::all(stack.client.clone());
     wait::until(
         &format!("{replicas} pods of {name} Running on Ready nodes"),
         timeout,
         Duration::from_millis(500),
-        || {
-            let (pods, nodes) = (pods.clone(), nodes.clone());
-            async move {
-                let list = pods
-                    .list(&ListParams::default().labels(&format!("app={name}")))
-                    .await?;
-                let mut placed = BTreeMap::new();
-                for p in list
-                    .items
-                    .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                {
-                    let running =
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                    let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-                        continue;
-                    };
-                    if running
-                        && nodes
-                            .get_opt(&node)
-                            .await?
-                            .as_ref()
-                            .is_some_and(kubeutil::node_ready)
-                    {
-                        placed.insert(p.name_any(), node);
-                    }
-                }
-                Ok((placed.len() == replicas).then_some(placed))
-            }
+        || async {
+            let placed = pods_running(stack, name).await?;
+            Ok((placed.len() == replicas).then_some(placed))
         },
     )
     .await
@@ -573,6 +575,58 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .fold(0.0, |total, v| total + v)
 }
 
+/// The metric families Karpenter core declares at the bridge's version,
+/// name to type (`counter`, `gauge`, `histogram`, `summary`), read from the
+/// `sigs.k8s.io/karpenter` module's source by `hack/metric_names.py`.
+pub fn core_families() -> Result<&'static BTreeMap<String, String>> {
+    static FAMILIES: std::sync::OnceLock<std::result::Result<BTreeMap<String, String>, String>> =
+        std::sync::OnceLock::new();
+    FAMILIES
+        .get_or_init(|| {
+            let root = crate::stack::repo_root();
+            let out = std::process::Command::new("python3")
+                .arg(root.join("hack/metric_names.py"))
+                .arg("core-families")
+                .current_dir(&root)
+                .output()
+                .map_err(|e| format!("running hack/metric_names.py: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "hack/metric_names.py core-families: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            Ok(String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(n, t)| (n.to_string(), t.trim().to_string()))
+                .collect())
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// A core counter's total in a scrape: the sum of its series with `labels`.
+/// A counter vector with no series yet is not in the exposition at all
+/// (client_golang writes no `# HELP` for it), so a family that `declared`
+/// (see [`core_families`]) lists as a counter and the scrape does not show
+/// reads 0; a name that core does not declare as a counter is an error,
+/// whether or not the scrape shows it.
+pub fn core_counter(
+    text: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    declared: &BTreeMap<String, String>,
+) -> Result<f64> {
+    match declared.get(name).map(String::as_str) {
+        Some("counter") => Ok(metric_sum(text, name, labels)),
+        Some(other) => anyhow::bail!("core declares {name} as a {other}, not a counter"),
+        None => anyhow::bail!(
+            "core declares no metric {name}: wrong name for this version of sigs.k8s.io/karpenter?"
+        ),
+    }
+}
+
 /// The `key="value"` pairs after a series' `{`, values unescaped (they may
 /// hold `{`, `}` or `,`: the provider's `operation="GET /servers/{server_id}"`),
 /// and what follows the closing `}`.
@@ -723,7 +777,45 @@ pub async fn wait_provider_died(stack: &mut Stack, point: &str) -> Result<()> {
 
 #[cfg(test)]
 mod metric_tests {
-    use super::metric_sum;
+    use super::{core_counter, metric_sum};
+
+    /// The soak's reader: a counter not yet incremented reads 0, a wrong
+    /// name fails whether or not the scrape has samples that look like it.
+    #[test]
+    fn a_core_counter_not_incremented_reads_zero_and_a_wrong_name_fails() {
+        let declared: std::collections::BTreeMap<String, String> = [
+            (
+                "karpenter_voluntary_disruption_queue_failures_total",
+                "counter",
+            ),
+            ("karpenter_nodes_allocatable", "gauge"),
+        ]
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+        let name = "karpenter_voluntary_disruption_queue_failures_total";
+        // No command failed: client_golang exposes nothing of the family.
+        let quiet =
+            "# HELP karpenter_nodes_allocatable x\nkarpenter_nodes_allocatable{node=\"a\"} 2\n";
+        assert_eq!(core_counter(quiet, name, &[], &declared).unwrap(), 0.0);
+        let failed = format!(
+            "# HELP {name} x\n# TYPE {name} counter\n{name}{{decision=\"replace\",reason=\"underutilized\"}} 2\n{name}{{decision=\"delete\",reason=\"empty\"}} 1\n"
+        );
+        assert_eq!(core_counter(&failed, name, &[], &declared).unwrap(), 3.0);
+        assert_eq!(
+            core_counter(&failed, name, &[("decision", "delete")], &declared).unwrap(),
+            1.0
+        );
+        // v1.14's name of another family: not declared, an error even when the
+        // scrape happens to show it.
+        let wrong = "karpenter_disruption_queue_failures_total";
+        let with_wrong = format!("{wrong} 0\n");
+        let err = core_counter(&with_wrong, wrong, &[], &declared).unwrap_err();
+        assert!(err.to_string().contains("wrong name"), "{err}");
+        assert!(core_counter(quiet, wrong, &[], &declared).is_err());
+        // A gauge is not read as a counter.
+        assert!(core_counter(quiet, "karpenter_nodes_allocatable", &[], &declared).is_err());
+    }
 
     #[test]
     fn sums_the_series_with_the_labels() {

@@ -6,8 +6,7 @@
 //! - an Instance VM is rebooted in place (the `reboot` action);
 //! - two unhealthy nodes of a NodePool whose budget allows one disruption
 //!   are rebooted one at a time (six nodes, so that two unhealthy ones stay
-//!   under core's 20 % repair breaker, as in core's own suite); ignored for
-//!   now: core v1.15.0 was seen to exceed the budget (see the test).
+//!   under core's 20 % repair breaker, as in core's own suite).
 
 use std::time::Duration;
 
@@ -174,18 +173,12 @@ async fn reboot_cures_an_unhealthy_vm_in_place() -> Result<()> {
     .await
 }
 
-/// Not in CI yet: core v1.15.0 can commit both reboots. In a run of
-/// 2026-11-27 (stack `reboot-budget-20261127T112257`) its disruption
-/// controller committed the second node's reboot 71 ms after the first, in
-/// two reconciles, under a budget of one; an earlier run saw them one at a
-/// time. The likely cause: `Repair.commitReboot` writes the NodeClaim twice
-/// (the drain-bound annotation, then the `Rebooting` condition) and puts the
-/// second version into cluster state at once, and the informer's event for
-/// the first write, arriving after, overwrites it with a NodeClaim that is
-/// not rebooting, so the next reconcile's budget counts no reboot in
-/// flight. A policy with a drain bound (ours have one) takes that path.
-/// Issue 24 stays open on it; run it with `-- --ignored`.
-#[ignore = "core v1.15.0 can exceed the budget (see the doc comment); issue 24"]
+/// The faults are armed only once core has initialized all six nodes: core
+/// repairs a node it has not initialized without budget (it runs no
+/// workload to protect), so a fault armed between the pods running and
+/// the `karpenter.sh/initialized` label would let both reboots through by
+/// design (an earlier version of this test did that, and saw both reboots
+/// committed 46 to 71 ms apart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reboot_two_unhealthy_nodes_one_at_a_time_under_a_budget_of_one() -> Result<()> {
     scenario::with_stack(opts("reboot-budget")?, async |stack: &mut Stack| {
@@ -206,6 +199,29 @@ async fn reboot_two_unhealthy_nodes_one_at_a_time_under_a_budget_of_one() -> Res
         nodes.sort();
         nodes.dedup();
         ensure!(nodes.len() == 6, "expected six nodes, got {placed:?}");
+        let node_api: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(stack.client.clone());
+        wait::until(
+            "the six nodes initialized by core",
+            Duration::from_secs(120),
+            Duration::from_millis(250),
+            || async {
+                for n in &nodes {
+                    let node = node_api.get(n).await?;
+                    if node
+                        .metadata
+                        .labels
+                        .unwrap_or_default()
+                        .get("karpenter.sh/initialized")
+                        != Some(&"true".to_string())
+                    {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            },
+        )
+        .await?;
         let faulted = [nodes[0].clone(), nodes[1].clone()];
         for n in &faulted {
             arm(stack, "not_ready_until_reboot", n, None).await?;

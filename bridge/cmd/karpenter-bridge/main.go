@@ -28,6 +28,7 @@ import (
 
 	pb "github.com/karpenter-provider-scaleway/bridge/gen/cloudprovider/v1"
 	"github.com/karpenter-provider-scaleway/bridge/pkg/cloudprovider"
+	"github.com/karpenter-provider-scaleway/bridge/pkg/freshread"
 	"github.com/karpenter-provider-scaleway/bridge/pkg/gcperiod"
 )
 
@@ -97,7 +98,11 @@ func main() {
 	// Core's own metrics of every call (karpenter_cloudprovider_duration_seconds,
 	// karpenter_cloudprovider_errors_total), as the upstream providers wire them.
 	metered := metrics.Decorate(cp)
-	decorated := overlay.Decorate(metered, op.GetClient(), op.InstanceTypeStore)
+	// Core's controllers read their own writes (see package freshread: core
+	// v1.15.0's cluster state can lose a committed reboot to a late watch
+	// event, and a budget of one then lets a second reboot through).
+	kube := freshread.New(op.GetClient(), op.GetAPIReader(), op.Clock, freshread.DefaultWindow)
+	decorated := overlay.Decorate(metered, kube, op.InstanceTypeStore)
 	// Core's own validation of the repair policies (v1.15): with the
 	// NodeRepair gate on (and not --legacy-node-repair), the set must hold
 	// exactly one default fallback (empty reason regex) whose action is
@@ -106,7 +111,7 @@ func main() {
 	if err != nil {
 		fail(err, "validating the provider's repair policies")
 	}
-	cluster := state.NewCluster(op.Clock, op.GetClient(), decorated, state.WithRepairPolicyMatcher(repairPolicyMatcher))
+	cluster := state.NewCluster(op.Clock, kube, decorated, state.WithRepairPolicyMatcher(repairPolicyMatcher))
 	// Staged reserved capacity is news to consolidation (see
 	// OnReservedCapacityGrew); then GetInstanceTypes answers from the
 	// catalog this stream keeps current.
@@ -119,7 +124,7 @@ func main() {
 		ctx,
 		op.Manager,
 		op.Clock,
-		op.GetClient(),
+		kube,
 		op.EventRecorder,
 		decorated,
 		metered,
