@@ -60,7 +60,7 @@ const DRIFT_OFFER: &str = "EM-L105X-SATA";
 /// Wall-clock delivery of [`CHEAP`] and [`DRIFT_OFFER`] once the fault is
 /// armed: past core's 10-minute window (which starts before the replacement
 /// is created), by enough for the late replacement to join half a minute
-/// after core gave up, as with real 10-12 minute installs.
+/// after core gave up, as with real 10-15 minute installs.
 const SLOW_DELIVERY: Duration = Duration::from_secs(630);
 /// After the change, how long the scenario watches: consolidateAfter, the
 /// window, the late delivery, the next consolidation pass and its order

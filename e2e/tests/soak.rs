@@ -1,4 +1,4 @@
-//! Issue 14's soak, by hand (`just soak`, about an hour and a quarter; not in
+//! The soak, by hand (`just soak`, about an hour and a quarter; not in
 //! CI): the hybrid setup at time scale 1 with real Scaleway timings (emsim
 //! and talos-sim `--timings real`: Elastic Metal delivery 225-287 s, every
 //! reboot 180-300 s, the disk written at 150 MB/s; VMs boot in 45-75 s) and
@@ -21,8 +21,14 @@
 //!   stands idle, `churn/mod.rs`), and no server is left billed without
 //!   being a node.
 //!
-//! Each prints a timeline (every change, at most every 10 s) and core's
-//! disruption commands; docs/figures.md ("The hybrid soak") holds a run.
+//! - `soak_reboot_*` (issue 29): repair by reboot at Elastic Metal's real
+//!   reboot durations with the provider's production tolerations: a node
+//!   made unhealthy is rebooted in place inside core's windows (issuance
+//!   5 min, observation 20 min), nothing ordered; a fault that survives is
+//!   rebooted twice, then replaced with one server ordered.
+//!
+//! Each prints a timeline and core's disruption commands; docs/figures.md
+//! ("The hybrid soak", "Repair by reboot at real timings") holds a run.
 
 use std::time::{Duration, Instant};
 

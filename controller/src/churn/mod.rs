@@ -3,7 +3,7 @@
 //!
 //! Karpenter core gives a disruption replacement 10 minutes (wall clock, not
 //! configurable: `disruption/queue.go`) to become Initialized. An Elastic
-//! Metal install takes 10-12 minutes, so a consolidation *replace* onto a
+//! Metal install takes 10-15 minutes, so a consolidation *replace* onto a
 //! freshly ordered server times out: core un-taints the old node, the late
 //! replacement joins empty, and the next consolidation pass orders another
 //! server while the first idles towards deletion. Every round buys a server
@@ -60,7 +60,7 @@ pub const CHURN_LOOKBACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 /// What an Elastic Metal install takes on real hardware when all goes well
 /// (delivery 3-5 min, two reboots of 3-5 min, the image), in minutes: the
 /// figure the NodePool warning quotes.
-pub const TYPICAL_INSTALL_MINUTES: (u32, u32) = (10, 12);
+pub const TYPICAL_INSTALL_MINUTES: (u32, u32) = (10, 15);
 
 pub const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
 pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
@@ -81,7 +81,7 @@ pub struct PoolView {
     pub underutilized_blocked: bool,
     /// The template's requirements admit on-demand capacity (every Elastic
     /// Metal offering the catalog serves today is on-demand: ordering is what
-    /// takes 10-12 minutes).
+    /// takes 10-15 minutes).
     pub on_demand: bool,
     /// `spec.replicas` is set: a static NodePool, which core never consolidates.
     pub static_replicas: bool,
@@ -112,7 +112,7 @@ impl Risk {
              with consolidateAfter {} may replace a node by a freshly ordered Elastic Metal server, \
              whose install takes {lo}-{hi} min, while Karpenter gives a replacement {} min to become \
              Initialized; past that it gives up and orders again (servers ordered and deleted every \
-             ~12 min).{cost} Fix: consolidationPolicy WhenEmpty for on-demand Elastic Metal NodePools, \
+             ~13 min).{cost} Fix: consolidationPolicy WhenEmpty for on-demand Elastic Metal NodePools, \
              or a budget {{nodes: \"0\", reasons: [Underutilized]}} (docs/troubleshooting.md).",
             self.nodepool,
             self.policy,
@@ -521,7 +521,7 @@ impl Churn {
             "Ordered {offer} for NodePool {pool} while NodeClaim {idle} ({offer}, ordered {age} min ago, \
              Initialized, no pods) stands idle: a consolidation replace that outlasted Karpenter's \
              {window}-minute window is the usual cause, and each round buys another server.{cost} \
-             See docs/troubleshooting.md, \"Servers ordered and deleted every 12 minutes\".",
+             See docs/troubleshooting.md, \"Servers ordered and deleted every 13 minutes\".",
             offer = self.offer,
             pool = self.nodepool,
             idle = self.idle,

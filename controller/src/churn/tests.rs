@@ -31,7 +31,7 @@ fn underutilized_consolidation_of_on_demand_metal_is_a_risk() {
     assert_eq!(r.policy, "WhenEmptyOrUnderutilized");
     assert_eq!(r.consolidate_after, "30s");
     let msg = r.message(Some(0.371));
-    assert!(msg.contains("10-12 min"), "{msg}");
+    assert!(msg.contains("10-15 min"), "{msg}");
     assert!(msg.contains("10 min to become Initialized"), "{msg}");
     assert!(msg.contains("€0.37"), "{msg}");
     assert!(msg.contains("WhenEmpty"), "{msg}");

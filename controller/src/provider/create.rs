@@ -253,7 +253,7 @@ impl Provider {
         // Registration deadline: Karpenter deletes a NodeClaim whose Node has
         // not appeared 15 minutes after the NodeClaim was created (a constant
         // in core, counted from creation), while an Elastic Metal install takes
-        // 10-12 minutes when all goes well and longer when delivery is slow or
+        // 10-15 minutes when all goes well and longer when delivery is slow or
         // the image is written twice. So the Node object is registered now,
         // tainted so that nothing runs on it, and the kubelet adopts it when
         // Talos boots; the engine's own deadlines decide when an install has
