@@ -179,6 +179,6 @@ standby-figures: build
 # consolidation onto it), the cold path (on-demand metal replacing VMs), and
 # repair by reboot at Elastic Metal's reboot durations (cured in place;
 # rebooted twice, then replaced); prints the timelines recorded in
-# docs/figures.md, "The hybrid soak" and "Repair at real timings".
+# docs/figures.md, "The hybrid soak" and "Repair by reboot at real timings".
 soak: build
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" cargo test -p e2e --test scenarios -- --ignored --nocapture --test-threads 4 soak::
