@@ -71,14 +71,14 @@ proto-check:
 unit:
     cargo test --workspace --exclude e2e
     cd bridge && go vet ./... && go test -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0
-    just conformance
+    just sim-conformance
 
 # The simulators against independent clients: the Scaleway Go SDK (emsim),
 # Talos' Go client library and OpenSSH's ssh (talos-sim); rendered configs
 # against each supported Talos minor's machinery (validators/, one source
 # built per minor with its module file talos-v*.mod, by talos-sim/conformance's
 # tests)
-conformance:
+sim-conformance:
     cargo build --workspace --exclude e2e --bins --tests
     for m in emsim/conformance talos-sim/conformance talos-sim/conformance/validators; do (cd "$m" && f=$(gofmt -l .) && { test -z "$f" || { echo "gofmt: $m: $f"; exit 1; }; }); done
     for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go vet ./...); done
@@ -89,6 +89,15 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
     test -z "$(cd bridge && gofmt -l $(git ls-files '*.go' | grep -v '^gen/' || true))"
+
+# Karpenter core's own e2e suites (regression, disruption, performance of the
+# sigs.k8s.io/karpenter module at the bridge's version, compiled as published)
+# against this provider on a local stack; KIND is metal or instance, FOCUS a
+# Ginkgo regular expression. docs/conformance.md has the results.
+conformance SUITE="regression" KIND="metal" FOCUS="": build-bridge karpenter-crds talos-config
+    cargo build --workspace --bins --tests
+    KPS_CORE_SUITES_DIR="$(hack/core-suites.sh | tail -n 1)" KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" \
+        target/debug/kps-conformance --suite "{{SUITE}}" --kind "{{KIND}}" {{ if FOCUS != "" { "--focus '" + FOCUS + "'" } else { "" } }}
 
 # End-to-end: real control plane + real Karpenter core + simulators. The
 # scenarios run KPS_E2E_JOBS (default 2) at a time, each on its own stack

@@ -132,7 +132,16 @@ for values in "${values_files[@]}"; do
 		for doc in yaml.safe_load_all(open(sys.argv[1])):
 		    if not doc or doc.get("kind") != "Deployment":
 		        continue
-		    for c in doc["spec"]["template"]["spec"]["containers"]:
+		    pod = doc["spec"]["template"]["spec"]
+		    # Karpenter core's e2e suites (and its docs' kubectl lines) read and
+		    # patch containers[0] of the Deployment and expect no other.
+		    names = [c["name"] for c in pod["containers"]]
+		    if names != ["controller"]:
+		        sys.exit(f"chart-check: FAIL: the pod's containers are {names}, expected only controller")
+		    sidecars = [c["name"] for c in pod.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+		    if sidecars != ["provider"]:
+		        sys.exit(f"chart-check: FAIL: the pod's native sidecars are {sidecars}, expected provider")
+		    for c in pod.get("initContainers", []) + pod["containers"]:
 		        for e in c.get("env", []):
 		            print(c["name"], e["name"])
 	PY
@@ -147,7 +156,7 @@ for values in "${values_files[@]}"; do
 				grep -rqF "env::var(\"$var\")" controller/src ||
 				die "$name: provider env $var is not read by karpenter-scaleway serve"
 			;;
-		bridge)
+		controller)
 			grep -q "\"$var\"" "$karpenter_dir/pkg/operator/options/options.go" bridge/pkg/cloudprovider/options.go ||
 				die "$name: bridge env $var is read neither by Karpenter core nor by the bridge"
 			;;

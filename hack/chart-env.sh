@@ -5,12 +5,15 @@
 # resolves the references too: e2e/src/stack/chart.rs):
 #
 #   {"namespace": "...", "serviceAccount": "...",
-#    "containers": {"bridge": {"args": [...], "env": {"NAME": "literal"},
+#    "containers": {"controller": {"args": [...], "env": {"NAME": "literal"},
 #                              "fieldRef": {"POD_NAME": "metadata.name"},
 #                              "resourceFieldRef": {"CPU_REQUESTS": "requests.cpu"},
 #                              "secretKeyRef": {"SCW_SECRET_KEY": {"name": "...", "key": "..."}},
 #                              "volumeMounts": {"provider-socket": "/var/run/karpenter"}},
 #                   "provider": {...}}}
+#
+# `provider` is a native sidecar (an init container with restartPolicy Always)
+# and `controller` (Karpenter core in the bridge) the pod's one container.
 #
 # Arguments go to `helm template` (e.g. -f values.yaml, --set clusterName=x);
 # the namespace is `karpenter` unless -n is given.
@@ -40,7 +43,8 @@ out = {
     "serviceAccount": pod["serviceAccountName"],
     "containers": {},
 }
-for c in pod["containers"]:
+sidecars = [c for c in pod.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+for c in sidecars + pod["containers"]:
     entry = {"args": c.get("args", []), "env": {}, "fieldRef": {}, "resourceFieldRef": {},
              "secretKeyRef": {}, "volumeMounts": {}}
     for e in c.get("env", []):

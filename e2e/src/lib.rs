@@ -3,6 +3,7 @@
 //! Kubernetes Go modules, or an existing kubeconfig such as kind), the
 //! simulators, the provider and upstream Karpenter core through the bridge.
 
+pub mod conformance;
 pub mod controlplane;
 pub mod hybrid;
 pub mod image;

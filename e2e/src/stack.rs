@@ -130,6 +130,9 @@ pub struct StackOptions {
     /// delivery and reboots of 3-5 minutes, VM boots of about a minute, the
     /// disk written at 150 MB/s), for runs by hand at time scale 1.
     pub real_timings: bool,
+    /// Chart values over the e2e harness's own (YAML; later wins), e.g. the
+    /// feature gates core's suites need (`kps-conformance`).
+    pub extra_chart_values: Option<String>,
 }
 
 /// A second Talos version whose Instance image exists when
@@ -168,6 +171,7 @@ impl StackOptions {
             replicas: 1,
             instances: false,
             real_timings: false,
+            extra_chart_values: None,
         })
     }
 }
@@ -180,6 +184,10 @@ pub const ACCESS_KEY: &str = "SCWE2EACCESSKEY00000";
 /// The release namespace of the chart, where the NodeClass Secrets live too.
 pub const NAMESPACE: &str = "karpenter";
 pub const ZONE: &str = "fr-par-2";
+/// The Image Factory schematic of the scenarios' NodeClasses (the image
+/// server serves any).
+pub const TALOS_SCHEMATIC: &str =
+    "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 pub const SSH_PORT: u16 = 2222;
 pub const TALOS_PORT: u16 = 50000;
 
@@ -411,12 +419,18 @@ impl Stack {
         chart::apply_credentials(&client, NAMESPACE, ACCESS_KEY, SECRET_KEY, PROJECT_ID).await?;
         let values = opts.work_dir.join("chart-values.stack.yaml");
         std::fs::write(&values, stack_values(&opts, &emsim_url)?)?;
+        let mut value_files = vec![repo_root().join("e2e/chart-values.yaml"), values];
+        if let Some(extra) = &opts.extra_chart_values {
+            let path = opts.work_dir.join("chart-values.extra.yaml");
+            std::fs::write(&path, extra)?;
+            value_files.push(path);
+        }
         let helm = chart::helm_binary(&repo_root())?;
         let rendered = chart::render(
             &helm,
             &repo_root().join("charts/karpenter-scaleway"),
             NAMESPACE,
-            &[repo_root().join("e2e/chart-values.yaml"), values],
+            &value_files,
             &opts.work_dir.join("chart.yaml"),
         )?;
         rendered.apply(&client).await?;
@@ -517,7 +531,7 @@ spec:
   image:
     urlTemplate: "{url}"
     version: {version}
-    schematic: 376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
+    schematic: {schematic}
   rescueSshKey:
     iamKeyId: {key}
     privateKeySecretRef: {{name: rescue-ssh-key, namespace: {NAMESPACE}, key: ssh-privatekey}}
@@ -527,6 +541,7 @@ spec:
             url = self.image.url_template(),
             version = self.opts.talos_version,
             key = self.ssh_key_id,
+            schematic = TALOS_SCHEMATIC,
         )
     }
 

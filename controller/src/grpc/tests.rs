@@ -175,6 +175,22 @@ async fn info_and_repair_policies() {
                 Some(0),
                 Action::ReplaceNode
             ),
+            (
+                "KernelDeadlock",
+                "True",
+                ".*",
+                600,
+                Some(300),
+                Action::RebootNode
+            ),
+            (
+                "ReadonlyFilesystem",
+                "True",
+                ".*",
+                30 * 60,
+                None,
+                Action::ReplaceNode
+            ),
         ]
     );
     h.stop().await;

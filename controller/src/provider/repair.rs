@@ -66,6 +66,22 @@ pub const NOT_READY_DRAIN: Duration = Duration::from_secs(5 * 60);
 /// so the default stays under that.
 pub const DEFAULT_REBOOT_AFTER: Duration = Duration::from_secs(10 * 60);
 
+/// node-problem-detector's kernel monitor sets this condition `True` when
+/// a task has hung in the kernel for minutes (its `KernelDeadlock` rule): the
+/// machine still runs, the kubelet may still say Ready, and only a reboot
+/// cures it. Nothing else on the node resets it, so a node that has it is
+/// rebooted after the reboot toleration, like `Ready=False`.
+pub const KERNEL_DEADLOCK: &str = "KernelDeadlock";
+/// node-problem-detector's kernel monitor sets this condition `True` when the
+/// kernel remounted a filesystem read-only after I/O errors: a failing disk.
+/// A reboot would come back to the same disk, so the node is replaced.
+pub const READONLY_FILESYSTEM: &str = "ReadonlyFilesystem";
+/// How long a read-only filesystem is tolerated before the replacement: long
+/// enough for an operator paged by the condition to look first (a replacement
+/// of a monthly server costs a second month), short enough that workloads do
+/// not sit on a broken disk for hours.
+pub const READONLY_FILESYSTEM_TOLERATION: Duration = Duration::from_secs(30 * 60);
+
 /// Never less than this for `Ready=Unknown`, whatever the deadlines.
 pub const READY_UNKNOWN_MIN_TOLERATION: Duration = Duration::from_secs(30 * 60);
 /// Added to the longest install: the node lifecycle controller and the
@@ -102,6 +118,11 @@ pub fn longest_install(settings: &InstallSettings) -> Duration {
 /// * `Ready=Unknown` with reason [`KUBELET_STOPPED_REASON`] (the kubelet went
 ///   silent after it had joined): reboot after `reboot_after`, no drain (a
 ///   silent kubelet cannot evict);
+/// * [`KERNEL_DEADLOCK`]`=True` (node-problem-detector): reboot after
+///   `reboot_after`, draining for at most [`NOT_READY_DRAIN`];
+/// * [`READONLY_FILESYSTEM`]`=True` (node-problem-detector): replace after
+///   [`READONLY_FILESYSTEM_TOLERATION`], drained by the NodeClaim's own grace
+///   period (the node still runs its pods);
 /// * the default fallback, `Ready=Unknown` with any other reason (above all
 ///   `NodeStatusNeverUpdated`, the state of an early-registered Node during
 ///   its whole install): replace after the longest install plus
@@ -139,6 +160,24 @@ pub fn repair_policies(settings: &InstallSettings, reboot_after: Duration) -> Ve
             reason_regex: String::new(),
             toleration: unknown,
             termination_grace_period: Some(Duration::ZERO),
+            priority: 0,
+            action: RepairAction::Replace,
+        },
+        RepairPolicy {
+            condition_type: KERNEL_DEADLOCK.into(),
+            condition_status: "True".into(),
+            reason_regex: ".*".into(),
+            toleration: reboot_after,
+            termination_grace_period: Some(NOT_READY_DRAIN),
+            priority: 0,
+            action: RepairAction::Reboot,
+        },
+        RepairPolicy {
+            condition_type: READONLY_FILESYSTEM.into(),
+            condition_status: "True".into(),
+            reason_regex: ".*".into(),
+            toleration: READONLY_FILESYSTEM_TOLERATION,
+            termination_grace_period: None,
             priority: 0,
             action: RepairAction::Replace,
         },
@@ -196,6 +235,24 @@ mod tests {
                     priority: 0,
                     action: RepairAction::Replace,
                 },
+                RepairPolicy {
+                    condition_type: "KernelDeadlock".into(),
+                    condition_status: "True".into(),
+                    reason_regex: ".*".into(),
+                    toleration: Duration::from_secs(10 * MIN),
+                    termination_grace_period: Some(Duration::from_secs(5 * MIN)),
+                    priority: 0,
+                    action: RepairAction::Reboot,
+                },
+                RepairPolicy {
+                    condition_type: "ReadonlyFilesystem".into(),
+                    condition_status: "True".into(),
+                    reason_regex: ".*".into(),
+                    toleration: Duration::from_secs(30 * MIN),
+                    termination_grace_period: None,
+                    priority: 0,
+                    action: RepairAction::Replace,
+                },
             ]
         );
         // Core's start-up validation: exactly one default fallback, and it
@@ -206,8 +263,12 @@ mod tests {
             .collect();
         assert_eq!(fallbacks.len(), 1);
         assert_eq!(fallbacks[0].action, RepairAction::Replace);
-        // Core's e2e suite backdates its reboot fault by 11 minutes.
+        // Core's e2e suites (docs/conformance.md) inject KernelDeadlock=True
+        // backdated 11 minutes, which must be reboot-eligible and not yet
+        // replace-eligible, and ReadonlyFilesystem=True backdated 24 hours,
+        // which must be replace-eligible.
         assert!(DEFAULT_REBOOT_AFTER < Duration::from_secs(11 * MIN));
+        assert!(READONLY_FILESYSTEM_TOLERATION < Duration::from_secs(24 * 60 * MIN));
     }
 
     #[test]
@@ -218,7 +279,7 @@ mod tests {
             .filter(|p| p.action == RepairAction::Reboot)
             .map(|p| p.toleration)
             .collect();
-        assert_eq!(reboots, vec![Duration::from_secs(7); 2]);
+        assert_eq!(reboots, vec![Duration::from_secs(7); 3]);
     }
 
     #[test]

@@ -562,6 +562,7 @@ async fn resolve_value_from(
                 .spec
                 .containers
                 .iter()
+                .chain(pod.spec.init_containers.iter().flatten())
                 .find(|x| &x.name == c)
                 .with_context(|| {
                     format!("env {env}: resourceFieldRef names container {c}, not in the pod")

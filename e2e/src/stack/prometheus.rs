@@ -232,7 +232,7 @@ mod tests {
         let pod = |i: u16| PodTargets {
             pod: format!("kps-{i}"),
             provider: ("provider".into(), format!("127.0.0.1:{}", 8000 + i)),
-            core: ("bridge".into(), format!("127.0.0.1:{}", 9000 + i)),
+            core: ("controller".into(), format!("127.0.0.1:{}", 9000 + i)),
         };
         let text = config(&[pod(0), pod(1)]).unwrap();
         let v: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
@@ -241,7 +241,7 @@ mod tests {
         assert_eq!(jobs.len(), 2);
         for (job, name, port, container) in [
             (&jobs[0], PROVIDER_JOB, 8000, "provider"),
-            (&jobs[1], CORE_JOB, 9000, "bridge"),
+            (&jobs[1], CORE_JOB, 9000, "controller"),
         ] {
             assert_eq!(job["job_name"], name);
             assert_eq!(job["metrics_path"], "/metrics");

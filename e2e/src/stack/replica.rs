@@ -106,10 +106,24 @@ pub async fn resolve(inputs: &ReplicaInputs<'_>) -> Result<(Vec<Replica>, Vec<St
         };
         let mut provider = None;
         let mut bridge = None;
-        for c in &spec.containers {
+        // The provider is a native sidecar (an init container that keeps
+        // running), Karpenter core the pod's one container.
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        ensure!(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .all(|c| c.restart_policy.as_deref() == Some("Always")),
+            "the chart's pod has an init container that is not a sidecar: the harness cannot run it"
+        );
+        for c in sidecars.chain(&spec.containers) {
             let program = match c.name.as_str() {
                 "provider" => inputs.bins.rust_bin_dir.join("karpenter-scaleway"),
-                "bridge" => inputs.bins.bridge.clone(),
+                "controller" => inputs.bins.bridge.clone(),
                 other => bail!("the chart's pod has a container {other} the harness cannot run"),
             };
             let mut p = chart::container_process(&pod, c, program).await?;
@@ -122,7 +136,7 @@ pub async fn resolve(inputs: &ReplicaInputs<'_>) -> Result<(Vec<Replica>, Vec<St
             }
         }
         let provider = provider.context("the chart's pod has no provider container")?;
-        let bridge = bridge.context("the chart's pod has no bridge container")?;
+        let bridge = bridge.context("the chart's pod has no controller container")?;
         let socket = provider.env("PROVIDER_SOCKET").unwrap_or_default();
         ensure!(
             !socket.is_empty() && bridge.env("PROVIDER_SOCKET") == Some(socket),

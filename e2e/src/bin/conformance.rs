@@ -1,0 +1,249 @@
+#![forbid(unsafe_code)]
+//! `just conformance [SUITE] [KIND] [FOCUS]`: Karpenter core's own e2e suites
+//! (`test/suites/<suite>` of the `sigs.k8s.io/karpenter` module at the
+//! bridge's version, compiled as published by `hack/core-suites.sh`) against
+//! this provider on the local stack: a real control plane, Karpenter core in
+//! the bridge, the provider from the chart, emsim and talos-sim time-scaled.
+//! Our default NodeClass and NodePool are `e2e/conformance/*.yaml`; the
+//! specs that cannot apply to Scaleway are skipped by `e2e/conformance/skips.yaml`,
+//! each with its reason. Prints one row per spec and ends with
+//! `N passed, N failed, N skipped`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::Parser;
+use e2e::conformance::{self, Kind, Suite};
+use e2e::stack::{self, NAMESPACE, Stack, StackOptions, ZONE};
+
+#[derive(Parser)]
+#[command(about = "Karpenter core's e2e suites against this provider on the local stack")]
+struct Args {
+    /// regression, disruption or performance.
+    #[arg(long, default_value = "regression")]
+    suite: String,
+    /// The NodeClass kind: metal (Elastic Metal) or instance (Instances).
+    #[arg(long, default_value = "metal")]
+    kind: String,
+    /// Run only the specs matching this regular expression (--ginkgo.focus).
+    #[arg(long)]
+    focus: Option<String>,
+    /// Where hack/core-suites.sh put the compiled suites.
+    #[arg(long, env = "KPS_CORE_SUITES_DIR")]
+    suites_dir: PathBuf,
+    /// Also write the table and the JSON report here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Ginkgo's whole-suite timeout.
+    #[arg(long, default_value = "3h")]
+    timeout: String,
+}
+
+/// The node conditions the repair and reboot specs inject, and what the
+/// provider's repair policies do with them (controller/src/provider/repair.rs):
+/// node-problem-detector's KernelDeadlock is rebooted after 10 minutes (core
+/// backdates it 11), ReadonlyFilesystem replaced after 30 (core backdates
+/// it 24 hours). Nothing on a node resets either.
+const REBOOT_CONDITION: &str = "KernelDeadlock=True";
+const REPAIR_CONDITION: &str = "ReadonlyFilesystem=True";
+
+/// Feature gates the chart leaves off and the suites need: turned on for
+/// the run, as core's own CI turns them on for its kwok provider.
+const CHART_VALUES: &str = "settings:
+  featureGates:
+    nodeRepair: true
+    staticCapacity: true
+    capacityBuffer: true
+";
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    e2e::install_crypto();
+    let _ = tracing_subscriber::fmt().with_env_filter("warn").try_init();
+    let suite = Suite::parse(&args.suite)?;
+    let kind = Kind::parse(&args.kind)?;
+    let root = stack::repo_root();
+    let dir = root.join("e2e/conformance");
+    let all_skips = conformance::load_skips(&dir.join("skips.yaml"))?;
+    let skips = conformance::skips_for(&all_skips, suite, kind);
+
+    let binary = args.suites_dir.join(format!("{}.test", suite.name()));
+    ensure!(
+        binary.is_file(),
+        "{} missing: run hack/core-suites.sh (just conformance does)",
+        binary.display()
+    );
+    let module_dir = std::fs::read_to_string(args.suites_dir.join("module-dir"))
+        .context("module-dir missing in the suites dir: run hack/core-suites.sh")?;
+    let suite_dir = PathBuf::from(module_dir.trim())
+        .join("test/suites")
+        .join(suite.name());
+
+    let mut opts =
+        StackOptions::for_test(&format!("conformance-{}-{}", suite.name(), kind.name()))?;
+    opts.instances = kind == Kind::Instance;
+    opts.extra_chart_values = Some(CHART_VALUES.to_string());
+    let work = opts.work_dir.clone();
+    println!(
+        "kps-conformance: core's {} suite on {} NodeClasses; logs in {}",
+        suite.name(),
+        kind.name(),
+        work.display()
+    );
+    let stack = Stack::up(opts).await?;
+    let result = run(
+        &args, &stack, suite, kind, &dir, &skips, &binary, &suite_dir,
+    )
+    .await;
+    let leaked = stack.assert_no_secrets().await;
+    stack.stop().await;
+    let (passed, failed, skipped) = result?;
+    leaked?;
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    args: &Args,
+    stack: &Stack,
+    suite: Suite,
+    kind: Kind,
+    dir: &std::path::Path,
+    skips: &[conformance::Skip],
+    binary: &std::path::Path,
+    suite_dir: &std::path::Path,
+) -> Result<(usize, usize, usize)> {
+    let work = &stack.opts.work_dir;
+    let vars = BTreeMap::from([
+        ("ZONE", ZONE.to_string()),
+        ("IMAGE_URL_TEMPLATE", stack.image.url_template()),
+        ("TALOS_VERSION", stack.opts.talos_version.clone()),
+        ("TALOS_SCHEMATIC", stack::TALOS_SCHEMATIC.to_string()),
+        ("RESCUE_SSH_KEY_ID", stack.ssh_key_id.clone()),
+        ("NAMESPACE", NAMESPACE.to_string()),
+    ]);
+    let nodeclass = work.join("conformance-nodeclass.yaml");
+    let template = std::fs::read_to_string(dir.join(kind.nodeclass_file()))?;
+    std::fs::write(&nodeclass, conformance::fill(&template, &vars)?)?;
+    let nodepool = dir.join("nodepool.yaml");
+    let report = work.join("ginkgo-report.json");
+    let output = work.join("outputs");
+    std::fs::create_dir_all(&output)?;
+
+    let mut cmd = Command::new(binary);
+    cmd.current_dir(suite_dir)
+        .arg("-test.v")
+        .arg(format!("-test.timeout={}", args.timeout))
+        .arg(format!("-ginkgo.timeout={}", args.timeout))
+        .arg("-ginkgo.grace-period=5m")
+        .arg("-ginkgo.v")
+        .arg("-ginkgo.no-color")
+        .arg(format!("-ginkgo.json-report={}", report.display()))
+        .arg(format!(
+            "--kubeconfig={}",
+            stack.cp.kubeconfig_path().display()
+        ))
+        .arg(format!("--default-nodeclass={}", nodeclass.display()))
+        .arg(format!("--default-nodepool={}", nodepool.display()))
+        .arg(format!("--repair-condition={REPAIR_CONDITION}"))
+        .arg(format!("--reboot-condition={REBOOT_CONDITION}"))
+        .env("OUTPUT_DIR", &output)
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(focus) = &args.focus {
+        cmd.arg(format!("-ginkgo.focus={focus}"));
+    }
+    if let Some(re) = conformance::skip_regex(skips) {
+        cmd.arg(format!("-ginkgo.skip={re}"));
+    }
+    let started = Instant::now();
+    let log_path = work.join("logs/core-suite.log");
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    // The suite's whole output to the log; to the terminal, only each spec's
+    // outcome and name and the summary (a blocking copy: the stack's own
+    // tasks keep running on the runtime meanwhile).
+    println!("the suite's output: {}", log_path.display());
+    let copy = tokio::task::spawn_blocking(move || -> Result<()> {
+        let mut log = std::fs::File::create(&log_path)?;
+        let mut progress = conformance::Progress::default();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line?;
+            writeln!(log, "{line}")?;
+            if let Some(shown) = progress.line(&line) {
+                println!("{shown}");
+            }
+        }
+        Ok(())
+    });
+    // Ctrl-C or SIGTERM: Ginkgo gets SIGINT (it runs the spec's cleanup and
+    // writes its report), then the stack stops as after any run; a second
+    // signal kills the suite at once.
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut wait = tokio::task::spawn_blocking(move || child.wait());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupts = 0;
+    let status = loop {
+        tokio::select! {
+            status = &mut wait => break status??,
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        interrupts += 1;
+        let signal = if interrupts == 1 {
+            eprintln!(
+                "kps-conformance: interrupted; the suite cleans up, then the stack stops (again to kill)"
+            );
+            nix::sys::signal::Signal::SIGINT
+        } else {
+            nix::sys::signal::Signal::SIGKILL
+        };
+        let _ = nix::sys::signal::kill(pid, signal);
+    };
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    copy.await??;
+    ensure!(interrupts == 0, "interrupted ({status})");
+
+    let json = std::fs::read_to_string(&report)
+        .with_context(|| format!("{} wrote no report ({status})", binary.display()))?;
+    let results = conformance::parse_report(&json, skips)?;
+    if args.focus.is_none() {
+        conformance::check_skips_exist(skips, &results)?;
+    }
+    let (passed, failed, skipped) = conformance::counts(&results);
+    let table = conformance::markdown_table(&results);
+    let header = format!(
+        "core {} suite, {} NodeClasses ({}), {minutes:.1} min: {passed} passed, {failed} failed, {skipped} skipped\n\n",
+        suite.name(),
+        kind.name(),
+        kind.nodeclass_kind()
+    );
+    let md = work.join(format!("conformance-{}-{}.md", suite.name(), kind.name()));
+    std::fs::write(&md, format!("{header}{table}"))?;
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out)?;
+        std::fs::copy(&md, out.join(md.file_name().unwrap_or_default()))?;
+        std::fs::copy(
+            &report,
+            out.join(format!("ginkgo-{}-{}.json", suite.name(), kind.name())),
+        )?;
+    }
+    println!("\n{header}{table}");
+    println!("table: {}", md.display());
+    if failed == 0 && !status.success() {
+        bail!("the suite exited with {status} although no spec failed: see its log");
+    }
+    Ok((passed, failed, skipped))
+}

@@ -1,0 +1,560 @@
+//! Karpenter core's own end-to-end suites (`test/suites/*` of the
+//! `sigs.k8s.io/karpenter` module at the bridge's version) against this
+//! provider: the pieces `kps-conformance` (`just conformance`) is made of.
+//! The suites are run as they are published, never copied or patched; this
+//! module fills in our default NodeClass and NodePool files, names the specs
+//! that cannot apply to Scaleway (with the reason), and reads Ginkgo's JSON
+//! report into the table of docs/conformance.md.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail, ensure};
+use serde::Deserialize;
+
+/// A suite of core's `test/suites`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Suite {
+    Regression,
+    Disruption,
+    Performance,
+}
+
+impl Suite {
+    pub const ALL: [Suite; 3] = [Suite::Regression, Suite::Disruption, Suite::Performance];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Regression => "regression",
+            Suite::Disruption => "disruption",
+            Suite::Performance => "performance",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Suite> {
+        Suite::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .with_context(|| format!("unknown suite {s:?} (regression, disruption, performance)"))
+    }
+}
+
+/// The NodeClass kind the suites run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// `ScalewayElasticMetalNodeClass`.
+    Metal,
+    /// `ScalewayInstanceNodeClass`.
+    Instance,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Metal, Kind::Instance];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Metal => "metal",
+            Kind::Instance => "instance",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .with_context(|| format!("unknown NodeClass kind {s:?} (metal, instance)"))
+    }
+
+    /// The committed default NodeClass file (under `e2e/conformance/`).
+    pub fn nodeclass_file(self) -> &'static str {
+        match self {
+            Kind::Metal => "metal-nodeclass.yaml",
+            Kind::Instance => "instance-nodeclass.yaml",
+        }
+    }
+
+    /// `kind:` of that NodeClass.
+    pub fn nodeclass_kind(self) -> &'static str {
+        match self {
+            Kind::Metal => "ScalewayElasticMetalNodeClass",
+            Kind::Instance => "ScalewayInstanceNodeClass",
+        }
+    }
+}
+
+/// Replaces every `${NAME}` of `template` by `vars[NAME]`; a name without a
+/// value is an error (core would read a NodeClass with a literal `${...}`).
+pub fn fill(template: &str, vars: &BTreeMap<&str, String>) -> Result<String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .with_context(|| format!("unclosed ${{ in {:?}", &rest[start..]))?;
+        let name = &after[..end];
+        let value = vars
+            .get(name)
+            .with_context(|| format!("no value for ${{{name}}}"))?;
+        out.push_str(value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// A spec skipped on this provider, and why (`e2e/conformance/skips.yaml`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct Skip {
+    pub suite: String,
+    /// The spec's full text as Ginkgo matches it: the container texts and
+    /// the leaf text, joined by spaces.
+    pub spec: String,
+    /// The kinds it is skipped on (every kind when absent).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    pub reason: String,
+}
+
+impl Skip {
+    fn applies(&self, suite: Suite, kind: Kind) -> bool {
+        self.suite == suite.name()
+            && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind.name()))
+    }
+}
+
+pub fn load_skips(path: &Path) -> Result<Vec<Skip>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let skips: Vec<Skip> =
+        serde_yaml_ng::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    for s in &skips {
+        Suite::parse(&s.suite)?;
+        for k in &s.kinds {
+            Kind::parse(k)?;
+        }
+        ensure!(
+            !s.reason.trim().is_empty(),
+            "skip of {:?} gives no reason",
+            s.spec
+        );
+    }
+    Ok(skips)
+}
+
+/// The skips of `suite` on `kind`.
+pub fn skips_for(skips: &[Skip], suite: Suite, kind: Kind) -> Vec<Skip> {
+    skips
+        .iter()
+        .filter(|s| s.applies(suite, kind))
+        .cloned()
+        .collect()
+}
+
+/// A Go regular expression matching these specs' full texts
+/// (`--ginkgo.skip`); `None` when there are none. Not anchored: Ginkgo
+/// matches it against a text that is more than the spec's full text (an
+/// anchored expression matches nothing); [`check_skips_exist`] makes sure
+/// each names a spec, and the report shows every spec it skipped.
+pub fn skip_regex(skips: &[Skip]) -> Option<String> {
+    if skips.is_empty() {
+        return None;
+    }
+    let alternatives: Vec<String> = skips.iter().map(|s| go_regex_escape(&s.spec)).collect();
+    Some(format!("(?:{})", alternatives.join("|")))
+}
+
+/// Escapes the metacharacters of Go's `regexp` syntax (what
+/// `regexp.QuoteMeta` escapes).
+pub fn go_regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What became of one spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecResult {
+    /// Containers and leaf, joined by " › " for reading.
+    pub name: String,
+    /// The full text Ginkgo matches (joined by spaces).
+    pub full_text: String,
+    /// Ginkgo's state: passed, failed, skipped, panicked, timedout, ...
+    pub state: String,
+    pub seconds: f64,
+    /// The skip reason or the failure message (first line).
+    pub note: String,
+}
+
+impl SpecResult {
+    pub fn passed(&self) -> bool {
+        self.state == "passed"
+    }
+
+    pub fn skipped(&self) -> bool {
+        self.state == "skipped" || self.state == "pending"
+    }
+
+    pub fn failed(&self) -> bool {
+        !self.passed() && !self.skipped()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct GinkgoReport {
+    #[serde(default)]
+    spec_reports: Vec<GinkgoSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct GinkgoSpec {
+    #[serde(default)]
+    container_hierarchy_texts: Vec<String>,
+    leaf_node_type: String,
+    #[serde(default)]
+    leaf_node_text: String,
+    state: String,
+    /// Nanoseconds (Go's `time.Duration`).
+    #[serde(default)]
+    run_time: i64,
+    #[serde(default)]
+    failure: Option<GinkgoFailure>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct GinkgoFailure {
+    #[serde(default)]
+    message: String,
+}
+
+/// Reads Ginkgo's `--json-report`: one result per `It` (table entries
+/// included), in run order. Setup nodes that failed (a `BeforeSuite`) are
+/// reported as results of their own, so that they cannot go unseen.
+pub fn parse_report(json: &str, skips: &[Skip]) -> Result<Vec<SpecResult>> {
+    let reports: Vec<GinkgoReport> =
+        serde_json::from_str(json).context("parsing Ginkgo's JSON report")?;
+    ensure!(!reports.is_empty(), "Ginkgo's JSON report holds no suite");
+    let mut out = Vec::new();
+    for r in reports {
+        for s in r.spec_reports {
+            let is_spec = s.leaf_node_type == "It";
+            if !is_spec && s.state == "passed" {
+                continue;
+            }
+            let mut texts = s.container_hierarchy_texts.clone();
+            let leaf = if s.leaf_node_text.is_empty() {
+                s.leaf_node_type.clone()
+            } else {
+                s.leaf_node_text.clone()
+            };
+            texts.push(leaf);
+            let full_text = texts.join(" ");
+            let message = s
+                .failure
+                .map(|f| f.message)
+                .unwrap_or_default()
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or_default()
+                .to_string();
+            let note = if s.state == "skipped" && message.is_empty() {
+                skips
+                    .iter()
+                    .find(|k| k.spec == full_text)
+                    .map(|k| k.reason.clone())
+                    .unwrap_or_default()
+            } else {
+                message
+            };
+            out.push(SpecResult {
+                name: texts.join(" › "),
+                full_text,
+                state: s.state,
+                seconds: s.run_time as f64 / 1e9,
+                note,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Counts (passed, failed, skipped).
+pub fn counts(results: &[SpecResult]) -> (usize, usize, usize) {
+    let passed = results.iter().filter(|r| r.passed()).count();
+    let failed = results.iter().filter(|r| r.failed()).count();
+    let skipped = results.iter().filter(|r| r.skipped()).count();
+    (passed, failed, skipped)
+}
+
+/// The rows of docs/conformance.md's table for one run.
+pub fn markdown_table(results: &[SpecResult]) -> String {
+    let mut out = String::from("| spec | result | duration | note |\n|---|---|---|---|\n");
+    for r in results {
+        let note = r.note.replace('|', "\\|");
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r.name.replace('|', "\\|"),
+            r.state,
+            duration(r.seconds),
+            note
+        ));
+    }
+    out
+}
+
+fn duration(seconds: f64) -> String {
+    if seconds < 60.0 {
+        format!("{seconds:.1} s")
+    } else {
+        format!("{:.1} min", seconds / 60.0)
+    }
+}
+
+/// Picks from Ginkgo's verbose output what a person watching a run needs:
+/// the number of specs, each spec's outcome (`• [12.3 seconds]`,
+/// `• [FAILED] [900.1 seconds]`, `S [SKIPPED] ...`) with the name of the
+/// spec it ends (printed after a separator when the spec started), failure
+/// summaries and the final tally.
+#[derive(Debug, Default)]
+pub struct Progress {
+    after_separator: bool,
+    /// The name of the spec running.
+    current: Option<String>,
+}
+
+impl Progress {
+    pub fn line(&mut self, line: &str) -> Option<String> {
+        let trimmed = line.trim_end();
+        let after_separator = std::mem::take(&mut self.after_separator);
+        if trimmed.starts_with("------------------------------") {
+            self.after_separator = true;
+            return None;
+        }
+        let is_outcome =
+            trimmed.starts_with("• [") || trimmed.starts_with("S [") || trimmed.starts_with("P [");
+        if is_outcome {
+            let name = self.current.take().unwrap_or_default();
+            return Some(format!("{trimmed} {name}").trim_end().to_string());
+        }
+        let setup = trimmed.starts_with('[') || trimmed.starts_with("SS") || trimmed.is_empty();
+        if after_separator && !setup {
+            self.current = Some(trimmed.to_string());
+            return None;
+        }
+        let summary = trimmed.starts_with("Will run ")
+            || trimmed.starts_with("Ran ")
+            || trimmed.starts_with("SUCCESS!")
+            || trimmed.starts_with("FAIL!")
+            || trimmed.starts_with("  [FAIL]")
+            || trimmed.starts_with("[FAIL]")
+            || trimmed.contains("[BeforeSuite] [FAILED]")
+            || trimmed.contains("[AfterSuite] [FAILED]");
+        summary.then(|| trimmed.to_string())
+    }
+}
+
+/// Fails unless every skip names a spec the suite has: a renamed spec in a
+/// newer core must not leave a stale skip that silently skips nothing.
+pub fn check_skips_exist(skips: &[Skip], results: &[SpecResult]) -> Result<()> {
+    for s in skips {
+        if !results.iter().any(|r| r.full_text == s.spec) {
+            bail!(
+                "e2e/conformance/skips.yaml names {:?}, which this suite does not have",
+                s.spec
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_replaces_every_variable_and_refuses_an_unknown_one() {
+        let vars = BTreeMap::from([("ZONE", "fr-par-2".to_string()), ("V", "x".to_string())]);
+        assert_eq!(
+            fill("zones: [${ZONE}] ${V}${V}", &vars).unwrap(),
+            "zones: [fr-par-2] xx"
+        );
+        let err = fill("a ${NOPE} b", &vars).unwrap_err().to_string();
+        assert!(err.contains("NOPE"), "{err}");
+        assert!(fill("a ${ZONE", &vars).is_err());
+    }
+
+    #[test]
+    fn the_committed_templates_fill_with_the_runner_variables() {
+        let dir = crate::stack::repo_root().join("e2e/conformance");
+        let vars = BTreeMap::from([
+            ("ZONE", "z".to_string()),
+            ("IMAGE_URL_TEMPLATE", "u".to_string()),
+            ("TALOS_VERSION", "v1.13.9".to_string()),
+            ("TALOS_SCHEMATIC", "s".to_string()),
+            ("RESCUE_SSH_KEY_ID", "k".to_string()),
+            ("NAMESPACE", "n".to_string()),
+        ]);
+        for kind in Kind::ALL {
+            let text = std::fs::read_to_string(dir.join(kind.nodeclass_file())).unwrap();
+            let filled = fill(&text, &vars).unwrap();
+            let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&filled).unwrap();
+            assert_eq!(v["kind"].as_str(), Some(kind.nodeclass_kind()));
+        }
+        let pool = std::fs::read_to_string(dir.join("nodepool.yaml")).unwrap();
+        let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&pool).unwrap();
+        assert_eq!(v["kind"].as_str(), Some("NodePool"));
+        let skips = load_skips(&dir.join("skips.yaml")).unwrap();
+        assert!(!skips.is_empty());
+    }
+
+    #[test]
+    fn the_skip_regex_matches_exactly_the_named_specs() {
+        let skips = vec![Skip {
+            suite: "regression".into(),
+            spec: "Drift NodePool Drift NodeRequirements (spot)".into(),
+            kinds: vec![],
+            reason: "r".into(),
+        }];
+        let re = skip_regex(&skips).unwrap();
+        assert_eq!(re, r"(?:Drift NodePool Drift NodeRequirements \(spot\))");
+        assert_eq!(skip_regex(&[]), None);
+        assert_eq!(go_regex_escape("a.b*c[d]"), r"a\.b\*c\[d\]");
+    }
+
+    #[test]
+    fn skips_apply_per_suite_and_kind() {
+        let s = |suite: &str, kinds: &[&str]| Skip {
+            suite: suite.into(),
+            spec: "x".into(),
+            kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            reason: "r".into(),
+        };
+        let all = vec![
+            s("regression", &[]),
+            s("regression", &["instance"]),
+            s("disruption", &[]),
+        ];
+        assert_eq!(skips_for(&all, Suite::Regression, Kind::Metal).len(), 1);
+        assert_eq!(skips_for(&all, Suite::Regression, Kind::Instance).len(), 2);
+        assert_eq!(skips_for(&all, Suite::Disruption, Kind::Metal).len(), 1);
+    }
+
+    const REPORT: &str = r#"[{"SuiteDescription":"Regression","SpecReports":[
+      {"LeafNodeType":"BeforeSuite","LeafNodeText":"","State":"passed","RunTime":5},
+      {"ContainerHierarchyTexts":["Chaos","Runaway Scale-Up"],"LeafNodeType":"It",
+       "LeafNodeText":"should not scale up with spot","State":"skipped","RunTime":0},
+      {"ContainerHierarchyTexts":["Integration"],"LeafNodeType":"It",
+       "LeafNodeText":"should pass","State":"passed","RunTime":90500000000},
+      {"ContainerHierarchyTexts":["Reboot"],"LeafNodeType":"It","LeafNodeText":"needs a flag",
+       "State":"skipped","RunTime":1000000,"Failure":{"Message":"reboot specs require --reboot-condition"}},
+      {"ContainerHierarchyTexts":["NodeClaim"],"LeafNodeType":"It","LeafNodeText":"fails",
+       "State":"failed","RunTime":2000000000,"Failure":{"Message":"\n  Timed out after 900s.\nmore"}},
+      {"LeafNodeType":"AfterSuite","State":"failed","Failure":{"Message":"cleanup failed"}}
+    ]}]"#;
+
+    #[test]
+    fn the_report_gives_one_row_per_spec_with_reasons_and_failed_setup_nodes() {
+        let skips = vec![Skip {
+            suite: "regression".into(),
+            spec: "Chaos Runaway Scale-Up should not scale up with spot".into(),
+            kinds: vec![],
+            reason: "no spot on Scaleway".into(),
+        }];
+        let results = parse_report(REPORT, &skips).unwrap();
+        let rows: Vec<_> = results
+            .iter()
+            .map(|r| (r.name.as_str(), r.state.as_str(), r.note.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    "Chaos › Runaway Scale-Up › should not scale up with spot",
+                    "skipped",
+                    "no spot on Scaleway"
+                ),
+                ("Integration › should pass", "passed", ""),
+                (
+                    "Reboot › needs a flag",
+                    "skipped",
+                    "reboot specs require --reboot-condition"
+                ),
+                ("NodeClaim › fails", "failed", "Timed out after 900s."),
+                ("AfterSuite", "failed", "cleanup failed"),
+            ]
+        );
+        assert_eq!(counts(&results), (1, 2, 2));
+        assert!((results[1].seconds - 90.5).abs() < 1e-9);
+        check_skips_exist(&skips, &results).unwrap();
+        let stale = vec![Skip {
+            spec: "gone".into(),
+            ..skips[0].clone()
+        }];
+        assert!(check_skips_exist(&stale, &results).is_err());
+        let table = markdown_table(&results);
+        assert!(
+            table.contains("| Integration › should pass | passed | 1.5 min |  |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn progress_joins_each_outcome_with_its_spec_name() {
+        let output = "Will run 3 of 75 specs
+------------------------------
+[BeforeSuite] 
+/x/suite_test.go:48
+[BeforeSuite] PASSED [0.116 seconds]
+------------------------------
+SSSSSSSS
+------------------------------
+Integration DaemonSet should pass
+/path/file.go:12
+    logger.go: chatter
+[CREATED/UPDATED] NODE x
+• [117.764 seconds]
+------------------------------
+NodeClaim should fail
+/path/file.go:99
+• [FAILED] [900.1 seconds]
+NodeClaim should fail
+/path/file.go:99
+
+  [FAILED] Timed out
+------------------------------
+Summarizing 1 Failure:
+  [FAIL] NodeClaim should fail
+Ran 2 of 75 Specs in 1017 seconds
+FAIL! -- 1 Passed | 1 Failed
+";
+        let mut p = Progress::default();
+        let shown: Vec<String> = output.lines().filter_map(|l| p.line(l)).collect();
+        assert_eq!(
+            shown,
+            vec![
+                "Will run 3 of 75 specs",
+                "• [117.764 seconds] Integration DaemonSet should pass",
+                "• [FAILED] [900.1 seconds] NodeClaim should fail",
+                "  [FAIL] NodeClaim should fail",
+                "Ran 2 of 75 Specs in 1017 seconds",
+                "FAIL! -- 1 Passed | 1 Failed",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_empty_report_is_an_error() {
+        assert!(parse_report("[]", &[]).is_err());
+        assert!(parse_report("not json", &[]).is_err());
+    }
+}
