@@ -81,12 +81,33 @@ def is_e2e_package(package_id):
     return package_id.split("#")[0].rstrip("/").endswith("/e2e") or package_id.startswith("e2e ")
 
 
+# Karpenter core's own regression suite on Elastic Metal (docs/conformance.md),
+# split into this many shards, each a job on a stack of its own
+# (`kps-conformance --shard K/N`, split by e2e/conformance/durations.json).
+CONFORMANCE_SHARDS = int(os.environ.get("KPS_CONFORMANCE_SHARDS", "3"))
+
+
+def conformance_jobs():
+    """(name, argv) of the conformance shards; none without the compiled suites
+    (KPS_CORE_SUITES_DIR, set by the Justfile's e2e recipe)."""
+    if not os.environ.get("KPS_CORE_SUITES_DIR") or CONFORMANCE_SHARDS < 1:
+        return []
+    exe = str(ROOT / "target" / "debug" / "kps-conformance")
+    n = CONFORMANCE_SHARDS
+    return [
+        (f"conformance-regression-metal-{k}of{n}",
+         [exe, "--suite", "regression", "--kind", "metal", "--shard", f"{k}/{n}"])
+        for k in range(1, n + 1)
+    ]
+
+
 def jobs():
-    """(name, exe, filters): one job per scenario module, plus the lib's tests."""
+    """(name, argv): one job per scenario module, the lib's tests, and the
+    shards of core's regression suite."""
     out = []
     for name, exe in test_binaries():
         if name != "scenarios":
-            out.append((name, exe, []))
+            out.append((name, [exe, "--test-threads=1", "--nocapture"]))
             continue
         listed = subprocess.run(
             [exe, "--list", "--format", "terse"], cwd=ROOT / "e2e", check=True,
@@ -104,8 +125,8 @@ def jobs():
                 test = line[: -len(": test")]
                 modules.setdefault(test.split("::")[0], []).append(test)
         for module, tests in sorted(modules.items()):
-            out.append((module, exe, ["--exact", *tests]))
-    return out
+            out.append((module, [exe, "--test-threads=1", "--nocapture", "--exact", *tests]))
+    return out + conformance_jobs()
 
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -192,6 +213,11 @@ def failure_digest(output):
     out, i = [], 0
     while i < len(lines) and len(out) < DIGEST_LINES_PER_JOB:
         line = lines[i]
+        if line.startswith(("• [FAILED]", "• [PANICKED]", "• [TIMEDOUT]", "• [INTERRUPTED]")):
+            # A spec of core's suites (kps-conformance prints one line each).
+            out.append(line)
+            i += 1
+            continue
         if line.startswith("Error: ") or " panicked at " in line and line.startswith("thread '"):
             kept = [line]
             i += 1
@@ -211,11 +237,12 @@ def failure_digest(output):
     return [f"  {l}" for l in out[:DIGEST_LINES_PER_JOB]]
 
 
-def run_one(name, exe, filters, extra):
+def run_one(name, argv, extra):
     with tempfile.TemporaryFile(mode="w+") as log:
         start = time.monotonic()
         proc = subprocess.Popen(
-            [exe, "--test-threads=1", "--nocapture", *filters, *extra],
+            # The extra arguments are libtest's: not for kps-conformance.
+            [*argv, *([] if name.startswith("conformance-") else extra)],
             cwd=ROOT / "e2e",
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -278,7 +305,7 @@ def main():
     durations, failed, digests = {}, [], {}
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(run_one, n, e, f, args.extra) for n, e, f in binaries]
+        futures = [pool.submit(run_one, n, argv, args.extra) for n, argv in binaries]
         for fut in as_completed(futures):
             name, rc, took, output = fut.result()
             durations[name] = round(took, 1)

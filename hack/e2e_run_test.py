@@ -73,6 +73,18 @@ class Digest(unittest.TestCase):
         many = "".join(f"thread 't{i}' panicked at a.rs:1:1:\nmsg {i}\n" for i in range(100))
         self.assertEqual(len(runner.failure_digest(many)), runner.DIGEST_LINES_PER_JOB)
 
+    def test_keeps_the_failed_specs_of_core_suites(self):
+        out = (
+            "• [17.0 seconds] StaticCapacity should scale\n"
+            "• [FAILED] [900.1 seconds] NodeClaim should fail\n"
+            "  [FAIL] NodeClaim should fail\n"
+            "conformance: 1 passed, 1 failed, 0 skipped\n"
+        )
+        self.assertEqual(
+            [l.strip() for l in runner.failure_digest(out)],
+            ["• [FAILED] [900.1 seconds] NodeClaim should fail"],
+        )
+
     def test_no_error_no_digest(self):
         self.assertEqual(runner.failure_digest("e2e-run: x left 2 process(es) running\n"), [])
 
@@ -112,6 +124,10 @@ class Summary(unittest.TestCase):
 
     def test_a_failed_run_with_nothing_counted_is_one_failure(self):
         self.assertEqual(summary("error: could not compile\n", rc=101), ("0 passed, 1 failed", 1))
+
+    def test_counts_the_specs_of_core_suites(self):
+        log = "test result: ok. 3 passed; 0 failed; 0 ignored\nconformance: 70 passed, 1 failed, 4 skipped\n"
+        self.assertEqual(summary(log, rc=1), ("73 passed, 1 failed", 1))
 
     def test_the_failed_scenario_counts_once(self):
         self.assertEqual(summary(FAILED_SCENARIO, rc=1), ("0 passed, 1 failed", 1))

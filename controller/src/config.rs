@@ -211,12 +211,16 @@ pub struct ServeArgs {
     /// reported (Events, `karpenter_scaleway_churn_*`).
     #[arg(long, env = "CHURN_INTERVAL", default_value = "15s", value_parser = parse_positive_duration)]
     pub churn_interval: Duration,
-    /// How long a node stays unhealthy (`Ready=False`, or a kubelet that
-    /// stopped posting) before Karpenter's node repair reboots it in place
-    /// (docs/operations.md "Repair"). Under 11 minutes for core's own e2e
-    /// suite, which injects its reboot fault 11 minutes old.
+    /// How long a node stays unhealthy (`Ready=False`, a kubelet that
+    /// stopped posting, node-problem-detector's `KernelDeadlock`) before
+    /// Karpenter's node repair reboots it in place (docs/operations.md
+    /// "Repair").
     #[arg(long, env = "REPAIR_REBOOT_AFTER", default_value = "10m", value_parser = parse_positive_duration)]
     pub repair_reboot_after: Duration,
+    /// How long node-problem-detector's `ReadonlyFilesystem` (a failing
+    /// disk) is tolerated before Karpenter's node repair replaces the node.
+    #[arg(long, env = "REPAIR_REPLACE_AFTER", default_value = "30m", value_parser = parse_positive_duration)]
+    pub repair_replace_after: Duration,
     /// How long a rebooted VM may keep its old boot id before the provider
     /// deletes its NodeClaim so that Karpenter replaces it (core would wait
     /// 20 minutes). Elastic Metal reboots get `--booting-deadline`.

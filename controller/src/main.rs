@@ -32,7 +32,7 @@ use karpenter_scaleway::nodeclass::{self, KubeNodeClasses, NodeClassController};
 use karpenter_scaleway::provider::vm::{VmJoiner, VmPorts, run_vm_joiner};
 use karpenter_scaleway::provider::{
     BootstrapTokens, ClusterPorts, Provider, ProviderSettings, RebootPorts, RebootSettings,
-    RebootWatch, longest_install, repair_policies, run_reboot_watch,
+    RebootWatch, RepairTolerations, longest_install, repair_policies, run_reboot_watch,
 };
 use karpenter_scaleway::rescue::RusshShell;
 use karpenter_scaleway::scaleway::block::Block;
@@ -271,7 +271,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..InstallSettings::default()
     };
     // Node repair must never cut an install: the policies follow the deadlines.
-    let repair = repair_policies(&install_settings, args.repair_reboot_after);
+    let repair = repair_policies(
+        &install_settings,
+        RepairTolerations {
+            reboot_after: args.repair_reboot_after,
+            replace_after: args.repair_replace_after,
+        },
+    );
     let longest = longest_install(&install_settings);
     if let Some(warning) = gc::grace_warning(args.sweeper.orphan_grace, longest) {
         warn!(

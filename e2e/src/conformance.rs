@@ -152,17 +152,51 @@ pub fn skips_for(skips: &[Skip], suite: Suite, kind: Kind) -> Vec<Skip> {
         .collect()
 }
 
-/// A Go regular expression matching these specs' full texts
-/// (`--ginkgo.skip`); `None` when there are none. Not anchored: Ginkgo
-/// matches it against a text that is more than the spec's full text (an
-/// anchored expression matches nothing); [`check_skips_exist`] makes sure
-/// each names a spec, and the report shows every spec it skipped.
-pub fn skip_regex(skips: &[Skip]) -> Option<String> {
-    if skips.is_empty() {
+/// A Go regular expression matching exactly these specs (for
+/// `--ginkgo.skip` and `--ginkgo.focus`); `None` when there are none. Ginkgo
+/// matches against the suite's description, a space and the spec's full
+/// text; descriptions (`Regression`, `Disruption`, `Performance`) have no
+/// space.
+pub fn exact_regex<'a>(specs: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let alternatives: Vec<String> = specs.into_iter().map(go_regex_escape).collect();
+    if alternatives.is_empty() {
         return None;
     }
-    let alternatives: Vec<String> = skips.iter().map(|s| go_regex_escape(&s.spec)).collect();
-    Some(format!("(?:{})", alternatives.join("|")))
+    Some(format!("^[^ ]+ (?:{})$", alternatives.join("|")))
+}
+
+/// [`exact_regex`] of the skips' specs.
+pub fn skip_regex(skips: &[Skip]) -> Option<String> {
+    exact_regex(skips.iter().map(|s| s.spec.as_str()))
+}
+
+/// Splits `specs` into `n` shards of about equal expected duration (longest
+/// first, each to the shard with the least so far; `durations` in seconds
+/// from an earlier run, `default` for a spec not in it). Deterministic: the
+/// same inputs give the same shards on every machine.
+pub fn shards(
+    specs: &[String],
+    durations: &BTreeMap<String, f64>,
+    default: f64,
+    n: usize,
+) -> Vec<Vec<String>> {
+    let n = n.max(1);
+    let mut weighted: Vec<(f64, &String)> = specs
+        .iter()
+        .map(|s| (durations.get(s).copied().unwrap_or(default), s))
+        .collect();
+    weighted.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let mut out: Vec<(f64, Vec<String>)> = vec![(0.0, Vec::new()); n];
+    for (d, spec) in weighted {
+        let (i, _) = out
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.0.total_cmp(&b.1.0).then(a.0.cmp(&b.0)))
+            .expect("n >= 1");
+        out[i].0 += d;
+        out[i].1.push(spec.clone());
+    }
+    out.into_iter().map(|(_, s)| s).collect()
 }
 
 /// Escapes the metacharacters of Go's `regexp` syntax (what
@@ -210,17 +244,17 @@ impl SpecResult {
 #[serde(rename_all = "PascalCase")]
 struct GinkgoReport {
     #[serde(default)]
-    spec_reports: Vec<GinkgoSpec>,
+    spec_reports: Option<Vec<GinkgoSpec>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct GinkgoSpec {
     #[serde(default)]
-    container_hierarchy_texts: Vec<String>,
+    container_hierarchy_texts: Option<Vec<String>>,
     leaf_node_type: String,
     #[serde(default)]
-    leaf_node_text: String,
+    leaf_node_text: Option<String>,
     state: String,
     /// Nanoseconds (Go's `time.Duration`).
     #[serde(default)]
@@ -245,16 +279,15 @@ pub fn parse_report(json: &str, skips: &[Skip]) -> Result<Vec<SpecResult>> {
     ensure!(!reports.is_empty(), "Ginkgo's JSON report holds no suite");
     let mut out = Vec::new();
     for r in reports {
-        for s in r.spec_reports {
+        for s in r.spec_reports.into_iter().flatten() {
             let is_spec = s.leaf_node_type == "It";
             if !is_spec && s.state == "passed" {
                 continue;
             }
-            let mut texts = s.container_hierarchy_texts.clone();
-            let leaf = if s.leaf_node_text.is_empty() {
-                s.leaf_node_type.clone()
-            } else {
-                s.leaf_node_text.clone()
+            let mut texts = s.container_hierarchy_texts.clone().unwrap_or_default();
+            let leaf = match s.leaf_node_text.as_deref() {
+                None | Some("") => s.leaf_node_type.clone(),
+                Some(text) => text.to_string(),
             };
             texts.push(leaf);
             let full_text = texts.join(" ");
@@ -426,9 +459,43 @@ mod tests {
             reason: "r".into(),
         }];
         let re = skip_regex(&skips).unwrap();
-        assert_eq!(re, r"(?:Drift NodePool Drift NodeRequirements \(spot\))");
+        assert_eq!(
+            re,
+            r"^[^ ]+ (?:Drift NodePool Drift NodeRequirements \(spot\))$"
+        );
         assert_eq!(skip_regex(&[]), None);
+        assert_eq!(
+            exact_regex(["a b", "c"]).as_deref(),
+            Some("^[^ ]+ (?:a b|c)$")
+        );
         assert_eq!(go_regex_escape("a.b*c[d]"), r"a\.b\*c\[d\]");
+    }
+
+    #[test]
+    fn shards_balance_expected_durations_and_cover_every_spec_once() {
+        let specs: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
+        let durations = BTreeMap::from([
+            ("a".to_string(), 600.0),
+            ("b".to_string(), 300.0),
+            ("c".to_string(), 300.0),
+            ("d".to_string(), 100.0),
+        ]);
+        let got = shards(&specs, &durations, 50.0, 2);
+        // a (600) | b (300) + c (300) | the tie goes to the first: d | e.
+        assert_eq!(
+            got,
+            vec![
+                vec!["a".to_string(), "d".into()],
+                vec!["b".into(), "c".into(), "e".into()]
+            ]
+        );
+        let one = shards(&specs, &durations, 50.0, 1);
+        assert_eq!(one[0].len(), 5);
+        let many = shards(&specs, &durations, 50.0, 8);
+        assert_eq!(many.len(), 8);
+        let mut all: Vec<String> = many.concat();
+        all.sort();
+        assert_eq!(all, specs);
     }
 
     #[test]
@@ -459,7 +526,7 @@ mod tests {
        "State":"skipped","RunTime":1000000,"Failure":{"Message":"reboot specs require --reboot-condition"}},
       {"ContainerHierarchyTexts":["NodeClaim"],"LeafNodeType":"It","LeafNodeText":"fails",
        "State":"failed","RunTime":2000000000,"Failure":{"Message":"\n  Timed out after 900s.\nmore"}},
-      {"LeafNodeType":"AfterSuite","State":"failed","Failure":{"Message":"cleanup failed"}}
+      {"ContainerHierarchyTexts":null,"LeafNodeType":"AfterSuite","LeafNodeText":"","State":"failed","Failure":{"Message":"cleanup failed"}}
     ]}]"#;
 
     #[test]

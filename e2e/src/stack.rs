@@ -26,6 +26,7 @@ pub mod prometheus;
 mod replica;
 mod replicas;
 mod secrets;
+pub mod system_node;
 pub use addresses::AddressBlock;
 use cluster::{apply_secret, install_crds, wait_crds_established};
 pub use replica::Replica;
@@ -133,6 +134,13 @@ pub struct StackOptions {
     /// Chart values over the e2e harness's own (YAML; later wins), e.g. the
     /// feature gates core's suites need (`kps-conformance`).
     pub extra_chart_values: Option<String>,
+    /// Run the chart as a cluster would: release `karpenter` in
+    /// `kube-system` (Deployment `kube-system/karpenter`), its Deployment
+    /// applied, and its Pods run by the harness's kubelet on a tainted system
+    /// Node ([`system_node`]), so that rollouts, restarts and the Lease holder
+    /// are real Pods (what Karpenter core's own e2e suites read and patch).
+    /// The replica handles ([`Stack::replicas`]) are then empty.
+    pub system_node: bool,
 }
 
 /// A second Talos version whose Instance image exists when
@@ -172,6 +180,7 @@ impl StackOptions {
             instances: false,
             real_timings: false,
             extra_chart_values: None,
+            system_node: false,
         })
     }
 }
@@ -229,6 +238,8 @@ pub struct Stack {
     /// stopped before the other processes so that it records them up to
     /// the end.
     pub prometheus: Option<prometheus::Prometheus>,
+    /// The system node running the chart's Pods ([`StackOptions::system_node`]).
+    system: Option<system_node::SystemNode>,
     // Stopped in reverse order of start when dropped (bridge first).
     procs: Vec<Proc>,
 }
@@ -416,7 +427,12 @@ impl Stack {
         apply_secret(&client, "rescue-ssh-key", "ssh-privatekey", &private).await?;
 
         // The provider and the bridge, installed from the chart.
-        chart::apply_credentials(&client, NAMESPACE, ACCESS_KEY, SECRET_KEY, PROJECT_ID).await?;
+        let (release, release_ns) = if opts.system_node {
+            (system_node::RELEASE, "kube-system")
+        } else {
+            (chart::RELEASE, NAMESPACE)
+        };
+        chart::apply_credentials(&client, release_ns, ACCESS_KEY, SECRET_KEY, PROJECT_ID).await?;
         let values = opts.work_dir.join("chart-values.stack.yaml");
         std::fs::write(&values, stack_values(&opts, &emsim_url)?)?;
         let mut value_files = vec![repo_root().join("e2e/chart-values.yaml"), values];
@@ -425,16 +441,68 @@ impl Stack {
             std::fs::write(&path, extra)?;
             value_files.push(path);
         }
+        if opts.system_node {
+            let path = opts.work_dir.join("chart-values.system-node.yaml");
+            std::fs::write(&path, format!("fullnameOverride: {release}\n"))?;
+            value_files.push(path);
+        }
         let helm = chart::helm_binary(&repo_root())?;
         let rendered = chart::render(
             &helm,
             &repo_root().join("charts/karpenter-scaleway"),
-            NAMESPACE,
+            release,
+            release_ns,
             &value_files,
             &opts.work_dir.join("chart.yaml"),
         )?;
         rendered.apply(&client).await?;
         let scratch = ScratchDir::new()?;
+        if opts.system_node {
+            let system = system_node::SystemNode::start(system_node::Inputs {
+                client: client.clone(),
+                bins: bins.clone(),
+                scratch: scratch.path().to_path_buf(),
+                logs: logs.clone(),
+                server_url: cp.server_url().to_string(),
+                ca_pem: cp.ca_pem().to_string(),
+            })
+            .await?;
+            rendered.apply_deployment(&client).await?;
+            let secrets = secrets::fingerprints(SECRET_KEY, &private, &base);
+            let seen_tokens = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
+            let token_watch =
+                tokio::spawn(watch_bootstrap_tokens(client.clone(), seen_tokens.clone()));
+            let stack = Stack {
+                opts,
+                cp,
+                client,
+                emsim,
+                talossim,
+                image,
+                image_payload_sha256,
+                ssh_key_id,
+                secrets,
+                bins,
+                provider_socket: PathBuf::new(),
+                addresses,
+                emsim_url,
+                replicas: Vec::new(),
+                down: Default::default(),
+                lease: (
+                    release_ns.to_string(),
+                    "karpenter-leader-election".to_string(),
+                ),
+                logs,
+                _scratch: scratch,
+                seen_tokens,
+                token_watch,
+                prometheus: None,
+                system: Some(system),
+                procs,
+            };
+            stack.wait_deployment_ready(&rendered).await?;
+            return Ok(stack);
+        }
         let (replicas, sa_tokens) = replica::resolve(&ReplicaInputs {
             client: &client,
             rendered: &rendered,
@@ -499,6 +567,7 @@ impl Stack {
             seen_tokens,
             token_watch,
             prometheus: None,
+            system: None,
             procs,
         };
         for i in 0..stack.replicas.len() {
@@ -511,6 +580,37 @@ impl Stack {
         )
         .await?;
         Ok(stack)
+    }
+
+    /// Waits until the Deployment's Pods, run by the system node, are all
+    /// available ([`StackOptions::system_node`]).
+    async fn wait_deployment_ready(&self, rendered: &chart::Rendered) -> Result<()> {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &rendered.namespace);
+        let name = rendered.name();
+        let want = rendered.replicas() as i32;
+        wait::until(
+            &format!(
+                "Deployment {}/{name}: {want} replicas available",
+                rendered.namespace
+            ),
+            Duration::from_secs(180),
+            Duration::from_millis(500),
+            || {
+                let (api, name) = (api.clone(), name.clone());
+                async move {
+                    let d = api.get(&name).await?;
+                    let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+                    Ok((available >= want).then_some(()))
+                }
+            },
+        )
+        .await
+    }
+
+    /// The namespace of the chart's release.
+    pub fn release_namespace(&self) -> &str {
+        &self.lease.0
     }
 
     pub fn emsim_url(&self) -> &str {
@@ -771,6 +871,9 @@ spec:
         self.token_watch.abort();
         if let Some(mut p) = self.prometheus.take() {
             p.stop();
+        }
+        if let Some(system) = self.system.take() {
+            system.stop().await;
         }
         while let Some(mut p) = self.procs.pop() {
             p.stop(Duration::from_secs(5));

@@ -44,7 +44,7 @@ async fn start() -> Harness {
         Leadership::default(),
         crate::provider::repair_policies(
             &crate::install::InstallSettings::default(),
-            crate::provider::DEFAULT_REBOOT_AFTER,
+            crate::provider::RepairTolerations::default(),
         ),
     );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

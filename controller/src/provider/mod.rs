@@ -37,7 +37,8 @@ pub use reboot::{
     RebootSettings, RebootState, RebootWatch, WatchOutcome, run_reboot_watch,
 };
 pub use repair::{
-    DEFAULT_REBOOT_AFTER, RepairAction, RepairPolicy, longest_install, repair_policies,
+    DEFAULT_REBOOT_AFTER, RepairAction, RepairPolicy, RepairTolerations, longest_install,
+    repair_policies,
 };
 pub use resume::{ResumeOutcome, ResumeReport};
 pub use select::{candidates, satisfies};

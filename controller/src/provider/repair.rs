@@ -76,11 +76,29 @@ pub const KERNEL_DEADLOCK: &str = "KernelDeadlock";
 /// kernel remounted a filesystem read-only after I/O errors: a failing disk.
 /// A reboot would come back to the same disk, so the node is replaced.
 pub const READONLY_FILESYSTEM: &str = "ReadonlyFilesystem";
-/// How long a read-only filesystem is tolerated before the replacement: long
-/// enough for an operator paged by the condition to look first (a replacement
-/// of a monthly server costs a second month), short enough that workloads do
-/// not sit on a broken disk for hours.
-pub const READONLY_FILESYSTEM_TOLERATION: Duration = Duration::from_secs(30 * 60);
+/// `--repair-replace-after`: how long a read-only filesystem is tolerated
+/// before the replacement: long enough for an operator paged by the condition
+/// to look first (a replacement of a monthly server costs a second month),
+/// short enough that workloads do not sit on a broken disk for hours.
+pub const DEFAULT_REPLACE_AFTER: Duration = Duration::from_secs(30 * 60);
+
+/// The tolerations an operator sets (`--repair-reboot-after`,
+/// `--repair-replace-after`); the `Ready=Unknown` fallback follows the
+/// install deadlines instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairTolerations {
+    pub reboot_after: Duration,
+    pub replace_after: Duration,
+}
+
+impl Default for RepairTolerations {
+    fn default() -> Self {
+        RepairTolerations {
+            reboot_after: DEFAULT_REBOOT_AFTER,
+            replace_after: DEFAULT_REPLACE_AFTER,
+        }
+    }
+}
 
 /// Never less than this for `Ready=Unknown`, whatever the deadlines.
 pub const READY_UNKNOWN_MIN_TOLERATION: Duration = Duration::from_secs(30 * 60);
@@ -121,7 +139,7 @@ pub fn longest_install(settings: &InstallSettings) -> Duration {
 /// * [`KERNEL_DEADLOCK`]`=True` (node-problem-detector): reboot after
 ///   `reboot_after`, draining for at most [`NOT_READY_DRAIN`];
 /// * [`READONLY_FILESYSTEM`]`=True` (node-problem-detector): replace after
-///   [`READONLY_FILESYSTEM_TOLERATION`], drained by the NodeClaim's own grace
+///   `replace_after`, drained by the NodeClaim's own grace
 ///   period (the node still runs its pods);
 /// * the default fallback, `Ready=Unknown` with any other reason (above all
 ///   `NodeStatusNeverUpdated`, the state of an early-registered Node during
@@ -131,7 +149,14 @@ pub fn longest_install(settings: &InstallSettings) -> Duration {
 /// A fault that a reboot does not cure is replaced by core itself: a reboot
 /// whose node does not come back Ready fails and replaces the node, and after
 /// two reboots in 24 hours core replaces instead of rebooting a third time.
-pub fn repair_policies(settings: &InstallSettings, reboot_after: Duration) -> Vec<RepairPolicy> {
+pub fn repair_policies(
+    settings: &InstallSettings,
+    tolerations: RepairTolerations,
+) -> Vec<RepairPolicy> {
+    let RepairTolerations {
+        reboot_after,
+        replace_after,
+    } = tolerations;
     let unknown = longest_install(settings)
         .saturating_add(INSTALL_MARGIN)
         .max(READY_UNKNOWN_MIN_TOLERATION);
@@ -176,7 +201,7 @@ pub fn repair_policies(settings: &InstallSettings, reboot_after: Duration) -> Ve
             condition_type: READONLY_FILESYSTEM.into(),
             condition_status: "True".into(),
             reason_regex: ".*".into(),
-            toleration: READONLY_FILESYSTEM_TOLERATION,
+            toleration: replace_after,
             termination_grace_period: None,
             priority: 0,
             action: RepairAction::Replace,
@@ -204,7 +229,7 @@ mod tests {
     #[test]
     fn reboot_first_where_a_reboot_can_cure_and_one_replace_fallback() {
         let settings = InstallSettings::default();
-        let policies = repair_policies(&settings, DEFAULT_REBOOT_AFTER);
+        let policies = repair_policies(&settings, RepairTolerations::default());
         assert_eq!(
             policies,
             vec![
@@ -263,23 +288,33 @@ mod tests {
             .collect();
         assert_eq!(fallbacks.len(), 1);
         assert_eq!(fallbacks[0].action, RepairAction::Replace);
-        // Core's e2e suites (docs/conformance.md) inject KernelDeadlock=True
-        // backdated 11 minutes, which must be reboot-eligible and not yet
-        // replace-eligible, and ReadonlyFilesystem=True backdated 24 hours,
-        // which must be replace-eligible.
-        assert!(DEFAULT_REBOOT_AFTER < Duration::from_secs(11 * MIN));
-        assert!(READONLY_FILESYSTEM_TOLERATION < Duration::from_secs(24 * 60 * MIN));
+        // Core's repair never acts sooner than the set tolerations, and
+        // counts them from the condition's transition, or from the Node's
+        // creation when the condition claims to be older.
+        assert!(DEFAULT_REBOOT_AFTER < DEFAULT_REPLACE_AFTER);
     }
 
     #[test]
-    fn the_reboot_toleration_is_the_setting() {
-        let policies = repair_policies(&InstallSettings::default(), Duration::from_secs(7));
+    fn the_reboot_and_replace_tolerations_are_the_settings() {
+        let policies = repair_policies(
+            &InstallSettings::default(),
+            RepairTolerations {
+                reboot_after: Duration::from_secs(7),
+                replace_after: Duration::from_secs(9),
+            },
+        );
         let reboots: Vec<_> = policies
             .iter()
             .filter(|p| p.action == RepairAction::Reboot)
             .map(|p| p.toleration)
             .collect();
         assert_eq!(reboots, vec![Duration::from_secs(7); 3]);
+        let readonly = policies
+            .iter()
+            .find(|p| p.condition_type == READONLY_FILESYSTEM)
+            .expect("a ReadonlyFilesystem policy");
+        assert_eq!(readonly.toleration, Duration::from_secs(9));
+        assert_eq!(readonly.action, RepairAction::Replace);
     }
 
     #[test]
@@ -287,7 +322,7 @@ mod tests {
         let mut settings = InstallSettings::default();
         settings.deadlines.delivery = Duration::from_secs(120 * MIN);
         settings.rescue_returns = 0;
-        let fallback = &repair_policies(&settings, DEFAULT_REBOOT_AFTER)[2];
+        let fallback = &repair_policies(&settings, RepairTolerations::default())[2];
         assert_eq!(
             fallback.toleration,
             Duration::from_secs((120 + 60 + 5 + 2 + 15 + 15) * MIN)
@@ -306,7 +341,7 @@ mod tests {
                 .expect("known deadline");
         }
         settings.apply_grace = Duration::from_secs(10);
-        let policies = repair_policies(&settings, DEFAULT_REBOOT_AFTER);
+        let policies = repair_policies(&settings, RepairTolerations::default());
         assert_eq!(policies[2].toleration, READY_UNKNOWN_MIN_TOLERATION);
     }
 }

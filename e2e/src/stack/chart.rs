@@ -89,13 +89,14 @@ pub fn helm_binary(root: &Path) -> Result<PathBuf> {
 pub fn render(
     helm: &Path,
     chart: &Path,
+    release: &str,
     namespace: &str,
     values: &[PathBuf],
     out: &Path,
 ) -> Result<Rendered> {
     let mut cmd = Command::new(helm);
     cmd.arg("template")
-        .arg(RELEASE)
+        .arg(release)
         .arg(chart)
         .args(["--namespace", namespace]);
     for v in values {
@@ -162,6 +163,14 @@ impl Rendered {
         for obj in &self.objects {
             kubeutil::apply(client, obj.clone()).await?;
         }
+        Ok(())
+    }
+
+    /// Server-side applies the Deployment too, for a cluster whose nodes
+    /// run its Pods (the system node, a kind cluster).
+    pub async fn apply_deployment(&self, client: &Client) -> Result<()> {
+        let value = serde_json::to_value(&self.deployment)?;
+        kubeutil::apply(client, serde_json::from_value(value)?).await?;
         Ok(())
     }
 
@@ -400,6 +409,21 @@ pub async fn container_process(
     // Mounts: only emptyDir volumes have a stand-in.
     let mut mounts: Vec<(String, PathBuf)> = Vec::new();
     for m in container.volume_mounts.iter().flatten() {
+        // The ServiceAccount token the API server's admission projects into
+        // every pod (`kube-api-access-*`): the harness stands in for it with
+        // the KUBECONFIG it gives the process.
+        let projected_token = pod.spec.volumes.iter().flatten().any(|v| {
+            v.name == m.name
+                && v.projected.as_ref().is_some_and(|p| {
+                    p.sources
+                        .iter()
+                        .flatten()
+                        .any(|s| s.service_account_token.is_some())
+                })
+        });
+        if projected_token {
+            continue;
+        }
         ensure!(
             m.sub_path.is_none() && m.sub_path_expr.is_none(),
             "container {name} mounts {} with a subPath, which the harness does not stand in for",

@@ -128,7 +128,11 @@ impl super::Stack {
             }
         }
         let tokens = self.seen_bootstrap_tokens();
-        check(&sources, &self.secrets, &tokens)?;
+        let mut secrets = self.secrets.clone();
+        if let Some(system) = &self.system {
+            secrets.extend(system.tokens());
+        }
+        check(&sources, &secrets, &tokens)?;
         tracing::info!(
             fixed = self.secrets.len(),
             bootstrap_tokens = tokens.len(),

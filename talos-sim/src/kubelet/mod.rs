@@ -3,6 +3,7 @@
 //! it Running and completes their deletion.
 
 pub mod bootstrap;
+pub mod containers;
 pub mod health;
 pub mod node;
 
@@ -79,6 +80,9 @@ pub struct Kubelet {
     /// The pods this boot's kubelet started: the first time it meets one
     /// that ran before, it restarts its containers.
     started_pods: Mutex<HashSet<String>>,
+    /// Deleted pods whose containers are still stopping: uid -> when the
+    /// deletion is confirmed (see [`containers::shutdown`]).
+    stopping: Mutex<std::collections::HashMap<String, Timestamp>>,
     heartbeat: Duration,
 }
 
@@ -103,6 +107,7 @@ impl Kubelet {
             started: Timestamp::now(),
             health,
             started_pods: Mutex::default(),
+            stopping: Mutex::default(),
             heartbeat: HEARTBEAT,
         })
     }
@@ -253,14 +258,30 @@ impl Kubelet {
             .default_backoff()
             .applied_objects()
             .boxed();
-        while let Some(event) = events.next().await {
+        // Deleted pods whose containers stop later: each is synced again when
+        // its time comes (dropped with the kubelet when the machine stops).
+        let mut later = futures::stream::FuturesUnordered::new();
+        loop {
+            let pod = tokio::select! {
+                event = events.next() => match event {
+                    None => return,
+                    Some(Ok(pod)) => pod,
+                    Some(Err(e)) => {
+                        tracing::warn!(node = %self.facts.name, error = %e, "pod watch error");
+                        continue;
+                    }
+                },
+                Some(pod) = later.next(), if !later.is_empty() => pod,
+            };
             if self.silent() {
                 // Wedged: nothing runs, nothing is confirmed.
                 continue;
             }
-            match event {
-                Ok(pod) => self.sync_pod(&pod).await,
-                Err(e) => tracing::warn!(node = %self.facts.name, error = %e, "pod watch error"),
+            if let Some(wait) = self.sync_pod(&pod).await {
+                later.push(async move {
+                    tokio::time::sleep(wait).await;
+                    pod
+                });
             }
         }
     }
@@ -269,13 +290,35 @@ impl Kubelet {
         self.started_pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn sync_pod(&self, pod: &Pod) {
+    /// Brings the pod's status to what its containers would do; for a
+    /// deleted pod whose containers are still stopping, returns how long
+    /// until it should be synced again.
+    async fn sync_pod(&self, pod: &Pod) -> Option<Duration> {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let result = if pod.metadata.deletion_timestamp.is_some() {
             // The API server waits for the kubelet to confirm the containers
-            // are gone; there are none, so confirm at once.
+            // are gone: once their preStop hooks ran and they exited, or the
+            // grace period ended (a shorter one given later counts).
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let at = containers::stopped_at(pod);
+            let now = Timestamp::now();
+            if at > now {
+                let mut stopping = self.stopping.lock().unwrap_or_else(|p| p.into_inner());
+                let scheduled = stopping.get(&uid).copied();
+                if scheduled.is_some_and(|s| s <= at) {
+                    return None;
+                }
+                stopping.insert(uid, at);
+                let wait = at.duration_since(now).unsigned_abs();
+                tracing::debug!(node = %self.facts.name, %namespace, pod = %name, wait_ms = wait.as_millis() as u64, "containers stopping");
+                return Some(wait);
+            }
+            self.stopping
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&uid);
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
                 preconditions: Some(Preconditions {
@@ -323,6 +366,7 @@ impl Kubelet {
                 tracing::warn!(node = %self.facts.name, %namespace, pod = %name, error = %e, "pod sync failed")
             }
         }
+        None
     }
 }
 

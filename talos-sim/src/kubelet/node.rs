@@ -438,13 +438,22 @@ pub fn lease(name: &str, node_uid: Option<&str>, now: Timestamp) -> Lease {
     }
 }
 
-fn is_running_and_ready(status: &PodStatus) -> bool {
+/// Running, and Ready as its containers' readiness probes say (see
+/// [`super::containers::ready`]): nothing to report.
+fn is_running_as_probed(pod: &Pod, status: &PodStatus) -> bool {
+    let want = pod_ready(pod);
     status.phase.as_deref() == Some("Running")
         && status
             .conditions
             .iter()
             .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .any(|c| c.type_ == "Ready" && (c.status == "True") == want)
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .is_some_and(|s| s.containers.iter().all(super::containers::ready))
 }
 
 /// The container of one run (`attempt` = its restart count).
@@ -471,7 +480,7 @@ fn image_id(image: &str) -> String {
 pub fn pod_status(pod: &Pod, node_ip: Ipv4Addr, now: Timestamp) -> Option<PodStatus> {
     let current = pod.status.clone().unwrap_or_default();
     if matches!(current.phase.as_deref(), Some("Succeeded" | "Failed"))
-        || is_running_and_ready(&current)
+        || is_running_as_probed(pod, &current)
     {
         return None;
     }
@@ -560,7 +569,7 @@ fn started(
                 image: c.image.clone().unwrap_or_default(),
                 image_id: image_id(c.image.as_deref().unwrap_or_default()),
                 container_id: Some(container_id(&uid, &c.name, attempt)),
-                ready: true,
+                ready: super::containers::ready(c),
                 started: Some(true),
                 restart_count: attempt,
                 state: Some(ContainerState {
@@ -602,13 +611,22 @@ fn started(
         .collect();
     let ip = node_ip.to_string();
     let up = |kind: &str| pod_condition(kind, true, None, Time(now));
+    let ready = pod_ready(pod);
+    let probed = |kind: &str| {
+        pod_condition(
+            kind,
+            ready,
+            (!ready).then_some("ContainersNotReady"),
+            Time(now),
+        )
+    };
     Some(PodStatus {
         phase: Some("Running".into()),
         conditions: Some(vec![
             up("PodReadyToStartContainers"),
             up("Initialized"),
-            up("Ready"),
-            up("ContainersReady"),
+            probed("Ready"),
+            probed("ContainersReady"),
             pod_condition("PodScheduled", true, None, scheduled_at(current, now)),
         ]),
         host_ip: Some(ip.clone()),
