@@ -8,6 +8,8 @@
 //! ends. A Node that already carries `do-not-disrupt` without the label is
 //! someone else's decision: it is neither held nor released here.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -55,13 +57,20 @@ impl KubeSiblingNodes {
 
     /// Whether a pod other than a DaemonSet's or a mirror pod runs on `node`.
     pub async fn runs_work(&self, node: &str) -> Result<bool, kube::Error> {
+        Ok(self.pods_on(node).await?.0)
+    }
+
+    /// Whether a workload pod runs on `node` ([`is_workload`]), and what
+    /// all its pods request (see [`NodeState::used`]).
+    async fn pods_on(&self, node: &str) -> Result<(bool, BTreeMap<String, u128>), kube::Error> {
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let pods = self.pods.list(&params).await?;
-        Ok(pods.items.iter().any(|p| {
+        let runs_work = pods.items.iter().any(|p| {
             serde_json::to_value(p)
                 .map(|v| is_workload(&v))
                 .unwrap_or(true)
-        }))
+        });
+        Ok((runs_work, requested(&pods.items)))
     }
 
     /// Every Node this provider holds.
@@ -155,10 +164,11 @@ impl SiblingNodes for KubeSiblingNodes {
             .as_ref()
             .and_then(|s| s.taints.as_ref())
             .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT));
-        let runs_work = self.runs_work(node).await.map_err(classify_kube)?;
+        let (runs_work, used) = self.pods_on(node).await.map_err(classify_kube)?;
         Ok(Some(NodeState {
             disrupted,
             runs_work,
+            used,
         }))
     }
 
@@ -170,4 +180,24 @@ impl SiblingNodes for KubeSiblingNodes {
     ) -> Result<bool, KubeError> {
         self.place(node, until, reason).await.map_err(classify_kube)
     }
+}
+
+/// What `pods` request together, as the scheduler counts them (containers
+/// and sidecars, the init peak, the overhead; finished pods hold nothing),
+/// in thousandths: `cpu` in millicores, `memory` in thousandths of a byte,
+/// `pods` one thousand each.
+pub fn requested(pods: &[Pod]) -> BTreeMap<String, u128> {
+    let mut cpu = 0u128;
+    let mut memory = 0u128;
+    let mut count = 0u128;
+    for view in pods.iter().filter_map(crate::k8s::planner::pod_view) {
+        cpu += u128::from(view.cpu_millis);
+        memory += u128::from(view.memory_bytes) * 1000;
+        count += 1000;
+    }
+    BTreeMap::from([
+        ("cpu".to_string(), cpu),
+        ("memory".to_string(), memory),
+        ("pods".to_string(), count),
+    ])
 }

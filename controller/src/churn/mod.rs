@@ -405,18 +405,42 @@ pub fn guard_candidates<'a>(order: &Order<'_>, claims: &'a [ClaimView]) -> Vec<&
 }
 
 /// What the guard reads of a candidate's Node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeState {
     /// It carries core's `karpenter.sh/disrupted` taint (being disrupted).
     pub disrupted: bool,
     /// A pod other than a DaemonSet's or a mirror pod runs on it ([`is_workload`]).
     pub runs_work: bool,
+    /// What the pods bound to it request, DaemonSet and mirror pods included
+    /// (`cpu`, `memory`, `pods`, in thousandths, as [`quantities`]).
+    pub used: BTreeMap<String, u128>,
 }
 
 impl NodeState {
-    /// Whether the node could take the pods of an order.
+    /// Whether the node is free to take the pods of an order.
     pub fn idle(&self) -> bool {
         !self.disrupted && !self.runs_work
+    }
+
+    /// Whether the pods of an order requesting `requests` fit on the node
+    /// beside what already runs there: `allocatable` less [`NodeState::used`].
+    /// The order's requests already count core's estimate of the
+    /// DaemonSets' pods, which run on the node too, so a sibling is taken
+    /// for one that can hold the order only with room to spare: a wrong
+    /// refusal keeps pods pending, a missed one costs one order.
+    pub fn has_room(
+        &self,
+        requests: &BTreeMap<String, u128>,
+        allocatable: &BTreeMap<String, u128>,
+    ) -> bool {
+        let free: BTreeMap<String, u128> = allocatable
+            .iter()
+            .map(|(k, have)| {
+                let used = self.used.get(k).copied().unwrap_or(0);
+                (k.clone(), have.saturating_sub(used))
+            })
+            .collect();
+        fits(requests, &free)
     }
 }
 

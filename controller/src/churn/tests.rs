@@ -459,3 +459,44 @@ fn claim_views_read_the_disruption_reason_and_the_allocatable() {
     cleared["status"]["conditions"][1]["status"] = json!("False");
     assert_eq!(ClaimView::parse(&cleared).unwrap().disruption, None);
 }
+
+#[test]
+fn room_on_a_sibling_is_its_allocatable_less_what_its_pods_request() {
+    let order = BTreeMap::from([("cpu".to_string(), 2_000u128), ("pods".to_string(), 2_000)]);
+    let allocatable = BTreeMap::from([
+        ("cpu".to_string(), 3_870u128),
+        ("pods".to_string(), 110_000),
+    ]);
+    assert!(NodeState::default().has_room(&order, &allocatable));
+    let with_daemonset = NodeState {
+        used: BTreeMap::from([("cpu".to_string(), 2_000u128), ("pods".to_string(), 1_000)]),
+        ..NodeState::default()
+    };
+    assert!(!with_daemonset.has_room(&order, &allocatable));
+    // More used than allocatable (an overcommitted node): no room, no panic.
+    let over = NodeState {
+        used: BTreeMap::from([("cpu".to_string(), 9_000u128)]),
+        ..NodeState::default()
+    };
+    assert!(!over.has_room(&order, &allocatable));
+}
+
+#[test]
+fn a_node_s_pods_are_counted_as_the_scheduler_counts_them() {
+    let pod = |name: &str, cpu: &str, phase: &str| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}]},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+            "status": {"phase": phase},
+        }))
+        .unwrap()
+    };
+    let used = super::hold::requested(&[
+        pod("ds-a", "2", "Running"),
+        pod("done", "4", "Succeeded"),
+        pod("b", "500m", "Pending"),
+    ]);
+    assert_eq!(used["cpu"], 2_500);
+    assert_eq!(used["memory"], 2 * 1024 * 1024 * 1024 * 1000);
+    assert_eq!(used["pods"], 2_000);
+}

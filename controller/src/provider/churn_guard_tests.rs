@@ -59,7 +59,7 @@ impl SiblingNodes for Siblings {
         if *self.fail.lock().unwrap() {
             return Err(KubeError::Refused("403 nodes is forbidden".into()));
         }
-        Ok(self.states.lock().unwrap().get(node).copied())
+        Ok(self.states.lock().unwrap().get(node).cloned())
     }
 
     async fn hold(
@@ -171,10 +171,7 @@ fn new_claim(name: &str, cpu: &str) -> (Value, Value) {
 }
 
 fn idle() -> NodeState {
-    NodeState {
-        disrupted: false,
-        runs_work: false,
-    }
+    NodeState::default()
 }
 
 /// The measured cold path: a late replacement joined idle 12 minutes after
@@ -260,13 +257,13 @@ async fn outside_a_disruption_an_order_is_a_scale_up_and_is_made() {
 #[tokio::test]
 async fn siblings_that_cannot_take_the_pods_do_not_stop_the_order() {
     type Change = fn(&Guarded);
-    let cases: [(&str, Change); 6] = [
+    let cases: [(&str, Change); 7] = [
         ("the sibling runs pods", |g| {
             g.siblings.states.lock().unwrap().insert(
                 "default-late".into(),
                 NodeState {
-                    disrupted: false,
                     runs_work: true,
+                    ..NodeState::default()
                 },
             );
         }),
@@ -275,13 +272,31 @@ async fn siblings_that_cannot_take_the_pods_do_not_stop_the_order() {
                 "default-late".into(),
                 NodeState {
                     disrupted: true,
-                    runs_work: false,
+                    ..NodeState::default()
                 },
             );
         }),
         ("the sibling's Node is gone", |g| {
             g.siblings.states.lock().unwrap().clear();
         }),
+        // Core's conformance suite (regression, "should account for
+        // LimitRange Default on daemonSet pods"): core estimated the
+        // DaemonSet's pod at no CPU (a LimitRange gives it 2 at admission),
+        // so the order fits the sibling's allocatable but not beside the
+        // DaemonSet pod that runs there; holding the sibling kept a second
+        // server for nothing and the pods where core did not want them.
+        (
+            "the sibling's DaemonSet pods leave no room for the request",
+            |g| {
+                g.siblings.states.lock().unwrap().insert(
+                    "default-late".into(),
+                    NodeState {
+                        used: BTreeMap::from([("cpu".to_string(), 2_000u128)]),
+                        ..NodeState::default()
+                    },
+                );
+            },
+        ),
         ("the request does not fit the sibling", |g| {
             let mut claims = g.claims.claims.lock().unwrap();
             let new = claims.last_mut().unwrap();

@@ -540,7 +540,7 @@ impl Provider {
                     return Ok(());
                 }
             };
-            if !state.idle() {
+            if !state.idle() || !state.has_room(&requests, &sibling.allocatable) {
                 continue;
             }
             let refusal = churn::Refusal::new(&order, sibling, chrono::Utc::now());
