@@ -892,10 +892,15 @@ fn instance_catalog(version: &str) -> Result<String> {
         .context("the seeded Instance catalog has no images section")?;
     let mut out = text[..images].to_string();
     out.push_str("\nimages:\n");
+    // Both architectures, named apart and tagged alike: a NodeClass that
+    // selects by name gets one, one that selects by tag gets both (core's
+    // suites need arm64 nodes beside amd64 ones).
     for v in [version, NEXT_TALOS_VERSION] {
-        out.push_str(&format!(
-            "  - name: talos-{v}-amd64\n    arch: x86_64\n    zones: [{ZONE}]\n    tags: [talos, talos-{v}]\n"
-        ));
+        for (suffix, arch) in [("amd64", "x86_64"), ("arm64", "arm64")] {
+            out.push_str(&format!(
+                "  - name: talos-{v}-{suffix}\n    arch: {arch}\n    zones: [{ZONE}]\n    tags: [talos, talos-{v}]\n"
+            ));
+        }
     }
     Ok(out)
 }
