@@ -220,6 +220,26 @@ impl EmsimAdmin {
         Ok(())
     }
 
+    /// Sets the quota of an offer's quota name (an offer name or id, or a
+    /// quota name); `None` removes it.
+    pub async fn set_quota(&self, offer: &str, quota: Option<u64>) -> Result<()> {
+        let resp = self
+            .0
+            .http
+            .put(format!("{}/_emsim/quota", self.0.base))
+            .json(&serde_json::json!({"offer": offer, "quota": quota}))
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            anyhow::bail!(
+                "PUT /_emsim/quota answered {status}: {}",
+                resp.text().await?
+            );
+        }
+        Ok(())
+    }
+
     /// Registers an SSH public key in IAM, as a user would with the console.
     pub async fn create_ssh_key(
         &self,
