@@ -457,7 +457,8 @@ impl Stack {
         )?;
         rendered.apply(&client).await?;
         let scratch = ScratchDir::new()?;
-        if opts.system_node {
+        let mut secrets = secrets::fingerprints(SECRET_KEY, &private, &base);
+        let (replicas, provider_socket, lease, system) = if opts.system_node {
             let system = system_node::SystemNode::start(system_node::Inputs {
                 client: client.clone(),
                 bins: bins.clone(),
@@ -468,81 +469,53 @@ impl Stack {
             })
             .await?;
             rendered.apply_deployment(&client).await?;
-            let secrets = secrets::fingerprints(SECRET_KEY, &private, &base);
-            let seen_tokens = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
-            let token_watch =
-                tokio::spawn(watch_bootstrap_tokens(client.clone(), seen_tokens.clone()));
-            let stack = Stack {
-                opts,
-                cp,
-                client,
-                emsim,
-                talossim,
-                image,
-                image_payload_sha256,
-                ssh_key_id,
-                secrets,
-                bins,
-                provider_socket: PathBuf::new(),
-                addresses,
-                emsim_url,
-                replicas: Vec::new(),
-                down: Default::default(),
-                lease: (
-                    release_ns.to_string(),
-                    "karpenter-leader-election".to_string(),
-                ),
-                logs,
-                _scratch: scratch,
-                seen_tokens,
-                token_watch,
-                prometheus: None,
-                system: Some(system),
-                procs,
-            };
-            stack.wait_deployment_ready(&rendered).await?;
-            return Ok(stack);
-        }
-        let (replicas, sa_tokens) = replica::resolve(&ReplicaInputs {
-            client: &client,
-            rendered: &rendered,
-            bins: &bins,
-            scratch: scratch.path(),
-            server_url: cp.server_url(),
-            ca_pem: cp.ca_pem(),
-        })
-        .await?;
-        let first = replicas
-            .first()
-            .context("the chart rendered a Deployment with 0 replicas")?;
-        let lease = (
-            first
-                .bridge
-                .env("LEADER_ELECTION_NAMESPACE")
-                .unwrap_or(&rendered.namespace)
-                .to_string(),
-            first
-                .bridge
-                .env("LEADER_ELECTION_NAME")
-                .unwrap_or("karpenter-leader-election")
-                .to_string(),
-        );
-        let provider_socket = first.socket();
-        for r in &replicas {
-            procs.push(Proc::spawn(
-                &r.provider_proc,
-                &mut provider_command(r, &opts),
-                &logs,
-            )?);
-            procs.push(Proc::spawn(
-                &r.bridge_proc,
-                &mut bridge_command(r, &opts),
-                &logs,
-            )?);
-        }
+            let lease = (
+                release_ns.to_string(),
+                "karpenter-leader-election".to_string(),
+            );
+            (Vec::new(), PathBuf::new(), lease, Some(system))
+        } else {
+            let (replicas, sa_tokens) = replica::resolve(&ReplicaInputs {
+                client: &client,
+                rendered: &rendered,
+                bins: &bins,
+                scratch: scratch.path(),
+                server_url: cp.server_url(),
+                ca_pem: cp.ca_pem(),
+            })
+            .await?;
+            secrets.extend(sa_tokens);
+            let first = replicas
+                .first()
+                .context("the chart rendered a Deployment with 0 replicas")?;
+            let lease = (
+                first
+                    .bridge
+                    .env("LEADER_ELECTION_NAMESPACE")
+                    .unwrap_or(&rendered.namespace)
+                    .to_string(),
+                first
+                    .bridge
+                    .env("LEADER_ELECTION_NAME")
+                    .unwrap_or("karpenter-leader-election")
+                    .to_string(),
+            );
+            let provider_socket = first.socket();
+            for r in &replicas {
+                procs.push(Proc::spawn(
+                    &r.provider_proc,
+                    &mut provider_command(r, &opts),
+                    &logs,
+                )?);
+                procs.push(Proc::spawn(
+                    &r.bridge_proc,
+                    &mut bridge_command(r, &opts),
+                    &logs,
+                )?);
+            }
+            (replicas, provider_socket, lease, None)
+        };
 
-        let mut secrets = secrets::fingerprints(SECRET_KEY, &private, &base);
-        secrets.extend(sa_tokens);
         let seen_tokens = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
         let token_watch = tokio::spawn(watch_bootstrap_tokens(client.clone(), seen_tokens.clone()));
         let mut stack = Stack {
@@ -567,9 +540,13 @@ impl Stack {
             seen_tokens,
             token_watch,
             prometheus: None,
-            system: None,
+            system,
             procs,
         };
+        if stack.system.is_some() {
+            stack.wait_deployment_ready(&rendered).await?;
+            return Ok(stack);
+        }
         for i in 0..stack.replicas.len() {
             stack.wait_replica_started(i).await?;
         }
