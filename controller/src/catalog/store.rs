@@ -413,6 +413,24 @@ impl CatalogStore {
         self.mark_unavailable_at(offer, zone, reason, Instant::now())
     }
 
+    /// A server of `offer` this provider owned is gone: the project's quota
+    /// of its range has room again, so the offering's quota marks (in every
+    /// zone: quotas are the project's) are lifted at once rather than at the
+    /// end of their TTL. Other marks (stock) stay. Returns whether any was
+    /// lifted.
+    pub fn quota_freed(&self, offer: &str) -> bool {
+        let mut inputs = self.lock();
+        let before = inputs.unavailable.len();
+        inputs
+            .unavailable
+            .retain(|(o, _), r| !(o == offer && r.kind == Unavailability::QuotaExceeded));
+        let lifted = inputs.unavailable.len() != before;
+        if lifted {
+            self.publish(&inputs, Instant::now());
+        }
+        lifted
+    }
+
     /// A refusal by the churn guard ([`Unavailability::ChurnGuard`], `detail`
     /// shown to operators), which only needs core to stop asking for a
     /// while: for `ttl` (at most the store's TTL), never shortening a longer

@@ -13,8 +13,8 @@ use super::{
     parse_provider_id, provider_id, tag, tag_value,
 };
 use crate::catalog::{
-    CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, LABEL_CAPACITY_TYPE, LABEL_REGION,
-    LABEL_RESERVATION_ID, LABEL_ZONE, region_of,
+    CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE,
+    LABEL_REGION, LABEL_RESERVATION_ID, LABEL_ZONE, region_of,
 };
 use crate::metrics::safety_metrics;
 use crate::scaleway::{ApiError, Server, ServerFilter, ServerStatus};
@@ -122,7 +122,15 @@ impl Provider {
             .ok_or_else(|| ProviderError::Invalid(format!("malformed providerID {pid:?}")))?;
         let server = match self.api.get_server(zone, id).await {
             Ok(server) => server,
-            Err(ApiError::NotFound(_)) => return Err(ProviderError::NotFound(pid.to_string())),
+            Err(ApiError::NotFound(_)) => {
+                // Its deletion is over: the quota it held is free again.
+                if let Some(offer) = view.labels.get(LABEL_INSTANCE_TYPE)
+                    && self.catalog.quota_freed(offer)
+                {
+                    info!(nodeclaim = %view.name, offer, "server gone; the offering's quota marks lifted");
+                }
+                return Err(ProviderError::NotFound(pid.to_string()));
+            }
             Err(e) => return Err(ProviderError::from_api(e)),
         };
         if !self.owned(&server) {

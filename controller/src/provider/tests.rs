@@ -858,3 +858,33 @@ async fn delete_deletes_the_bootstrap_token() {
     ));
     assert_eq!(f.tokens.deleted.lock().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn a_server_gone_lifts_the_quota_marks_of_its_offer_and_nothing_else() {
+    use crate::catalog::Unavailability;
+    let f = fixture();
+    let created = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    // An order of the same range refused for quota elsewhere, one of
+    // another offer for stock.
+    f.catalog
+        .mark_unavailable_for("EM-A115X-SSD", ZONE, Unavailability::QuotaExceeded);
+    f.catalog
+        .mark_unavailable_for("EM-A115X-SSD", "nl-ams-1", Unavailability::QuotaExceeded);
+    f.catalog
+        .mark_unavailable_for("EM-I215E-NVME", ZONE, Unavailability::OutOfStock);
+    f.provider.delete(&created).await.unwrap();
+    // Deleting is not gone: the quota still counts the server.
+    assert!(f.catalog.refusal("EM-A115X-SSD", ZONE).is_some());
+    f.api.finish_deletions();
+    assert!(matches!(
+        f.provider.delete(&created).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    assert_eq!(f.catalog.refusal("EM-A115X-SSD", ZONE), None);
+    assert_eq!(f.catalog.refusal("EM-A115X-SSD", "nl-ams-1"), None);
+    assert!(f.catalog.refusal("EM-I215E-NVME", ZONE).is_some());
+}
