@@ -118,8 +118,8 @@ impl Provider {
             // the NodeClaim tag still finds it.
             return self.delete_by_claim_tag(&view.name, claim).await;
         };
-        let (zone, id) = parse_provider_id(pid)
-            .ok_or_else(|| ProviderError::Invalid(format!("malformed providerID {pid:?}")))?;
+        let (zone, id) =
+            parse_provider_id(pid).ok_or_else(|| super::unreadable_provider_id(pid))?;
         let server = match self.api.get_server(zone, id).await {
             Ok(server) => server,
             Err(ApiError::NotFound(_)) => {
@@ -228,8 +228,8 @@ impl Provider {
         if let Some(MachineId::Instance { zone, id }) = parse_machine_id(pid) {
             return self.get_vm(zone, id).await;
         }
-        let (zone, id) = parse_provider_id(pid)
-            .ok_or_else(|| ProviderError::Invalid(format!("malformed providerID {pid:?}")))?;
+        let (zone, id) =
+            parse_provider_id(pid).ok_or_else(|| super::unreadable_provider_id(pid))?;
         match self.api.get_server(zone, id).await {
             Ok(server) => Ok(self.server_to_claim(&server)),
             Err(ApiError::NotFound(_)) => Err(ProviderError::NotFound(pid.to_string())),

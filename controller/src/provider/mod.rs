@@ -72,6 +72,19 @@ pub fn provider_id(zone: &str, server_id: &str) -> String {
 }
 
 /// `scaleway://baremetal/{zone}/{server_id}` → (zone, server id).
+/// The error for a providerID this provider cannot read: one of another
+/// provider's scheme (say, a NodeClaim moved from another cloud, or core's
+/// own e2e suite's `Provider:///AZ/i-…`) names no machine of this provider,
+/// which is core's NotFound, so that core lets its NodeClaim go; one in this
+/// provider's scheme that does not parse is a malformed request.
+pub fn unreadable_provider_id(pid: &str) -> ProviderError {
+    if pid.starts_with("scaleway://") {
+        ProviderError::Invalid(format!("malformed providerID {pid:?}"))
+    } else {
+        ProviderError::NotFound(format!("{pid} (not a Scaleway providerID)"))
+    }
+}
+
 pub fn parse_provider_id(id: &str) -> Option<(&str, &str)> {
     let rest = id.strip_prefix(PROVIDER_ID_PREFIX)?;
     let (zone, server) = rest.split_once('/')?;

@@ -888,3 +888,28 @@ async fn a_server_gone_lifts_the_quota_marks_of_its_offer_and_nothing_else() {
     assert_eq!(f.catalog.refusal("EM-A115X-SSD", "nl-ams-1"), None);
     assert!(f.catalog.refusal("EM-I215E-NVME", ZONE).is_some());
 }
+
+#[tokio::test]
+async fn a_providerid_of_another_scheme_names_no_machine_of_ours() {
+    let f = fixture();
+    // Core's own e2e suite writes this into a NodeClaim and expects core's
+    // garbage collection to let it go (docs/conformance.md).
+    let foreign = "Provider:///AZ/i-01234567890123456";
+    let mut c = claim("default-foreign", &["EM-A115X-SSD"]);
+    c["status"] = json!({"providerID": foreign});
+    assert!(matches!(
+        f.provider.delete(&c).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    assert!(matches!(
+        f.provider.get(foreign).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    // Ours but unreadable: a malformed request, not an absence.
+    let garbled = "scaleway://baremetal/no-slash";
+    assert!(matches!(
+        f.provider.get(garbled).await,
+        Err(ProviderError::Invalid(_))
+    ));
+    assert_eq!(f.api.count(Op::DeleteServer), 0);
+}
