@@ -203,19 +203,25 @@ impl EmsimAdmin {
 
     /// Sets an offer's stock in a zone (`available`, `low`, `empty` or a count).
     pub async fn set_stock(&self, zone: &str, offer: &str, stock: Value) -> Result<()> {
+        self.put(
+            "/_emsim/stock",
+            &serde_json::json!({"zone": zone, "offer": offer, "stock": stock}),
+        )
+        .await
+    }
+
+    /// PUT of an admin endpoint, any non-2xx an error with the answer.
+    async fn put(&self, path: &str, body: &Value) -> Result<()> {
         let resp = self
             .0
             .http
-            .put(format!("{}/_emsim/stock", self.0.base))
-            .json(&serde_json::json!({"zone": zone, "offer": offer, "stock": stock}))
+            .put(format!("{}{path}", self.0.base))
+            .json(body)
             .send()
             .await?;
         let status = resp.status();
         if !status.is_success() {
-            anyhow::bail!(
-                "PUT /_emsim/stock answered {status}: {}",
-                resp.text().await?
-            );
+            anyhow::bail!("PUT {path} answered {status}: {}", resp.text().await?);
         }
         Ok(())
     }
@@ -223,21 +229,11 @@ impl EmsimAdmin {
     /// Sets the quota of an offer's quota name (an offer name or id, or a
     /// quota name); `None` removes it.
     pub async fn set_quota(&self, offer: &str, quota: Option<u64>) -> Result<()> {
-        let resp = self
-            .0
-            .http
-            .put(format!("{}/_emsim/quota", self.0.base))
-            .json(&serde_json::json!({"offer": offer, "quota": quota}))
-            .send()
-            .await?;
-        let status = resp.status();
-        if !status.is_success() {
-            anyhow::bail!(
-                "PUT /_emsim/quota answered {status}: {}",
-                resp.text().await?
-            );
-        }
-        Ok(())
+        self.put(
+            "/_emsim/quota",
+            &serde_json::json!({"offer": offer, "quota": quota}),
+        )
+        .await
     }
 
     /// Registers an SSH public key in IAM, as a user would with the console.
