@@ -39,18 +39,30 @@ impl KubeNodeClasses {
     }
 }
 
+fn record(name: &str, nc: &ScalewayElasticMetalNodeClass) -> NodeClassRecord {
+    NodeClassRecord {
+        name: name.to_string(),
+        spec: nc.spec.clone(),
+        ready: nc
+            .status
+            .as_ref()
+            .is_some_and(|s| is_ready_at(&s.conditions, nc.metadata.generation)),
+    }
+}
+
 #[async_trait]
 impl NodeClasses for KubeNodeClasses {
     fn get(&self, name: &str) -> Option<NodeClassRecord> {
         let nc = self.store.get(&ObjectRef::new(name))?;
-        Some(NodeClassRecord {
-            name: name.to_string(),
-            spec: nc.spec.clone(),
-            ready: nc
-                .status
-                .as_ref()
-                .is_some_and(|s| is_ready_at(&s.conditions, nc.metadata.generation)),
-        })
+        Some(record(name, &nc))
+    }
+
+    async fn get_live(&self, name: &str) -> Result<Option<NodeClassRecord>, String> {
+        Api::<ScalewayElasticMetalNodeClass>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map(|nc| nc.as_ref().map(|nc| record(name, nc)))
+            .map_err(|e| e.to_string())
     }
 
     fn list(&self) -> Vec<NodeClassRecord> {

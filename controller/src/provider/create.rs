@@ -203,7 +203,7 @@ impl Provider {
             let name = r.name.clone();
             return self.create_vm(claim, view, &name).await;
         }
-        let class = self.node_class_of(&view)?;
+        let class = self.node_class_of(&view).await?;
         let zones = self.zones_for(&class);
         if zones.is_empty() {
             return Err(ProviderError::NodeClassNotReady(format!(
@@ -337,7 +337,7 @@ impl Provider {
         })
     }
 
-    fn node_class_of(&self, view: &NodeClaimView) -> Result<NodeClassRecord, ProviderError> {
+    async fn node_class_of(&self, view: &NodeClaimView) -> Result<NodeClassRecord, ProviderError> {
         let r = view.node_class_ref.as_ref().ok_or_else(|| {
             ProviderError::Invalid(format!("NodeClaim {} has no nodeClassRef", view.name))
         })?;
@@ -353,16 +353,27 @@ impl Provider {
                 nodeclass::instance::KIND
             )));
         }
-        let class = self.node_classes.get(&r.name).ok_or_else(|| {
-            ProviderError::NodeClassNotReady(format!("NodeClass {} not found", r.name))
-        })?;
-        if !class.ready {
-            return Err(ProviderError::NodeClassNotReady(format!(
+        if let Some(class) = self.node_classes.get(&r.name).filter(|c| c.ready) {
+            return Ok(class);
+        }
+        // The cache may not have seen the reconciler's own `Ready` write yet
+        // (a NodeClaim made together with its NodeClass): refusing now would
+        // make core delete the NodeClaim, so the API server decides.
+        match self.node_classes.get_live(&r.name).await {
+            Ok(Some(class)) if class.ready => Ok(class),
+            Ok(Some(_)) => Err(ProviderError::NodeClassNotReady(format!(
                 "NodeClass {} is not Ready",
                 r.name
-            )));
+            ))),
+            Ok(None) => Err(ProviderError::NodeClassNotReady(format!(
+                "NodeClass {} not found",
+                r.name
+            ))),
+            Err(e) => Err(create_failed(
+                "NodeClassReadFailed",
+                format!("reading NodeClass {}: {e}", r.name),
+            )),
         }
-        Ok(class)
     }
 
     /// The NodeClass's zones that this provider serves (all served zones when

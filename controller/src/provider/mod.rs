@@ -191,6 +191,15 @@ pub struct NodeClassRecord {
 #[async_trait]
 pub trait NodeClasses: Send + Sync + 'static {
     fn get(&self, name: &str) -> Option<NodeClassRecord>;
+    /// The NodeClass as the API server has it now, read past the cache.
+    /// Create asks before refusing a NodeClass its cache calls absent or not
+    /// Ready: the cache lags the reconciler's own status writes, and core
+    /// (whose informer may already have seen `Ready=True`) deletes a NodeClaim
+    /// that Create refuses as NodeClassNotReady. `Err` when it could not be
+    /// read.
+    async fn get_live(&self, name: &str) -> Result<Option<NodeClassRecord>, String> {
+        Ok(self.get(name))
+    }
     /// Every Elastic Metal NodeClass known now.
     fn list(&self) -> Vec<NodeClassRecord>;
     /// The value under `r.key` of the Secret; `Ok(None)` when the Secret or the

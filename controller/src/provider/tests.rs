@@ -19,7 +19,14 @@ pub(crate) const PROJECT: &str = "proj-1";
 
 #[derive(Default)]
 pub(crate) struct FakeNodeClasses {
+    /// What the cache holds.
     pub classes: Mutex<BTreeMap<String, NodeClassRecord>>,
+    /// What the API server holds where it differs from the cache (a status
+    /// write the cache has not seen yet).
+    pub live: Mutex<BTreeMap<String, NodeClassRecord>>,
+    /// Live reads fail with this.
+    pub live_error: Mutex<Option<String>>,
+    pub live_reads: Mutex<usize>,
     pub secrets: Mutex<HashMap<(String, String, String), String>>,
 }
 
@@ -27,6 +34,17 @@ pub(crate) struct FakeNodeClasses {
 impl NodeClasses for FakeNodeClasses {
     fn get(&self, name: &str) -> Option<NodeClassRecord> {
         self.classes.lock().unwrap().get(name).cloned()
+    }
+
+    async fn get_live(&self, name: &str) -> Result<Option<NodeClassRecord>, String> {
+        *self.live_reads.lock().unwrap() += 1;
+        if let Some(e) = self.live_error.lock().unwrap().clone() {
+            return Err(e);
+        }
+        match self.live.lock().unwrap().get(name) {
+            Some(live) => Ok(Some(live.clone())),
+            None => Ok(self.get(name)),
+        }
     }
 
     fn list(&self) -> Vec<NodeClassRecord> {
@@ -525,6 +543,80 @@ async fn node_class_problems_are_not_ready() {
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::NodeClassNotReady(_)));
+    assert_eq!(f.api.count(Op::CreateServer), 0);
+}
+
+/// Found by core's regression suite (StandaloneNodeClaim garbage
+/// collection): a NodeClaim created together with its NodeClass reached
+/// Create before the provider's cache saw the reconciler's `Ready` write;
+/// Create answered NodeClassNotReady and core deleted the NodeClaim.
+#[tokio::test]
+async fn create_reads_past_a_cache_that_lags_the_ready_write() {
+    let f = fixture();
+    let ready = f.classes.classes.lock().unwrap()["default"].clone();
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .get_mut("default")
+        .unwrap()
+        .ready = false;
+    f.classes
+        .live
+        .lock()
+        .unwrap()
+        .insert("default".into(), ready.clone());
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .expect("the API server says Ready: Create goes on");
+    assert_eq!(f.api.count(Op::CreateServer), 1);
+
+    // Not in the cache at all, Ready on the API server.
+    let mut other = ready.clone();
+    other.name = "fresh".into();
+    f.classes.live.lock().unwrap().insert("fresh".into(), other);
+    let mut c = claim("fresh-a", &["EM-A115X-SSD"]);
+    c["spec"]["nodeClassRef"]["name"] = json!("fresh");
+    f.provider.create(c).await.expect("found on the API server");
+    assert_eq!(f.api.count(Op::CreateServer), 2);
+
+    // A cache that says Ready is trusted without a read.
+    let reads = *f.classes.live_reads.lock().unwrap();
+    f.classes.classes.lock().unwrap().insert("default".into(), ready);
+    f.provider
+        .create(claim("default-b", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    assert_eq!(*f.classes.live_reads.lock().unwrap(), reads);
+}
+
+/// When the live read fails, Create must not answer NodeClassNotReady (core
+/// would delete the NodeClaim on a transient API server error): it fails
+/// retryably and orders nothing.
+#[tokio::test]
+async fn a_failed_live_read_is_retryable_not_not_ready() {
+    let f = fixture();
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .get_mut("default")
+        .unwrap()
+        .ready = false;
+    *f.classes.live_error.lock().unwrap() = Some("connection refused".into());
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    match err {
+        ProviderError::CreateFailed { reason, message } => {
+            assert_eq!(reason, "NodeClassReadFailed");
+            assert!(message.contains("connection refused"), "{message}");
+        }
+        other => panic!("want CreateFailed, got {other:?}"),
+    }
     assert_eq!(f.api.count(Op::CreateServer), 0);
 }
 

@@ -54,18 +54,35 @@ struct Context {
 /// empty until the controller runs (and for ever where the CRD is absent,
 /// so that Create answers NodeClassNotReady).
 #[derive(Clone, Default)]
-pub struct InstanceClassCache(Arc<OnceLock<Store<NodeClass>>>);
+pub struct InstanceClassCache {
+    store: Arc<OnceLock<Store<NodeClass>>>,
+    /// For reads past the cache (`get_live`); none in unit tests.
+    client: Option<Client>,
+}
 
 impl InstanceClassCache {
     fn all(&self) -> Vec<Arc<NodeClass>> {
-        self.0.get().map(|s| s.state()).unwrap_or_default()
+        self.store.get().map(|s| s.state()).unwrap_or_default()
     }
 }
 
+#[async_trait::async_trait]
 impl InstanceClasses for InstanceClassCache {
     fn get(&self, name: &str) -> Option<InstanceClassRecord> {
         let nc = self.all().into_iter().find(|nc| nc.name_any() == name)?;
         Some(record(&nc))
+    }
+
+    async fn get_live(&self, name: &str) -> Result<Option<InstanceClassRecord>, String> {
+        let Some(client) = &self.client else {
+            return Ok(self.get(name));
+        };
+        // A cluster without the CRD answers 404: `None`, as for a missing class.
+        Api::<NodeClass>::all(client.clone())
+            .get_opt(name)
+            .await
+            .map(|nc| nc.as_ref().map(record))
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -215,13 +232,16 @@ impl InstanceNodeClassController {
     ) -> Self {
         InstanceNodeClassController {
             ctx: Arc::new(Context {
-                client,
+                client: client.clone(),
                 api,
                 project_id,
                 zones,
                 is_leader,
                 catalog,
-                cache: InstanceClassCache::default(),
+                cache: InstanceClassCache {
+                    store: Arc::default(),
+                    client: Some(client.clone()),
+                },
             }),
         }
     }
@@ -247,7 +267,7 @@ impl InstanceNodeClassController {
             watcher::Config::default(),
         );
         let store = controller.store();
-        let _ = self.ctx.cache.0.set(store.clone());
+        let _ = self.ctx.cache.store.set(store.clone());
         let secrets = watcher(
             Api::<PartialObjectMeta<KubeSecret>>::all(self.ctx.client.clone()),
             watcher::Config::default(),

@@ -37,23 +37,33 @@ impl Provider {
         })
     }
 
-    fn instance_class_of(
+    async fn instance_class_of(
         &self,
         vms: &VmPorts,
         view: &NodeClaimView,
         name: &str,
     ) -> Result<InstanceClassRecord, ProviderError> {
-        let class = vms.classes.get(name).ok_or_else(|| {
-            ProviderError::NodeClassNotReady(format!("{} {name} not found", ic::KIND))
-        })?;
-        if !class.ready {
-            return Err(ProviderError::NodeClassNotReady(format!(
+        if let Some(class) = vms.classes.get(name).filter(|c| c.ready) {
+            return Ok(class);
+        }
+        // As for Elastic Metal (`node_class_of`): the cache may lag the
+        // reconciler's own `Ready` write, so the API server decides.
+        match vms.classes.get_live(name).await {
+            Ok(Some(class)) if class.ready => Ok(class),
+            Ok(Some(_)) => Err(ProviderError::NodeClassNotReady(format!(
                 "{} {name} (NodeClaim {}) is not Ready",
                 ic::KIND,
                 view.name
-            )));
+            ))),
+            Ok(None) => Err(ProviderError::NodeClassNotReady(format!(
+                "{} {name} not found",
+                ic::KIND
+            ))),
+            Err(e) => Err(create_failed(
+                "NodeClassReadFailed",
+                format!("reading {} {name}: {e}", ic::KIND),
+            )),
         }
-        Ok(class)
     }
 
     /// Create for a NodeClaim whose NodeClass is a `ScalewayInstanceNodeClass`.
@@ -64,7 +74,7 @@ impl Provider {
         class_name: &str,
     ) -> Result<Value, ProviderError> {
         let vms = self.vm_ports()?;
-        let class = self.instance_class_of(vms, &view, class_name)?;
+        let class = self.instance_class_of(vms, &view, class_name).await?;
         let zones = Self::allowed_zones(&self.settings.instance_zones, &class.spec.zones);
         if zones.is_empty() {
             return Err(ProviderError::NodeClassNotReady(format!(

@@ -59,8 +59,14 @@ impl InstanceClassRecord {
 }
 
 /// The Instance NodeClasses (from their reconciler's cache).
+#[async_trait::async_trait]
 pub trait InstanceClasses: Send + Sync + 'static {
     fn get(&self, name: &str) -> Option<InstanceClassRecord>;
+    /// The NodeClass as the API server has it now, read past the cache (see
+    /// [`crate::provider::NodeClasses::get_live`]).
+    async fn get_live(&self, name: &str) -> Result<Option<InstanceClassRecord>, String> {
+        Ok(self.get(name))
+    }
 }
 
 /// What the provider needs to serve Instance NodeClasses.

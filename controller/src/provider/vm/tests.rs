@@ -26,12 +26,24 @@ use crate::scaleway::instance::{ServerAction, ServerState, USER_DATA_KEY};
 const WORKER: &str = include_str!("../../talos/testdata/worker-v1.13.yaml");
 const IMAGE: &str = "11111111-1111-4111-8111-111111111111";
 
+/// The cache (`.0`), and what the API server holds where it differs (`.1`).
 #[derive(Default)]
-struct FakeClasses(Mutex<BTreeMap<String, InstanceClassRecord>>);
+struct FakeClasses(
+    Mutex<BTreeMap<String, InstanceClassRecord>>,
+    Mutex<BTreeMap<String, InstanceClassRecord>>,
+);
 
+#[async_trait]
 impl InstanceClasses for FakeClasses {
     fn get(&self, name: &str) -> Option<InstanceClassRecord> {
         self.0.lock().unwrap().get(name).cloned()
+    }
+
+    async fn get_live(&self, name: &str) -> Result<Option<InstanceClassRecord>, String> {
+        match self.1.lock().unwrap().get(name) {
+            Some(live) => Ok(Some(live.clone())),
+            None => Ok(self.get(name)),
+        }
     }
 }
 
@@ -361,6 +373,21 @@ async fn a_class_not_ready_or_missing_creates_nothing() {
         "{err:?}"
     );
     assert_eq!(v.api.count(Op::CreateServer), 0);
+}
+
+/// The cache lags the reconciler's own `Ready` write (a NodeClaim made with
+/// its NodeClass): Create asks the API server before refusing.
+#[tokio::test]
+async fn create_reads_past_a_cache_that_lags_the_ready_write() {
+    let v = vm_fixture();
+    let ready = v.classes.0.lock().unwrap()["vms"].clone();
+    v.classes.0.lock().unwrap().get_mut("vms").unwrap().ready = false;
+    v.classes.1.lock().unwrap().insert("vms".into(), ready);
+    v.provider
+        .create(vm_claim("burst-a", &["POP2-2C-8G"]))
+        .await
+        .expect("Ready on the API server");
+    assert_eq!(v.api.count(Op::CreateServer), 1);
 }
 
 /// Core's Delete loop: call until NotFound, letting the API's actions finish.
