@@ -583,7 +583,11 @@ async fn create_reads_past_a_cache_that_lags_the_ready_write() {
 
     // A cache that says Ready is trusted without a read.
     let reads = *f.classes.live_reads.lock().unwrap();
-    f.classes.classes.lock().unwrap().insert("default".into(), ready);
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .insert("default".into(), ready);
     f.provider
         .create(claim("default-b", &["EM-A115X-SSD"]))
         .await
