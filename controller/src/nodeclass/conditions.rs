@@ -486,6 +486,39 @@ pub fn is_ready(conditions: &[Condition]) -> bool {
         .any(|c| c.type_ == READY && c.status == "True")
 }
 
+/// A NodeClass's root `Ready` condition as Create reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Readiness {
+    /// `Ready=True` for the current generation.
+    Ready,
+    /// `Ready=False` for the current generation: the reconciler's verdict.
+    NotReady,
+    /// Not reconciled yet (no condition, `Unknown`, or a verdict on an older
+    /// generation): a wait, not a verdict. Karpenter's providers answer
+    /// Create with a retryable error here, not NodeClassNotReady, since core
+    /// deletes a NodeClaim refused as NodeClassNotReady.
+    Unknown,
+}
+
+impl Readiness {
+    pub fn is_ready(self) -> bool {
+        self == Readiness::Ready
+    }
+}
+
+/// The root `Ready` condition for this `generation` of the spec (any
+/// generation when `generation` is `None`).
+pub fn readiness_at(conditions: &[Condition], generation: Option<i64>) -> Readiness {
+    let current = conditions.iter().find(|c| {
+        c.type_ == READY && (generation.is_none() || c.observed_generation == generation)
+    });
+    match current.map(|c| c.status.as_str()) {
+        Some("True") => Readiness::Ready,
+        Some("False") => Readiness::NotReady,
+        _ => Readiness::Unknown,
+    }
+}
+
 /// Whether `Ready=True` was reached for this `generation` of the spec: a
 /// verdict on an older spec says nothing about the current one (Karpenter
 /// core reads such a condition as Unknown too).

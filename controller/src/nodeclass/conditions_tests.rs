@@ -330,3 +330,20 @@ fn ready_counts_only_for_the_generation_it_judged() {
     let c = compute(&spec(), Some(4), &obs, &[], "T1");
     assert!(!is_ready_at(&c, Some(4)));
 }
+
+#[test]
+fn readiness_is_a_verdict_only_for_the_generation_it_judged() {
+    let c = compute(&spec(), Some(4), &all_good(), &[], "T1");
+    assert_eq!(readiness_at(&c, Some(4)), Readiness::Ready);
+    assert_eq!(
+        readiness_at(&c, Some(5)),
+        Readiness::Unknown,
+        "a spec change not yet judged is a wait"
+    );
+    assert_eq!(readiness_at(&[], Some(1)), Readiness::Unknown);
+    let mut obs = all_good();
+    obs.ssh_key = SshKeyCheck::NotFound;
+    let c = compute(&spec(), Some(4), &obs, &[], "T1");
+    assert_eq!(readiness_at(&c, Some(4)), Readiness::NotReady);
+    assert_eq!(readiness_at(&c, Some(5)), Readiness::Unknown);
+}

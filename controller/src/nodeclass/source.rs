@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Secret as KubeSecret;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
-use super::conditions::is_ready_at;
+use super::conditions::{Readiness, readiness_at};
 use super::{ScalewayElasticMetalNodeClass, SecretKeyRef};
 use crate::install::Secret;
 use crate::provider::{NodeClassRecord, NodeClasses};
@@ -43,10 +43,9 @@ fn record(name: &str, nc: &ScalewayElasticMetalNodeClass) -> NodeClassRecord {
     NodeClassRecord {
         name: name.to_string(),
         spec: nc.spec.clone(),
-        ready: nc
-            .status
-            .as_ref()
-            .is_some_and(|s| is_ready_at(&s.conditions, nc.metadata.generation)),
+        readiness: nc.status.as_ref().map_or(Readiness::Unknown, |s| {
+            readiness_at(&s.conditions, nc.metadata.generation)
+        }),
     }
 }
 

@@ -18,6 +18,7 @@ use crate::catalog::{
 };
 use crate::churn;
 use crate::install::{InstallSpec, Secret, Taint, UNREGISTERED_TAINT_KEY};
+use crate::nodeclass::conditions::Readiness;
 use crate::nodeclass::{self, NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, CreateServerRequest, Server, ServerFilter, ServerStatus};
 
@@ -353,18 +354,26 @@ impl Provider {
                 nodeclass::instance::KIND
             )));
         }
-        if let Some(class) = self.node_classes.get(&r.name).filter(|c| c.ready) {
+        if let Some(class) = self.node_classes.get(&r.name).filter(|c| c.ready()) {
             return Ok(class);
         }
-        // The cache may not have seen the reconciler's own `Ready` write yet
-        // (a NodeClaim made together with its NodeClass): refusing now would
-        // make core delete the NodeClaim, so the API server decides.
+        // Core deletes a NodeClaim that Create refuses as NodeClassNotReady,
+        // so only a verdict refuses: the cache may not have seen the
+        // reconciler's own `Ready` write yet (a NodeClaim made together with
+        // its NodeClass), so the API server decides, and a NodeClass not yet
+        // reconciled is a wait (retryable), not a verdict.
         match self.node_classes.get_live(&r.name).await {
-            Ok(Some(class)) if class.ready => Ok(class),
-            Ok(Some(_)) => Err(ProviderError::NodeClassNotReady(format!(
-                "NodeClass {} is not Ready",
-                r.name
-            ))),
+            Ok(Some(class)) => match class.readiness {
+                Readiness::Ready => Ok(class),
+                Readiness::NotReady => Err(ProviderError::NodeClassNotReady(format!(
+                    "NodeClass {} is not Ready",
+                    r.name
+                ))),
+                Readiness::Unknown => Err(create_failed(
+                    "NodeClassReadinessUnknown",
+                    format!("NodeClass {} has not been reconciled yet", r.name),
+                )),
+            },
             Ok(None) => Err(ProviderError::NodeClassNotReady(format!(
                 "NodeClass {} not found",
                 r.name

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 
 use crate::catalog::CatalogStore;
 use crate::install::{InstallEngine, InstallSpec, Progress, Secret, Taint};
+pub use crate::nodeclass::conditions::Readiness;
 use crate::nodeclass::{NodeClassSpec, SecretKeyRef};
 use crate::scaleway::{ApiError, ElasticMetal, Server};
 
@@ -183,8 +184,14 @@ impl ProviderError {
 pub struct NodeClassRecord {
     pub name: String,
     pub spec: NodeClassSpec,
-    /// The root `Ready` condition is True.
-    pub ready: bool,
+    /// The root `Ready` condition, for the current generation.
+    pub readiness: Readiness,
+}
+
+impl NodeClassRecord {
+    pub fn ready(&self) -> bool {
+        self.readiness.is_ready()
+    }
 }
 
 /// The NodeClasses (from the reconciler's cache) and the Secrets they name.

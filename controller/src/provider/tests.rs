@@ -217,7 +217,7 @@ pub(crate) fn fixture() -> Fixture {
         NodeClassRecord {
             name: "default".into(),
             spec: node_class_spec(),
-            ready: true,
+            readiness: Readiness::Ready,
         },
     );
     {
@@ -521,7 +521,7 @@ async fn node_class_problems_are_not_ready() {
         .unwrap()
         .get_mut("default")
         .unwrap()
-        .ready = false;
+        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
     let err = f
         .provider
         .create(claim("default-a", &["EM-A115X-SSD"]))
@@ -535,7 +535,7 @@ async fn node_class_problems_are_not_ready() {
         .unwrap()
         .get_mut("default")
         .unwrap()
-        .ready = true;
+        .readiness = crate::nodeclass::conditions::Readiness::Ready;
     f.classes.secrets.lock().unwrap().clear();
     let err = f
         .provider
@@ -560,7 +560,7 @@ async fn create_reads_past_a_cache_that_lags_the_ready_write() {
         .unwrap()
         .get_mut("default")
         .unwrap()
-        .ready = false;
+        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
     f.classes
         .live
         .lock()
@@ -595,6 +595,47 @@ async fn create_reads_past_a_cache_that_lags_the_ready_write() {
     assert_eq!(*f.classes.live_reads.lock().unwrap(), reads);
 }
 
+/// Found by core's regression suite ("should create a standard NodeClaim",
+/// NodeClass and NodeClaim created at once): a NodeClass not yet reconciled
+/// is a wait, not a verdict. Create fails retryably (core launches again)
+/// instead of NodeClassNotReady (core deletes the NodeClaim); only
+/// `Ready=False` for the current generation refuses.
+#[tokio::test]
+async fn a_node_class_not_yet_reconciled_is_retryable() {
+    let f = fixture();
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .get_mut("default")
+        .unwrap()
+        .readiness = Readiness::Unknown;
+    let err = f
+        .provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "NodeClassReadinessUnknown"),
+        "{err:?}"
+    );
+    assert_eq!(f.api.count(Op::CreateServer), 0);
+
+    // Reconciled: the retry goes on.
+    f.classes
+        .classes
+        .lock()
+        .unwrap()
+        .get_mut("default")
+        .unwrap()
+        .readiness = Readiness::Ready;
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    assert_eq!(f.api.count(Op::CreateServer), 1);
+}
+
 /// When the live read fails, Create must not answer NodeClassNotReady (core
 /// would delete the NodeClaim on a transient API server error): it fails
 /// retryably and orders nothing.
@@ -607,7 +648,7 @@ async fn a_failed_live_read_is_retryable_not_not_ready() {
         .unwrap()
         .get_mut("default")
         .unwrap()
-        .ready = false;
+        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
     *f.classes.live_error.lock().unwrap() = Some("connection refused".into());
     let err = f
         .provider

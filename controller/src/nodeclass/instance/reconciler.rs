@@ -27,7 +27,7 @@ use super::conditions::{self, Observations};
 use super::observe::{check_security_group, lookup_images};
 use super::{InstanceNodeClassSpec, ScalewayInstanceNodeClass};
 use crate::catalog::{CatalogStore, ClassKind, ClassView};
-use crate::nodeclass::conditions::is_ready;
+use crate::nodeclass::conditions::{Readiness, readiness_at};
 use crate::nodeclass::reconciler::{IsLeader, read_secret};
 use crate::nodeclass::{ReconcileError, content_check};
 use crate::provider::vm::{InstanceClassRecord, InstanceClasses};
@@ -92,10 +92,15 @@ fn record(nc: &NodeClass) -> InstanceClassRecord {
     let current = status.conditions.iter().all(|c| {
         c.observed_generation.is_none() || c.observed_generation == nc.metadata.generation
     });
+    let readiness = if current {
+        readiness_at(&status.conditions, None)
+    } else {
+        Readiness::Unknown
+    };
     InstanceClassRecord {
         name: nc.name_any(),
         spec: nc.spec.clone(),
-        ready: current && is_ready(&status.conditions),
+        readiness,
         images: status.images,
     }
 }

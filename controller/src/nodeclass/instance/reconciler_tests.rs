@@ -302,13 +302,14 @@ fn create_sees_a_class_ready_only_for_its_current_generation_with_its_images() {
             name: "talos".into(),
         }],
     });
-    assert!(
-        !record(&nc).ready,
+    assert_eq!(
+        record(&nc).readiness,
+        crate::nodeclass::conditions::Readiness::Unknown,
         "Ready for generation 1 says nothing of generation 2"
     );
     nc.status.as_mut().unwrap().conditions = vec![ready(2)];
     let r = record(&nc);
-    assert!(r.ready);
+    assert!(r.ready());
     assert_eq!(r.image("fr-par-2", "amd64").unwrap().id, "img");
     let view = class_view(&nc);
     assert_eq!(view.ephemeral_storage_bytes, Some(50_000_000_000));

@@ -147,7 +147,7 @@ impl Provider {
         classes.sort_by(|a, b| a.name.cmp(&b.name));
         for c in &classes {
             c.name.hash(&mut h);
-            c.ready.hash(&mut h);
+            c.readiness.hash(&mut h);
             serde_json::to_string(&(&c.spec.standby, &c.spec.billing, &c.spec.image))
                 .unwrap_or_default()
                 .hash(&mut h);
@@ -213,7 +213,7 @@ impl Provider {
             {
                 continue;
             }
-            let Some(class) = classes.get(&s.class).filter(|c| c.ready) else {
+            let Some(class) = classes.get(&s.class).filter(|c| c.ready()) else {
                 continue;
             };
             match self.standby_spec(class, &s.server).await {
@@ -234,7 +234,7 @@ impl Provider {
         // asks for are written again before anyone adopts them.
         let mut rewiped: HashSet<String> = HashSet::new();
         for s in &standbys {
-            let Some(class) = classes.get(&s.class).filter(|c| c.ready) else {
+            let Some(class) = classes.get(&s.class).filter(|c| c.ready()) else {
                 continue;
             };
             let expected = self.expected_image(class, &s.server);
@@ -325,7 +325,7 @@ impl Provider {
                 .filter(|s| !failed.contains(&s.server.id))
                 .collect();
             let view: Vec<plan::Member> = list.iter().map(|s| s.member(fallback)).collect();
-            let orderable = class.ready && self.standby_orderable(class, pool, &snapshot);
+            let orderable = class.ready() && self.standby_orderable(class, pool, &snapshot);
             for step in plan::plan(pool, &view, orderable, &sb.periods, now) {
                 match step {
                     Step::Order { reason } => {
@@ -367,7 +367,7 @@ impl Provider {
             // An install no engine here runs and that nothing can resume
             // (its NodeClass is gone or not Ready) will never end idle: it
             // goes as an idle one would, or a monthly one stays for ever.
-            let resumable = classes.get(&key.0).is_some_and(|c| c.ready);
+            let resumable = classes.get(&key.0).is_some_and(|c| c.ready());
             let view: Vec<plan::Member> = list
                 .iter()
                 .filter(|s| !failed.contains(&s.server.id))

@@ -141,7 +141,7 @@ fn set_pools(f: &Fixture, pools: Vec<StandbyPool>) {
         NodeClassRecord {
             name: CLASS.into(),
             spec,
-            ready: true,
+            readiness: crate::provider::Readiness::Ready,
         },
     );
 }

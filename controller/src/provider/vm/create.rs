@@ -11,6 +11,7 @@ use super::super::nodeclaim::{self, Hydration, NodeClaimView};
 use super::super::{Provider, ProviderError, TAG_NODECLAIM, candidates, instance_provider_id, tag};
 use super::{InstanceClassRecord, VOLUMES_ANNOTATION, VmPlacement, VmPorts, node_settings};
 use crate::catalog::{ClassKind, InstanceType, KubeletReservations, Snapshot};
+use crate::nodeclass::conditions::Readiness;
 use crate::nodeclass::instance::{self as ic, PublicIpMode, RootVolumeType};
 use crate::scaleway::ApiError;
 use crate::scaleway::block::VolumeUpdate;
@@ -43,18 +44,25 @@ impl Provider {
         view: &NodeClaimView,
         name: &str,
     ) -> Result<InstanceClassRecord, ProviderError> {
-        if let Some(class) = vms.classes.get(name).filter(|c| c.ready) {
+        if let Some(class) = vms.classes.get(name).filter(|c| c.ready()) {
             return Ok(class);
         }
         // As for Elastic Metal (`node_class_of`): the cache may lag the
-        // reconciler's own `Ready` write, so the API server decides.
+        // reconciler's own `Ready` write, so the API server decides, and only
+        // a verdict (`Ready=False`) refuses.
         match vms.classes.get_live(name).await {
-            Ok(Some(class)) if class.ready => Ok(class),
-            Ok(Some(_)) => Err(ProviderError::NodeClassNotReady(format!(
-                "{} {name} (NodeClaim {}) is not Ready",
-                ic::KIND,
-                view.name
-            ))),
+            Ok(Some(class)) => match class.readiness {
+                Readiness::Ready => Ok(class),
+                Readiness::NotReady => Err(ProviderError::NodeClassNotReady(format!(
+                    "{} {name} (NodeClaim {}) is not Ready",
+                    ic::KIND,
+                    view.name
+                ))),
+                Readiness::Unknown => Err(create_failed(
+                    "NodeClassReadinessUnknown",
+                    format!("{} {name} has not been reconciled yet", ic::KIND),
+                )),
+            },
             Ok(None) => Err(ProviderError::NodeClassNotReady(format!(
                 "{} {name} not found",
                 ic::KIND

@@ -37,11 +37,15 @@ pub struct InstanceClassRecord {
     pub spec: InstanceNodeClassSpec,
     /// The image each (zone, arch) resolved to (`status.images`).
     pub images: Vec<ResolvedImage>,
-    /// The root `Ready` condition is True.
-    pub ready: bool,
+    /// The root `Ready` condition, for the current generation.
+    pub readiness: crate::nodeclass::conditions::Readiness,
 }
 
 impl InstanceClassRecord {
+    pub fn ready(&self) -> bool {
+        self.readiness.is_ready()
+    }
+
     /// The image id for `arch` in `zone`, if one resolved.
     pub fn image(&self, zone: &str, arch: &str) -> Option<&ResolvedImage> {
         self.images

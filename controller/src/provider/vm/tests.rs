@@ -82,7 +82,7 @@ fn record(spec: InstanceNodeClassSpec) -> InstanceClassRecord {
             id: IMAGE.into(),
             name: "talos-v1.13.9".into(),
         }],
-        ready: true,
+        readiness: crate::nodeclass::conditions::Readiness::Ready,
     }
 }
 
@@ -352,7 +352,13 @@ async fn no_image_for_the_pair_means_no_vm() {
 #[tokio::test]
 async fn a_class_not_ready_or_missing_creates_nothing() {
     let v = vm_fixture();
-    v.classes.0.lock().unwrap().get_mut("vms").unwrap().ready = false;
+    v.classes
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("vms")
+        .unwrap()
+        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
     let err = v
         .provider
         .create(vm_claim("burst-a", &["POP2-2C-8G"]))
@@ -375,13 +381,42 @@ async fn a_class_not_ready_or_missing_creates_nothing() {
     assert_eq!(v.api.count(Op::CreateServer), 0);
 }
 
+/// Not reconciled yet: retryable, never NodeClassNotReady.
+#[tokio::test]
+async fn a_class_not_yet_reconciled_is_retryable() {
+    let v = vm_fixture();
+    v.classes
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("vms")
+        .unwrap()
+        .readiness = crate::nodeclass::conditions::Readiness::Unknown;
+    let err = v
+        .provider
+        .create(vm_claim("burst-a", &["POP2-2C-8G"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "NodeClassReadinessUnknown"),
+        "{err:?}"
+    );
+    assert_eq!(v.api.count(Op::CreateServer), 0);
+}
+
 /// The cache lags the reconciler's own `Ready` write (a NodeClaim made with
 /// its NodeClass): Create asks the API server before refusing.
 #[tokio::test]
 async fn create_reads_past_a_cache_that_lags_the_ready_write() {
     let v = vm_fixture();
     let ready = v.classes.0.lock().unwrap()["vms"].clone();
-    v.classes.0.lock().unwrap().get_mut("vms").unwrap().ready = false;
+    v.classes
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("vms")
+        .unwrap()
+        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
     v.classes.1.lock().unwrap().insert("vms".into(), ready);
     v.provider
         .create(vm_claim("burst-a", &["POP2-2C-8G"]))
