@@ -105,7 +105,7 @@ conformance SUITE="regression" KIND="metal" FOCUS="": build-bridge karpenter-crd
 # `cargo test --workspace`); `cargo test -p e2e --test scenarios -- <name>::`
 # runs one.
 e2e: build-bridge karpenter-crds talos-config
-    KPS_PROMTOOL="$(hack/promtool.sh | tail -n 1)" KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" python3 hack/e2e-run.py
+    KPS_PROMTOOL="$(hack/promtool.sh | tail -n 1)" KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" KPS_CORE_SUITES_DIR="$(hack/core-suites.sh | tail -n 1)" python3 hack/e2e-run.py
 
 # Tests of the hack/ scripts whose output CI reads (the e2e runner's failure
 # digest, the test summary) and of the dashboard picture's renderer

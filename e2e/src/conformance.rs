@@ -152,6 +152,99 @@ pub fn skips_for(skips: &[Skip], suite: Suite, kind: Kind) -> Vec<Skip> {
         .collect()
 }
 
+/// A group of specs run with a default NodePool of its own
+/// (`e2e/conformance/nodepools.yaml`): core pins some specs to instance types
+/// on its KWOK provider only, and the same pin on ours is a NodePool, passed
+/// with `--default-nodepool`, not an edit of the spec.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct PoolPin {
+    pub suite: String,
+    /// The kinds it applies to (every kind when absent).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// The specs whose full text starts with this (a container's text and a
+    /// space, e.g. `"CapacityBuffer "`).
+    pub prefix: String,
+    /// A file of `e2e/conformance/`.
+    pub nodepool: String,
+    pub reason: String,
+}
+
+impl PoolPin {
+    fn applies(&self, suite: Suite, kind: Kind) -> bool {
+        self.suite == suite.name()
+            && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind.name()))
+    }
+}
+
+pub fn load_pins(path: &Path) -> Result<Vec<PoolPin>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let pins: Vec<PoolPin> =
+        serde_yaml_ng::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    for p in &pins {
+        Suite::parse(&p.suite)?;
+        for k in &p.kinds {
+            Kind::parse(k)?;
+        }
+        ensure!(
+            !p.reason.trim().is_empty(),
+            "the NodePool of {:?} gives no reason",
+            p.prefix
+        );
+        ensure!(
+            !p.prefix.is_empty() && !p.nodepool.contains('/'),
+            "{:?}: a prefix and a file name of e2e/conformance/ are needed",
+            p.prefix
+        );
+    }
+    Ok(pins)
+}
+
+/// The pins of `suite` on `kind`.
+pub fn pins_for(pins: &[PoolPin], suite: Suite, kind: Kind) -> Vec<PoolPin> {
+    pins.iter()
+        .filter(|p| p.applies(suite, kind))
+        .cloned()
+        .collect()
+}
+
+/// `specs` grouped by the default NodePool they run with: `default` for the
+/// specs no pin names (first), then each pin's file (the first pin whose
+/// prefix matches wins). Groups without a spec are left out; order within a
+/// group is kept.
+pub fn group_by_nodepool(
+    specs: &[String],
+    pins: &[PoolPin],
+    default: &str,
+) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> = vec![(default.to_string(), Vec::new())];
+    for spec in specs {
+        let file = pins
+            .iter()
+            .find(|p| spec.starts_with(&p.prefix))
+            .map_or(default, |p| p.nodepool.as_str());
+        match groups.iter_mut().find(|(f, _)| f == file) {
+            Some((_, g)) => g.push(spec.clone()),
+            None => groups.push((file.to_string(), vec![spec.clone()])),
+        }
+    }
+    groups.retain(|(_, g)| !g.is_empty());
+    groups
+}
+
+/// Fails unless every pin names specs the suite has (as for skips).
+pub fn check_pins_match(pins: &[PoolPin], specs: &[String]) -> Result<()> {
+    for p in pins {
+        ensure!(
+            specs.iter().any(|s| s.starts_with(&p.prefix)),
+            "e2e/conformance/nodepools.yaml pins {:?}, which names no spec of this suite",
+            p.prefix
+        );
+    }
+    Ok(())
+}
+
 /// A Go regular expression matching exactly these specs (for
 /// `--ginkgo.skip` and `--ginkgo.focus`); `None` when there are none. Ginkgo
 /// matches against the suite's description, a space and the spec's full
@@ -413,6 +506,69 @@ pub fn check_skips_exist(skips: &[Skip], results: &[SpecResult]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pin(prefix: &str, file: &str) -> PoolPin {
+        PoolPin {
+            suite: "regression".into(),
+            kinds: vec!["instance".into()],
+            prefix: prefix.into(),
+            nodepool: file.into(),
+            reason: "r".into(),
+        }
+    }
+
+    #[test]
+    fn specs_are_grouped_by_their_pinned_nodepool_default_first() {
+        let specs: Vec<String> = [
+            "CapacityBuffer Lifecycle a",
+            "Integration b",
+            "CapacityBuffer Edge c",
+            "Chaos d",
+        ]
+        .map(String::from)
+        .to_vec();
+        let pins = [
+            pin("CapacityBuffer ", "np-2.yaml"),
+            pin("Chaos ", "np-c.yaml"),
+        ];
+        let groups = group_by_nodepool(&specs, &pins, "nodepool.yaml");
+        assert_eq!(
+            groups,
+            vec![
+                (
+                    "nodepool.yaml".to_string(),
+                    vec!["Integration b".to_string()]
+                ),
+                (
+                    "np-2.yaml".to_string(),
+                    vec![
+                        "CapacityBuffer Lifecycle a".to_string(),
+                        "CapacityBuffer Edge c".to_string()
+                    ]
+                ),
+                ("np-c.yaml".to_string(), vec!["Chaos d".to_string()]),
+            ]
+        );
+        // No pinned spec selected: one group; nothing selected: none.
+        assert_eq!(
+            group_by_nodepool(&specs[1..2], &pins, "nodepool.yaml").len(),
+            1
+        );
+        assert!(group_by_nodepool(&[], &pins, "nodepool.yaml").is_empty());
+        // A pin must name specs the suite has.
+        assert!(check_pins_match(&pins, &specs).is_ok());
+        assert!(check_pins_match(&[pin("Gone ", "x.yaml")], &specs).is_err());
+    }
+
+    #[test]
+    fn the_committed_pins_parse_and_name_their_files() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance");
+        let pins = load_pins(&dir.join("nodepools.yaml")).unwrap();
+        assert!(!pins.is_empty());
+        for p in &pins {
+            assert!(dir.join(&p.nodepool).is_file(), "{} missing", p.nodepool);
+        }
+    }
 
     #[test]
     fn fill_replaces_every_variable_and_refuses_an_unknown_one() {

@@ -172,64 +172,192 @@ async fn run(
     let nodeclass = work.join("conformance-nodeclass.yaml");
     let template = std::fs::read_to_string(dir.join(kind.nodeclass_file()))?;
     std::fs::write(&nodeclass, conformance::fill(&template, &vars)?)?;
-    let nodepool = dir.join("nodepool.yaml");
-    let report = work.join("ginkgo-report.json");
+    let pins = conformance::pins_for(
+        &conformance::load_pins(&dir.join("nodepools.yaml"))?,
+        suite,
+        kind,
+    );
     let output = work.join("outputs");
     std::fs::create_dir_all(&output)?;
 
-    let mut cmd = Command::new(binary);
-    cmd.current_dir(suite_dir)
+    // The specs to run: listed by a dry run (the focus and the skips
+    // applied), then this shard's, then grouped by the default NodePool each
+    // runs with; one run of the suite per group, on the same stack.
+    let listed = dry_run(binary, suite_dir, work, skips, args.focus.as_deref())?;
+    conformance::check_skips_exist(skips, &listed)?;
+    let every: Vec<String> = listed.iter().map(|r| r.full_text.clone()).collect();
+    conformance::check_pins_match(&pins, &every)?;
+    let runnable: Vec<String> = listed
+        .into_iter()
+        .filter(|r| r.passed())
+        .map(|r| r.full_text)
+        .collect();
+    let shard = match &args.shard {
+        Some(text) => Some(shard_of(text, suite, kind, &runnable)?),
+        None => None,
+    };
+    let selected = match &shard {
+        Some((k, specs)) => {
+            println!("shard {k}: {} specs", specs.len());
+            specs.clone()
+        }
+        None => runnable,
+    };
+    ensure!(!selected.is_empty(), "no spec selected");
+    let groups = conformance::group_by_nodepool(&selected, &pins, "nodepool.yaml");
+
+    let started = Instant::now();
+    let mut results: Vec<conformance::SpecResult> = Vec::new();
+    let mut exit_failures = Vec::new();
+    let mut reports = Vec::new();
+    for (i, (nodepool, specs)) in groups.iter().enumerate() {
+        if groups.len() > 1 {
+            println!(
+                "group {}/{}: {} specs with --default-nodepool {nodepool}",
+                i + 1,
+                groups.len(),
+                specs.len()
+            );
+        }
+        let suffix = if i == 0 {
+            String::new()
+        } else {
+            format!("-{i}")
+        };
+        let report = work.join(format!("ginkgo-report{suffix}.json"));
+        let log_path = work.join(format!("logs/core-suite{suffix}.log"));
+        let focus = conformance::exact_regex(specs.iter().map(String::as_str))
+            .context("a group without specs")?;
+        let run = Invocation {
+            binary,
+            suite_dir,
+            nodeclass: &nodeclass,
+            nodepool: &dir.join(nodepool),
+            focus: &focus,
+            skips,
+            report: &report,
+            log_path: &log_path,
+            output: &output,
+            timeout: &args.timeout,
+        };
+        let status = invoke(stack, &run).await?;
+        let json = std::fs::read_to_string(&report)
+            .with_context(|| format!("{} wrote no report ({status})", binary.display()))?;
+        // Ginkgo reports every spec; those the focus left out are skipped
+        // without a message, and the skip list's rows come in every report.
+        for r in conformance::parse_report(&json, skips)? {
+            if !(r.state == "skipped" && r.note.is_empty())
+                && !results.iter().any(|o| o.full_text == r.full_text)
+            {
+                results.push(r);
+            }
+        }
+        if !status.success() {
+            exit_failures.push(status);
+        }
+        reports.push(report);
+    }
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    // The skip list's rows go with the first shard.
+    let first_shard = shard.as_ref().is_none_or(|(k, _)| *k == 1);
+    let results: Vec<_> = results
+        .into_iter()
+        .filter(|r| first_shard || !skips.iter().any(|k| k.spec == r.full_text))
+        .collect();
+    let (passed, failed, skipped) = conformance::counts(&results);
+    let table = conformance::markdown_table(&results);
+    let header = format!(
+        "core {} suite, {} NodeClasses ({}), {minutes:.1} min: {passed} passed, {failed} failed, {skipped} skipped\n\n",
+        suite.name(),
+        kind.name(),
+        kind.nodeclass_kind()
+    );
+    let md = work.join(format!("conformance-{}-{}.md", suite.name(), kind.name()));
+    std::fs::write(&md, format!("{header}{table}"))?;
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out)?;
+        std::fs::copy(&md, out.join(md.file_name().unwrap_or_default()))?;
+        for (i, report) in reports.iter().enumerate() {
+            let suffix = if i == 0 {
+                String::new()
+            } else {
+                format!("-{i}")
+            };
+            std::fs::copy(
+                report,
+                out.join(format!(
+                    "ginkgo-{}-{}{suffix}.json",
+                    suite.name(),
+                    kind.name()
+                )),
+            )?;
+        }
+    }
+    if args.record_durations {
+        record_durations(suite, kind, &results)?;
+    }
+    println!("\n{header}{table}");
+    println!("table: {}", md.display());
+    if failed == 0 && !exit_failures.is_empty() {
+        bail!(
+            "the suite exited with {} although no spec failed: see its log",
+            exit_failures[0]
+        );
+    }
+    Ok((passed, failed, skipped))
+}
+
+/// One run of the suite binary.
+struct Invocation<'a> {
+    binary: &'a std::path::Path,
+    suite_dir: &'a std::path::Path,
+    nodeclass: &'a std::path::Path,
+    nodepool: &'a std::path::Path,
+    focus: &'a str,
+    skips: &'a [conformance::Skip],
+    report: &'a std::path::Path,
+    log_path: &'a std::path::Path,
+    output: &'a std::path::Path,
+    timeout: &'a str,
+}
+
+/// Runs the suite binary once against the stack, its whole output to
+/// `log_path` and each spec's outcome to the terminal; its exit status.
+async fn invoke(stack: &Stack, run: &Invocation<'_>) -> Result<std::process::ExitStatus> {
+    let mut cmd = Command::new(run.binary);
+    cmd.current_dir(run.suite_dir)
         .arg("-test.v")
-        .arg(format!("-test.timeout={}", args.timeout))
-        .arg(format!("-ginkgo.timeout={}", args.timeout))
+        .arg(format!("-test.timeout={}", run.timeout))
+        .arg(format!("-ginkgo.timeout={}", run.timeout))
         .arg("-ginkgo.grace-period=5m")
         .arg("-ginkgo.v")
         .arg("-ginkgo.no-color")
-        .arg(format!("-ginkgo.json-report={}", report.display()))
+        .arg(format!("-ginkgo.json-report={}", run.report.display()))
         .arg(format!(
             "--kubeconfig={}",
             stack.cp.kubeconfig_path().display()
         ))
-        .arg(format!("--default-nodeclass={}", nodeclass.display()))
-        .arg(format!("--default-nodepool={}", nodepool.display()))
+        .arg(format!("--default-nodeclass={}", run.nodeclass.display()))
+        .arg(format!("--default-nodepool={}", run.nodepool.display()))
         .arg(format!("--repair-condition={REPAIR_CONDITION}"))
         .arg(format!("--reboot-condition={REBOOT_CONDITION}"))
-        .env("OUTPUT_DIR", &output)
+        .arg(format!("-ginkgo.focus={}", run.focus))
+        .env("OUTPUT_DIR", run.output)
         .env_remove("KUBECONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    let shard = match &args.shard {
-        Some(text) => Some(shard_specs(
-            text, suite, kind, skips, binary, suite_dir, work,
-        )?),
-        None => None,
-    };
-    match (&args.focus, &shard) {
-        (Some(_), Some(_)) => bail!("--focus and --shard exclude each other"),
-        (Some(focus), None) => {
-            cmd.arg(format!("-ginkgo.focus={focus}"));
-        }
-        (None, Some((k, specs))) => {
-            println!("shard {k}: {} specs", specs.len());
-            let focus = conformance::exact_regex(specs.iter().map(String::as_str))
-                .context("this shard has no spec")?;
-            cmd.arg(format!("-ginkgo.focus={focus}"));
-        }
-        (None, None) => {}
-    }
-    if let Some(re) = conformance::skip_regex(skips) {
+    if let Some(re) = conformance::skip_regex(run.skips) {
         cmd.arg(format!("-ginkgo.skip={re}"));
     }
-    let started = Instant::now();
-    let log_path = work.join("logs/core-suite.log");
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
+        .with_context(|| format!("starting {}", run.binary.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
     // The suite's whole output to the log; to the terminal, only each spec's
     // outcome and name and the summary (a blocking copy: the stack's own
     // tasks keep running on the runtime meanwhile).
-    println!("the suite's output: {}", log_path.display());
+    println!("the suite's output: {}", run.log_path.display());
+    let log_path = run.log_path.to_path_buf();
     let copy = tokio::task::spawn_blocking(move || -> Result<()> {
         let mut log = std::fs::File::create(&log_path)?;
         let mut progress = conformance::Progress::default();
@@ -266,67 +394,20 @@ async fn run(
         };
         let _ = nix::sys::signal::kill(pid, signal);
     };
-    let minutes = started.elapsed().as_secs_f64() / 60.0;
     copy.await??;
     ensure!(interrupts == 0, "interrupted ({status})");
-
-    let json = std::fs::read_to_string(&report)
-        .with_context(|| format!("{} wrote no report ({status})", binary.display()))?;
-    let results = conformance::parse_report(&json, skips)?;
-    conformance::check_skips_exist(skips, &results)?;
-    // Ginkgo reports every spec; those the focus left out are skipped
-    // without a message. The skip list's rows go with the first shard.
-    let first_shard = shard.as_ref().is_none_or(|(k, _)| *k == 1);
-    let results: Vec<_> = results
-        .into_iter()
-        .filter(|r| !(r.state == "skipped" && r.note.is_empty()))
-        .filter(|r| first_shard || !skips.iter().any(|k| k.spec == r.full_text))
-        .collect();
-    let (passed, failed, skipped) = conformance::counts(&results);
-    let table = conformance::markdown_table(&results);
-    let header = format!(
-        "core {} suite, {} NodeClasses ({}), {minutes:.1} min: {passed} passed, {failed} failed, {skipped} skipped\n\n",
-        suite.name(),
-        kind.name(),
-        kind.nodeclass_kind()
-    );
-    let md = work.join(format!("conformance-{}-{}.md", suite.name(), kind.name()));
-    std::fs::write(&md, format!("{header}{table}"))?;
-    if let Some(out) = &args.out {
-        std::fs::create_dir_all(out)?;
-        std::fs::copy(&md, out.join(md.file_name().unwrap_or_default()))?;
-        std::fs::copy(
-            &report,
-            out.join(format!("ginkgo-{}-{}.json", suite.name(), kind.name())),
-        )?;
-    }
-    if args.record_durations {
-        record_durations(suite, kind, &results)?;
-    }
-    println!("\n{header}{table}");
-    println!("table: {}", md.display());
-    if failed == 0 && !status.success() {
-        bail!("the suite exited with {status} although no spec failed: see its log");
-    }
-    Ok((passed, failed, skipped))
+    Ok(status)
 }
 
-/// Shard `text` (`K/N`) of the suite's specs that are not skipped: listed
-/// by a dry run of the suite binary, split by their recorded durations.
-fn shard_specs(
-    text: &str,
-    suite: Suite,
-    kind: Kind,
-    skips: &[conformance::Skip],
+/// The suite's specs as a dry run of its binary lists them (every spec, the
+/// focus and the skips applied: those left out come back skipped).
+fn dry_run(
     binary: &std::path::Path,
     suite_dir: &std::path::Path,
     work: &std::path::Path,
-) -> Result<(usize, Vec<String>)> {
-    let (k, n) = text
-        .split_once('/')
-        .and_then(|(k, n)| Some((k.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
-        .filter(|(k, n)| *k >= 1 && k <= n)
-        .with_context(|| format!("--shard {text}: expected K/N with 1 <= K <= N"))?;
+    skips: &[conformance::Skip],
+    focus: Option<&str>,
+) -> Result<Vec<conformance::SpecResult>> {
     let report = work.join("ginkgo-dry-run.json");
     let mut cmd = Command::new(binary);
     cmd.current_dir(suite_dir)
@@ -337,25 +418,37 @@ fn shard_specs(
     if let Some(re) = conformance::skip_regex(skips) {
         cmd.arg(format!("-ginkgo.skip={re}"));
     }
+    if let Some(focus) = focus {
+        cmd.arg(format!("-ginkgo.focus={focus}"));
+    }
     let status = cmd.status()?;
     ensure!(
         status.success(),
         "dry run of {} failed: {status}",
         binary.display()
     );
-    let listed = conformance::parse_report(&std::fs::read_to_string(&report)?, skips)?;
-    let specs: Vec<String> = listed
-        .into_iter()
-        .filter(|r| r.passed())
-        .map(|r| r.full_text)
-        .collect();
+    conformance::parse_report(&std::fs::read_to_string(&report)?, skips)
+}
+
+/// Shard `text` (`K/N`) of `specs`, split by their recorded durations.
+fn shard_of(
+    text: &str,
+    suite: Suite,
+    kind: Kind,
+    specs: &[String],
+) -> Result<(usize, Vec<String>)> {
+    let (k, n) = text
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+        .filter(|(k, n)| *k >= 1 && k <= n)
+        .with_context(|| format!("--shard {text}: expected K/N with 1 <= K <= N"))?;
     let path = stack::repo_root().join("e2e/conformance/durations.json");
     let all: BTreeMap<String, BTreeMap<String, f64>> =
         serde_json::from_str(&std::fs::read_to_string(&path)?)
             .with_context(|| format!("parsing {}", path.display()))?;
     let key = format!("{}/{}", suite.name(), kind.name());
     let durations = all.get(&key).cloned().unwrap_or_default();
-    let shards = conformance::shards(&specs, &durations, 120.0, n);
+    let shards = conformance::shards(specs, &durations, 120.0, n);
     Ok((k, shards[k - 1].clone()))
 }
 
