@@ -45,13 +45,15 @@ pub struct Held {
 pub struct KubeSiblingNodes {
     nodes: Api<Node>,
     pods: Api<Pod>,
+    nodepools: Api<kube::api::DynamicObject>,
 }
 
 impl KubeSiblingNodes {
     pub fn new(client: Client) -> Self {
         KubeSiblingNodes {
             nodes: Api::all(client.clone()),
-            pods: Api::all(client),
+            pods: Api::all(client.clone()),
+            nodepools: Api::all_with(client, &super::watch::node_pool_resource()),
         }
     }
 
@@ -179,6 +181,19 @@ impl SiblingNodes for KubeSiblingNodes {
         reason: &str,
     ) -> Result<bool, KubeError> {
         self.place(node, until, reason).await.map_err(classify_kube)
+    }
+
+    async fn static_pool(&self, nodepool: &str) -> Result<bool, KubeError> {
+        let pool = self
+            .nodepools
+            .get_opt(nodepool)
+            .await
+            .map_err(classify_kube)?;
+        Ok(pool.is_some_and(|p| {
+            p.data
+                .pointer("/spec/replicas")
+                .is_some_and(|r| !r.is_null())
+        }))
     }
 }
 

@@ -38,7 +38,7 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 /// A NodePool still set up to churn is warned about again after this long.
 pub const RISK_REPEAT: Duration = Duration::from_secs(3600);
 
-fn node_pool_resource() -> ApiResource {
+pub(crate) fn node_pool_resource() -> ApiResource {
     let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
     ApiResource::from_gvk_with_plural(&gvk, "nodepools")
 }

@@ -51,6 +51,10 @@ struct Siblings {
     /// Someone else's do-not-disrupt is on every node.
     foreign_hold: Mutex<bool>,
     holds: Mutex<Vec<(String, DateTime<Utc>, String)>>,
+    /// NodePools with `spec.replicas`.
+    static_pools: Mutex<Vec<String>>,
+    /// Reading a NodePool fails.
+    pools_fail: Mutex<bool>,
 }
 
 #[async_trait]
@@ -76,6 +80,18 @@ impl SiblingNodes for Siblings {
             .unwrap()
             .push((node.into(), until, reason.into()));
         Ok(true)
+    }
+
+    async fn static_pool(&self, nodepool: &str) -> Result<bool, KubeError> {
+        if *self.pools_fail.lock().unwrap() {
+            return Err(KubeError::Unavailable("503".into()));
+        }
+        Ok(self
+            .static_pools
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| p == nodepool))
     }
 }
 
@@ -236,6 +252,34 @@ async fn someone_elses_do_not_disrupt_is_left_alone_and_the_order_still_refused(
     );
     assert!(g.siblings.holds.lock().unwrap().is_empty());
     assert_eq!(g.api.count(Op::CreateServer), 0);
+}
+
+/// Found by core's regression suite (StaticCapacity › should not go over
+/// limit during concurrent changes): a static NodePool's drift replacement
+/// was refused because a new idle node of the pool "could take its pods",
+/// and drift stalled. A static NodePool keeps its count, whatever runs on
+/// its nodes: its orders are never churn. A NodePool that cannot be read is
+/// not judged either.
+#[tokio::test]
+async fn orders_of_a_static_nodepool_are_never_refused() {
+    let g = guarded();
+    let (create, _) = cold_path(&g);
+    g.siblings
+        .static_pools
+        .lock()
+        .unwrap()
+        .push("default".into());
+    g.provider.create(create).await.unwrap();
+    assert_eq!(g.api.count(Op::CreateServer), 1);
+    assert!(g.siblings.holds.lock().unwrap().is_empty());
+    assert_eq!(g.catalog.refusal(OFFER, ZONE), None);
+
+    let g = guarded();
+    let (create, _) = cold_path(&g);
+    *g.siblings.pools_fail.lock().unwrap() = true;
+    g.provider.create(create).await.unwrap();
+    assert_eq!(g.api.count(Op::CreateServer), 1);
+    assert!(g.siblings.holds.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

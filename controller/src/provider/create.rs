@@ -547,7 +547,26 @@ impl Provider {
             zone,
             requests: &requests,
         };
-        for sibling in churn::guard_candidates(&order, &claims) {
+        let candidates = churn::guard_candidates(&order, &claims);
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        // A static NodePool (`spec.replicas`) keeps its count whatever runs
+        // on its nodes, and core never consolidates it: its orders (a drift
+        // replacement, a scale-up) are never churn. Found by core's
+        // regression suite (StaticCapacity, drift during a scale-up): the
+        // guard refused the drift replacements because the new idle node
+        // "could take their pods", and drift stalled.
+        match siblings.static_pool(nodepool).await {
+            Ok(false) => {}
+            Ok(true) => return Ok(()),
+            Err(e) => {
+                warn!(nodeclaim = %view.name, nodepool = %nodepool, error = %e,
+                    "churn guard: NodePool not readable; ordering unguarded");
+                return Ok(());
+            }
+        }
+        for sibling in candidates {
             let Some(node) = sibling.node_name.as_deref() else {
                 continue;
             };

@@ -327,6 +327,10 @@ pub trait SiblingNodes: Send + Sync + 'static {
         until: chrono::DateTime<chrono::Utc>,
         reason: &str,
     ) -> Result<bool, KubeError>;
+    /// Whether the NodePool is static (`spec.replicas` set): core keeps its
+    /// node count whatever runs on them, so an idle sibling never makes an
+    /// order of it useless. `Ok(false)` when the NodePool is gone.
+    async fn static_pool(&self, nodepool: &str) -> Result<bool, KubeError>;
 }
 
 /// The Node object Create registers right after ordering (see
