@@ -84,7 +84,7 @@ def is_e2e_package(package_id):
 # Karpenter core's own regression suite on Elastic Metal (docs/conformance.md),
 # split into this many shards, each a job on a stack of its own
 # (`kps-conformance --shard K/N`, split by e2e/conformance/durations.json).
-CONFORMANCE_SHARDS = int(os.environ.get("KPS_CONFORMANCE_SHARDS", "3"))
+CONFORMANCE_SHARDS = int(os.environ.get("KPS_CONFORMANCE_SHARDS", "2"))
 # The shards run in lanes of their own beside the scenarios' `--jobs` lanes
 # (all at once by default): a suite's stack spends its time waiting on core's
 # timers and on the time-scaled simulators (about 3 % of this 2-core machine
