@@ -246,9 +246,9 @@ async fn run(
         // Ginkgo reports every spec; those the focus left out are skipped
         // without a message, and the skip list's rows come in every report.
         for r in conformance::parse_report(&json, skips)? {
-            if !(r.state == "skipped" && r.note.is_empty())
-                && !results.iter().any(|o| o.full_text == r.full_text)
-            {
+            let left_out = r.state == "skipped" && r.note.is_empty();
+            let seen = results.iter().any(|o| o.full_text == r.full_text);
+            if !left_out && !seen {
                 results.push(r);
             }
         }
