@@ -58,7 +58,17 @@ pub struct ControlPlaneOptions {
     pub start_timeout: Duration,
     /// How long each component gets to exit after SIGTERM before SIGKILL.
     pub stop_grace: Duration,
+    /// A KubeSchedulerConfiguration (YAML) for kube-scheduler, e.g. the one
+    /// Karpenter core's kind cluster gives it (a second profile with default
+    /// topology spread constraints); its connection and leader election are
+    /// replaced by the control plane's. Written to [`SCHEDULER_CONFIG_DIR`]
+    /// under the work dir. `None`: flags only.
+    pub scheduler_config: Option<String>,
 }
+
+/// Where a [`ControlPlaneOptions::scheduler_config`] is written, under the
+/// control plane's work dir (the file is `kube-scheduler-config.yaml`).
+pub const SCHEDULER_CONFIG_DIR: &str = "karpenter-scheduler-config";
 
 impl ControlPlaneOptions {
     pub fn new(bin_dir: impl Into<PathBuf>, work_dir: impl Into<PathBuf>) -> ControlPlaneOptions {
@@ -69,6 +79,7 @@ impl ControlPlaneOptions {
             // is for CI running other builds at the same time.
             start_timeout: Duration::from_secs(180),
             stop_grace: Duration::from_secs(10),
+            scheduler_config: None,
         }
     }
 }
@@ -226,11 +237,20 @@ impl ControlPlane {
             "kube-controller-manager",
             components::controller_manager_args(&layout, &ports),
         )?;
-        cp.spawn(
-            &opts.bin_dir,
-            "kube-scheduler",
-            components::scheduler_args(&layout, &ports),
-        )?;
+        let scheduler_args = match &opts.scheduler_config {
+            Some(given) => {
+                let dir = opts.work_dir.join(SCHEDULER_CONFIG_DIR);
+                std::fs::create_dir_all(&dir)?;
+                let path = dir.join("kube-scheduler-config.yaml");
+                std::fs::write(
+                    &path,
+                    components::scheduler_config(given, &layout.scheduler_kubeconfig)?,
+                )?;
+                components::scheduler_args_with_config(&layout, &ports, &path)
+            }
+            None => components::scheduler_args(&layout, &ports),
+        };
+        cp.spawn(&opts.bin_dir, "kube-scheduler", scheduler_args)?;
         cp.wait_for("kube-controller-manager /healthz", deadline, || {
             probe.ok(format!(
                 "https://127.0.0.1:{}/healthz",

@@ -141,6 +141,14 @@ pub struct StackOptions {
     /// are real Pods (what Karpenter core's own e2e suites read and patch).
     /// The replica handles ([`Stack::replicas`]) are then empty.
     pub system_node: bool,
+    /// A KubeSchedulerConfiguration for the local kube-scheduler
+    /// ([`crate::controlplane::ControlPlaneOptions::scheduler_config`]); with
+    /// [`StackOptions::system_node`], the system node also publishes the
+    /// scheduler's mirror Pod (`kube-system`, `component=kube-scheduler`), as
+    /// a kubelet does for a static Pod, which is how core's
+    /// DefaultTopologySpreadConstraints specs recognize a cluster whose
+    /// scheduler has their profile.
+    pub scheduler_config: Option<String>,
 }
 
 /// A second Talos version whose Instance image exists when
@@ -181,6 +189,7 @@ impl StackOptions {
             real_timings: false,
             extra_chart_values: None,
             system_node: false,
+            scheduler_config: None,
         })
     }
 }
@@ -261,11 +270,12 @@ impl Stack {
                 let bin_dir = bins.kube_bin_dir.clone().context(
                     "KPS_KUBE_BIN_DIR unset: run e2e/kube/build.sh (or `just kube-bins`)",
                 )?;
-                ControlPlane::start(crate::controlplane::ControlPlaneOptions::new(
+                let mut cp_opts = crate::controlplane::ControlPlaneOptions::new(
                     bin_dir,
                     opts.work_dir.join("controlplane"),
-                ))
-                .await?
+                );
+                cp_opts.scheduler_config = opts.scheduler_config.clone();
+                ControlPlane::start(cp_opts).await?
             }
         };
         let client = cp.client().await?;
@@ -468,6 +478,16 @@ impl Stack {
                 ca_pem: cp.ca_pem().to_string(),
             })
             .await?;
+            if opts.scheduler_config.is_some() && opts.kubeconfig.is_none() {
+                system_node::publish_scheduler_mirror(
+                    &client,
+                    &opts
+                        .work_dir
+                        .join("controlplane")
+                        .join(crate::controlplane::SCHEDULER_CONFIG_DIR),
+                )
+                .await?;
+            }
             rendered.apply_deployment(&client).await?;
             let lease = (
                 release_ns.to_string(),

@@ -119,6 +119,14 @@ async fn main() -> Result<()> {
     // The chart's Deployment as kube-system/karpenter, its Pods on a tainted
     // system Node: core's suites patch its settings and wait for the rollout.
     opts.system_node = true;
+    // The kube-scheduler configuration core's kind cluster runs with (a
+    // profile with default topology spread constraints), read from the suite
+    // itself: its DefaultTopologySpreadConstraints specs skip themselves
+    // without it.
+    let scheduler_config = suite_dir.join("testdata/kube-scheduler-config.yaml");
+    if scheduler_config.is_file() {
+        opts.scheduler_config = Some(std::fs::read_to_string(&scheduler_config)?);
+    }
     let work = opts.work_dir.clone();
     println!(
         "kps-conformance: core's {} suite on {} NodeClasses; logs in {}",

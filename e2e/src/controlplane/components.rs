@@ -228,9 +228,81 @@ pub fn scheduler_args(layout: &Layout, ports: &Ports) -> Vec<OsString> {
     )
 }
 
+/// [`scheduler_args`] for a scheduler that reads a KubeSchedulerConfiguration
+/// file: its connection and leader election are then the file's
+/// ([`scheduler_config`]), so the flags that set them are left out.
+pub fn scheduler_args_with_config(layout: &Layout, ports: &Ports, config: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = scheduler_args(layout, ports)
+        .into_iter()
+        .filter(|a| {
+            let a = a.to_string_lossy();
+            !a.starts_with("--kubeconfig=") && !a.starts_with("--leader-elect=")
+        })
+        .collect();
+    args.push(flag("config", config));
+    args
+}
+
+/// A KubeSchedulerConfiguration (YAML) with this control plane's connection
+/// (`clientConnection.kubeconfig`) and no leader election (one instance), the
+/// rest (its profiles) as given.
+pub fn scheduler_config(given: &str, kubeconfig: &Path) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let mut doc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(given).context("parsing the KubeSchedulerConfiguration")?;
+    let map = doc
+        .as_mapping_mut()
+        .context("a KubeSchedulerConfiguration is a mapping")?;
+    let mut connection = serde_yaml_ng::Mapping::new();
+    connection.insert(
+        "kubeconfig".into(),
+        kubeconfig.to_string_lossy().into_owned().into(),
+    );
+    map.insert("clientConnection".into(), connection.into());
+    let mut election = serde_yaml_ng::Mapping::new();
+    election.insert("leaderElect".into(), false.into());
+    map.insert("leaderElection".into(), election.into());
+    Ok(serde_yaml_ng::to_string(&doc)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scheduler_with_a_config_file_takes_its_connection_from_it() {
+        let layout = Layout::new(Path::new("/w"));
+        let args = strings(scheduler_args_with_config(
+            &layout,
+            &ports(),
+            Path::new("/w/sched/config.yaml"),
+        ));
+        assert_eq!(value(&args, "config"), Some("/w/sched/config.yaml"));
+        assert_eq!(value(&args, "kubeconfig"), None);
+        assert!(!args.iter().any(|a| a.starts_with("--leader-elect=")));
+        assert_eq!(value(&args, "secure-port"), Some("1005"));
+        assert!(value(&args, "authentication-kubeconfig").is_some());
+
+        let given = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+profiles:
+  - schedulerName: default-scheduler
+  - schedulerName: topology-spread-defaults
+";
+        let out: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+            &scheduler_config(given, Path::new("/w/s.kubeconfig")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(out["clientConnection"]["kubeconfig"], "/w/s.kubeconfig");
+        assert_eq!(out["leaderElection"]["leaderElect"], false);
+        assert_eq!(
+            out["profiles"][1]["schedulerName"],
+            "topology-spread-defaults"
+        );
+        assert!(scheduler_config("- not a mapping", Path::new("/k")).is_err());
+    }
 
     fn ports() -> Ports {
         Ports {

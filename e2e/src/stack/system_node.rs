@@ -47,6 +47,12 @@ pub const NODE: &str = "kps-system";
 /// e2e suites require every Node to be tainted).
 pub const TAINT_KEY: &str = "CriticalAddonsOnly";
 const HEARTBEAT: Duration = Duration::from_secs(10);
+/// A kubelet's mark on the Pod it publishes for a static Pod it runs.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Where core's kind cluster mounts the scheduler's configuration (what
+/// core's DefaultTopologySpreadConstraints specs look for in the arguments
+/// of the `component=kube-scheduler` Pod).
+pub const SCHEDULER_CONFIG_MOUNT: &str = "/etc/kubernetes/karpenter-scheduler-config";
 const FIELD_MANAGER: &str = "kps-system-kubelet";
 
 /// What the pods' kubelet needs from the stack.
@@ -138,6 +144,69 @@ fn node() -> Node {
     .expect("a valid Node")
 }
 
+/// Publishes the mirror Pod of the control plane's kube-scheduler, run with
+/// the KubeSchedulerConfiguration in `config_dir`, on the system node, as a
+/// kubelet publishes a static Pod: `kube-system/kube-scheduler-kps-system`,
+/// labelled `component=kube-scheduler`, its configuration directory a
+/// hostPath volume mounted where core's kind cluster mounts it, Running.
+pub async fn publish_scheduler_mirror(client: &Client, config_dir: &std::path::Path) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let name = format!("kube-scheduler-{NODE}");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "kube-system",
+            "labels": {"component": "kube-scheduler", "tier": "control-plane"},
+            "annotations": {MIRROR_ANNOTATION: "kps-e2e-harness"},
+        },
+        "spec": {
+            "nodeName": NODE,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": "kube-scheduler",
+                "image": "registry.k8s.io/kube-scheduler",
+                "command": [
+                    "kube-scheduler",
+                    format!("--config={SCHEDULER_CONFIG_MOUNT}/kube-scheduler-config.yaml"),
+                ],
+                "volumeMounts": [{"name": "karpenter-scheduler-config", "mountPath": SCHEDULER_CONFIG_MOUNT, "readOnly": true}],
+            }],
+            "volumes": [{
+                "name": "karpenter-scheduler-config",
+                "hostPath": {"path": config_dir.to_string_lossy(), "type": "Directory"},
+            }],
+        },
+    }))?;
+    if pods.get_opt(&name).await?.is_none() {
+        pods.create(&PostParams::default(), &pod).await?;
+    }
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = json!({"status": {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": "127.0.0.1",
+        "startTime": now,
+        "conditions": [
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        ],
+        "containerStatuses": [{
+            "name": "kube-scheduler",
+            "image": "registry.k8s.io/kube-scheduler",
+            "imageID": "",
+            "ready": true,
+            "started": true,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": now}},
+        }],
+    }});
+    patch_status(&pods, &name, &status).await
+}
+
 async fn report_ready(client: &Client) -> Result<()> {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let nodes: Api<Node> = Api::all(client.clone());
@@ -205,7 +274,9 @@ async fn run(ctx: Arc<Ctx>, mut stopped: watch::Receiver<bool>) {
                         continue;
                     }
                 };
-                for pod in list {
+                // A mirror Pod stands for a process run elsewhere (the
+                // control plane's scheduler): nothing to run here.
+                for pod in list.into_iter().filter(|p| !p.annotations().contains_key(MIRROR_ANNOTATION)) {
                     let uid = pod.uid().unwrap_or_default();
                     let grace = pod.metadata.deletion_timestamp.as_ref().map(|_| {
                         Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64)
