@@ -203,16 +203,46 @@ impl Provider {
         standby_metrics().know_nodeclasses(pools.keys().map(|k| k.0.as_str()));
 
         // Standby installs no engine here runs: resumed where their tags say.
-        for s in &standbys {
-            if s.state == State::Idle
-                || s.progress.phase == Some(Phase::Failed)
-                || sb
-                    .engine
-                    .phase(&s.server.id)
-                    .is_some_and(|p| !p.is_terminal())
+        for listed in &standbys {
+            let here = sb.engine.phase(&listed.server.id);
+            if listed.state == State::Idle
+                || listed.progress.phase == Some(Phase::Failed)
+                || here.is_some_and(|p| !p.is_terminal())
             {
                 continue;
             }
+            // An install of this process that ended after the listing was
+            // read (its last tags are newer than the list): the server as it
+            // is now decides, or the ended install would be run again
+            // (found by the `standby_monthly` e2e under load: a standby
+            // install finished, then resumed from the listing's `booting`,
+            // and the server was made ready twice).
+            let fresh;
+            let s = if here.is_some() {
+                match self
+                    .api
+                    .get_server(&listed.server.zone, &listed.server.id)
+                    .await
+                {
+                    Ok(server) => match StandbyServer::of(&server) {
+                        Some(now)
+                            if now.state != State::Idle
+                                && now.progress.phase != Some(Phase::Failed) =>
+                        {
+                            fresh = now;
+                            &fresh
+                        }
+                        _ => continue,
+                    },
+                    Err(error) => {
+                        warn!(server_id = %listed.server.id, %error,
+                            "cannot read the server before resuming its standby install; next pass");
+                        continue;
+                    }
+                }
+            } else {
+                listed
+            };
             let Some(class) = classes.get(&s.class).filter(|c| c.ready()) else {
                 continue;
             };

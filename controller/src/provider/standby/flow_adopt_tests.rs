@@ -185,7 +185,7 @@ async fn a_restart_right_after_the_claim_resumes_the_adoption_from_the_servers_t
     // install progress yet.
     let installer = Arc::new(RecordingInstaller::default());
     let restarted = Provider::new(
-        Arc::new(Yielding(w.f.api.clone())),
+        Arc::new(Yielding(w.f.api.clone(), StaleList::default())),
         w.f.catalog.clone(),
         w.f.classes.clone(),
         installer.clone(),
@@ -251,7 +251,7 @@ async fn a_pass_never_reimages_a_standby_a_create_claims_meanwhile() {
         let mut listed = w.f.classes.classes.lock().unwrap()[CLASS].clone();
         listed.spec.image.version = "v1.14.0".into();
         let provider = Provider::new(
-            Arc::new(Yielding(w.f.api.clone())),
+            Arc::new(Yielding(w.f.api.clone(), StaleList::default())),
             w.f.catalog.clone(),
             Arc::new(UpdatedBetween {
                 inner: w.f.classes.clone(),

@@ -60,7 +60,11 @@ impl StandbyEvents for FakeEvents {
 /// The fixture's fake, except that every call first yields to the runtime,
 /// as a real API call does: two Creates joined in one task then interleave
 /// at each call (the same way every run), and a race is a real race.
-struct Yielding(Arc<FakeElasticMetal>);
+struct Yielding(Arc<FakeElasticMetal>, StaleList);
+
+/// What the next server listing answers instead of the fake's state (a
+/// listing read before the servers' last tag writes).
+type StaleList = Arc<Mutex<Option<Vec<Server>>>>;
 
 #[async_trait]
 impl ElasticMetal for Yielding {
@@ -78,7 +82,14 @@ impl ElasticMetal for Yielding {
     }
     async fn list_servers(&self, z: &str, f: &ServerFilter) -> Result<Vec<Server>, ApiError> {
         tokio::task::yield_now().await;
-        self.0.list_servers(z, f).await
+        let live = self.0.list_servers(z, f).await?;
+        match self.1.lock().unwrap().take() {
+            Some(stale) => Ok(stale
+                .into_iter()
+                .filter(|s| s.zone == z && f.matches(s))
+                .collect()),
+            None => Ok(live),
+        }
     }
     async fn delete_server(&self, z: &str, id: &str) -> Result<Server, ApiError> {
         tokio::task::yield_now().await;
@@ -116,6 +127,7 @@ struct Warm {
     engine: Arc<RecordingInstaller>,
     events: Arc<FakeEvents>,
     provider: Arc<Provider>,
+    stale_list: StaleList,
 }
 
 fn t(s: &str) -> DateTime<Utc> {
@@ -169,8 +181,9 @@ fn warm(pools: Vec<StandbyPool>) -> Warm {
     let engine = Arc::new(RecordingInstaller::default());
     let events = Arc::new(FakeEvents::default());
     let port = Arc::new(StandbyNodePort::new(f.api.clone(), events.clone()));
+    let stale_list = StaleList::default();
     let provider = Provider::new(
-        Arc::new(Yielding(f.api.clone())),
+        Arc::new(Yielding(f.api.clone(), stale_list.clone())),
         f.catalog.clone(),
         f.classes.clone(),
         f.installer.clone(),
@@ -192,6 +205,7 @@ fn warm(pools: Vec<StandbyPool>) -> Warm {
         engine,
         events,
         provider: Arc::new(provider),
+        stale_list,
     }
 }
 
@@ -511,6 +525,66 @@ async fn an_idle_standby_with_an_older_image_is_written_again_not_offered() {
         "{err:?}"
     );
     assert!(tag_value(&w.f.api.server("a").unwrap(), TAG_NODECLAIM).is_none());
+}
+
+/// Found by the `standby_monthly` e2e under load: a standby install of this
+/// process finished (tags: idle standby) after the pass had listed the
+/// servers (tags: booting); the pass resumed it from the listing and the
+/// server was installed, and made ready, twice. An install that ended here
+/// is judged on the server as it is now.
+#[tokio::test]
+async fn an_install_that_ended_here_after_the_listing_is_not_run_again() {
+    let w = warm(vec![pool(OFFER, 1, 2, None)]);
+    let booting = Progress {
+        phase: Some(Phase::Booting),
+        phase_since: Some(t("2026-11-24T09:05:00Z")),
+        disk: Some("nvme0n1".into()),
+        image_attempts: 1,
+        ..Progress::default()
+    };
+    // Now: idle in standby, the install of this process ended.
+    w.f.api.insert_server(standby(
+        "a",
+        "2026-11-24T09:00:00Z",
+        "hourly",
+        &idle_since("2026-11-24T09:06:00Z"),
+    ));
+    w.engine
+        .phases
+        .lock()
+        .unwrap()
+        .insert("a".into(), Phase::Standby);
+    // The listing was read while it was still booting.
+    *w.stale_list.lock().unwrap() = Some(vec![standby(
+        "a",
+        "2026-11-24T09:00:00Z",
+        "hourly",
+        &booting,
+    )]);
+    let report = w
+        .provider
+        .standby_pass(t("2026-11-24T09:10:00Z"))
+        .await
+        .unwrap();
+    assert!(report.resumed.is_empty(), "{report:?}");
+    assert!(w.engine.resumed.lock().unwrap().is_empty());
+
+    // Had it not ended (another process's wipe still under way), the
+    // server as it is now still says so and the install is resumed.
+    w.f.api
+        .insert_server(standby("a", "2026-11-24T09:00:00Z", "hourly", &booting));
+    *w.stale_list.lock().unwrap() = Some(vec![standby(
+        "a",
+        "2026-11-24T09:00:00Z",
+        "hourly",
+        &booting,
+    )]);
+    let report = w
+        .provider
+        .standby_pass(t("2026-11-24T09:10:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(report.resumed, ["a"]);
 }
 
 #[tokio::test]
