@@ -30,6 +30,18 @@ pub(crate) struct FakeNodeClasses {
     pub secrets: Mutex<HashMap<(String, String, String), String>>,
 }
 
+impl FakeNodeClasses {
+    /// Sets what the cache says of a NodeClass's `Ready`.
+    pub fn set_readiness(&self, name: &str, readiness: Readiness) {
+        self.classes
+            .lock()
+            .unwrap()
+            .get_mut(name)
+            .expect("a NodeClass of the fixture")
+            .readiness = readiness;
+    }
+}
+
 #[async_trait]
 impl NodeClasses for FakeNodeClasses {
     fn get(&self, name: &str) -> Option<NodeClassRecord> {
@@ -516,12 +528,7 @@ async fn node_class_problems_are_not_ready() {
     ));
 
     f.classes
-        .classes
-        .lock()
-        .unwrap()
-        .get_mut("default")
-        .unwrap()
-        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
+        .set_readiness("default", crate::nodeclass::conditions::Readiness::NotReady);
     let err = f
         .provider
         .create(claim("default-a", &["EM-A115X-SSD"]))
@@ -530,12 +537,7 @@ async fn node_class_problems_are_not_ready() {
     assert!(matches!(err, ProviderError::NodeClassNotReady(_)));
 
     f.classes
-        .classes
-        .lock()
-        .unwrap()
-        .get_mut("default")
-        .unwrap()
-        .readiness = crate::nodeclass::conditions::Readiness::Ready;
+        .set_readiness("default", crate::nodeclass::conditions::Readiness::Ready);
     f.classes.secrets.lock().unwrap().clear();
     let err = f
         .provider
@@ -555,12 +557,7 @@ async fn create_reads_past_a_cache_that_lags_the_ready_write() {
     let f = fixture();
     let ready = f.classes.classes.lock().unwrap()["default"].clone();
     f.classes
-        .classes
-        .lock()
-        .unwrap()
-        .get_mut("default")
-        .unwrap()
-        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
+        .set_readiness("default", crate::nodeclass::conditions::Readiness::NotReady);
     f.classes
         .live
         .lock()
@@ -603,13 +600,7 @@ async fn create_reads_past_a_cache_that_lags_the_ready_write() {
 #[tokio::test]
 async fn a_node_class_not_yet_reconciled_is_retryable() {
     let f = fixture();
-    f.classes
-        .classes
-        .lock()
-        .unwrap()
-        .get_mut("default")
-        .unwrap()
-        .readiness = Readiness::Unknown;
+    f.classes.set_readiness("default", Readiness::Unknown);
     let err = f
         .provider
         .create(claim("default-a", &["EM-A115X-SSD"]))
@@ -622,13 +613,7 @@ async fn a_node_class_not_yet_reconciled_is_retryable() {
     assert_eq!(f.api.count(Op::CreateServer), 0);
 
     // Reconciled: the retry goes on.
-    f.classes
-        .classes
-        .lock()
-        .unwrap()
-        .get_mut("default")
-        .unwrap()
-        .readiness = Readiness::Ready;
+    f.classes.set_readiness("default", Readiness::Ready);
     f.provider
         .create(claim("default-a", &["EM-A115X-SSD"]))
         .await
@@ -643,12 +628,7 @@ async fn a_node_class_not_yet_reconciled_is_retryable() {
 async fn a_failed_live_read_is_retryable_not_not_ready() {
     let f = fixture();
     f.classes
-        .classes
-        .lock()
-        .unwrap()
-        .get_mut("default")
-        .unwrap()
-        .readiness = crate::nodeclass::conditions::Readiness::NotReady;
+        .set_readiness("default", crate::nodeclass::conditions::Readiness::NotReady);
     *f.classes.live_error.lock().unwrap() = Some("connection refused".into());
     let err = f
         .provider
