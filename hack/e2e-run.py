@@ -8,6 +8,8 @@ scenarios are the modules of one test binary (e2e/tests/main.rs); this runner
 builds it once, then keeps `--jobs` modules running, each in a process of its
 own, longest first (durations of the previous run are kept in
 target/e2e-durations.json, seeded from e2e/durations.json on a fresh clone),
+in one pool of lanes shared with the shards of Karpenter core's regression
+suite (a lane that finishes its shard takes scenarios, and the other way round),
 and prints each module's whole output when it ends so that logs never
 interleave. The e2e crate's own unit tests run as one more job, `e2e`.
 
@@ -84,13 +86,7 @@ def is_e2e_package(package_id):
 # Karpenter core's own regression suite on Elastic Metal (docs/conformance.md),
 # split into this many shards, each a job on a stack of its own
 # (`kps-conformance --shard K/N`, split by e2e/conformance/durations.json).
-CONFORMANCE_SHARDS = int(os.environ.get("KPS_CONFORMANCE_SHARDS", "2"))
-# The shards run in lanes of their own beside the scenarios' `--jobs` lanes
-# (all at once by default): a suite's stack spends its time waiting on core's
-# timers and on the time-scaled simulators (about 3 % of this 2-core machine
-# while specs run, sampled with /proc/stat), so the shards cost the scenarios
-# little and the whole e2e wall time stays that of the scenarios.
-CONFORMANCE_LANES = int(os.environ.get("KPS_CONFORMANCE_LANES", str(CONFORMANCE_SHARDS)))
+CONFORMANCE_SHARDS = int(os.environ.get("KPS_CONFORMANCE_SHARDS", "3"))
 
 
 def is_conformance(name):
@@ -289,7 +285,10 @@ def on_stop(signum, _frame):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("KPS_E2E_JOBS", "2")))
+    # Lanes: each job is a stack that spends most of its time waiting on
+    # core's timers and the time-scaled simulators, not on the CPU; four at a
+    # time keep this 2-core machine's CPU below saturation (docs/figures.md).
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("KPS_E2E_JOBS", "4")))
     parser.add_argument("--only", default="", help="comma-separated binary names to run")
     parser.add_argument("extra", nargs="*", help="arguments passed to every test binary")
     args = parser.parse_args()
@@ -311,18 +310,13 @@ def main():
     # Longest first: the last lane to finish then holds a short test.
     binaries.sort(key=lambda b: -previous.get(b[0], 1e9))
     suites = [b for b in binaries if is_conformance(b[0])]
-    scenarios = [b for b in binaries if not is_conformance(b[0])]
-    print(f"e2e: {len(binaries)} jobs, {args.jobs} scenario jobs at a time"
-          + (f", {len(suites)} conformance shards {CONFORMANCE_LANES} at a time beside them" if suites else ""),
+    print(f"e2e: {len(binaries)} jobs ({len(suites)} of them conformance shards), {args.jobs} at a time",
           flush=True)
 
     durations, failed, digests = {}, [], {}
     start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool, \
-            ThreadPoolExecutor(max_workers=max(1, CONFORMANCE_LANES)) as suite_pool:
-        # The shards start first: the longest, and they wait more than they work.
-        futures = [suite_pool.submit(run_one, n, argv, args.extra) for n, argv in suites]
-        futures += [pool.submit(run_one, n, argv, args.extra) for n, argv in scenarios]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(run_one, n, argv, args.extra) for n, argv in binaries]
         for fut in as_completed(futures):
             name, rc, took, output = fut.result()
             durations[name] = round(took, 1)

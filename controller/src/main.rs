@@ -450,6 +450,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             api,
             claims: Arc::new(node_claims.clone()),
             in_flight: engine,
+            release: Some(provider.clone()),
             events: Arc::new(KubeSweepEvents::new(client.clone())),
             policy: SweepPolicy {
                 cluster_name: args.cluster_name.clone(),

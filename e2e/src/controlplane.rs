@@ -19,7 +19,6 @@ mod components;
 mod kubeconfig;
 mod pki;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -466,20 +465,15 @@ impl Probe {
     }
 }
 
-/// Picks free loopback ports, holding every listener until all are chosen so
-/// the five are distinct.
+/// Five distinct ports for the components (leased: see `procs::free_port`).
 fn free_ports() -> Result<Ports> {
-    let listeners = (0..5)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()
-        .context("reserving loopback ports")?;
-    let port = |i: usize| -> Result<u16> { Ok(listeners[i].local_addr()?.port()) };
+    let port = || crate::procs::free_port().context("reserving loopback ports");
     Ok(Ports {
-        etcd_client: port(0)?,
-        etcd_peer: port(1)?,
-        apiserver: port(2)?,
-        controller_manager: port(3)?,
-        scheduler: port(4)?,
+        etcd_client: port()?,
+        etcd_peer: port()?,
+        apiserver: port()?,
+        controller_manager: port()?,
+        scheduler: port()?,
     })
 }
 

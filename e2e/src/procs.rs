@@ -123,9 +123,130 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released; good enough for tests
-/// that start the listener right away).
+/// A TCP port for a listener a child process is about to open.
+///
+/// Checking a port with `bind(127.0.0.1:0)` and releasing it is not enough
+/// with many stacks on one machine: the port comes from the kernel's
+/// ephemeral range, where any outbound connection (hundreds of them, to the
+/// API servers) may take it before the child binds, and Karpenter core binds
+/// its metrics and probe ports on the wildcard address, which collides with
+/// any socket on that port. So ports are handed out from below the ephemeral
+/// range, which the kernel never assigns by itself, and each is leased with
+/// an exclusive `flock` on `<tmp>/kps-e2e-ports/<port>.lock`, held until this
+/// process exits: no other harness process hands it out meanwhile, and the
+/// kernel drops the lease of a crashed run.
 pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+    ports::lease()
+}
+
+mod ports {
+    use std::fs::File;
+    use std::net::{Ipv4Addr, TcpListener};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use anyhow::{Context, Result, bail};
+
+    /// The range handed out, when the kernel's ephemeral range does not
+    /// overlap it (it starts at 32768 by default).
+    const FIRST: u16 = 20000;
+    const LAST: u16 = 32767;
+
+    /// Leases held for this process's lifetime.
+    static HELD: Mutex<Vec<File>> = Mutex::new(Vec::new());
+    /// Where the next probe starts, so one process does not re-probe the
+    /// ports it already holds.
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+
+    pub fn lease() -> Result<u16> {
+        let (eph_lo, eph_hi) = ephemeral_range();
+        let dir = std::env::temp_dir().join("kps-e2e-ports");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let span = u32::from(LAST - FIRST) + 1;
+        // Processes start at different places (by pid) so they rarely probe
+        // the same locks first.
+        let _ = NEXT.compare_exchange(
+            u32::MAX,
+            std::process::id().wrapping_mul(7919) % span,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        for _ in 0..span {
+            let i = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+            let port = FIRST + i as u16;
+            if (eph_lo..=eph_hi).contains(&port) {
+                continue;
+            }
+            let path = dir.join(format!("{port}.lock"));
+            let file = File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => continue,
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(e).with_context(|| format!("locking {}", path.display()));
+                }
+            }
+            // Something outside the leases (another program) may hold it:
+            // the wildcard bind fails when any socket has the port.
+            if TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_err() {
+                continue;
+            }
+            HELD.lock().expect("port leases").push(file);
+            return Ok(port);
+        }
+        bail!(
+            "no free port in {FIRST}..={LAST} outside the ephemeral range (leases in {})",
+            dir.display()
+        )
+    }
+
+    /// The kernel's ephemeral port range (Linux's default when unreadable).
+    fn ephemeral_range() -> (u16, u16) {
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| parse_range(&s))
+            .unwrap_or((32768, 60999))
+    }
+
+    fn parse_range(s: &str) -> Option<(u16, u16)> {
+        let mut it = s.split_whitespace().map(|p| p.parse::<u16>().ok());
+        Some((it.next()??, it.next()??))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_proc_range_parses() {
+            assert_eq!(parse_range("32768\t60999\n"), Some((32768, 60999)));
+            assert_eq!(parse_range("garbage"), None);
+        }
+
+        #[test]
+        fn leased_ports_are_distinct_and_outside_the_ephemeral_range() {
+            let (lo, hi) = ephemeral_range();
+            let ports: Vec<u16> = (0..50).map(|_| lease().unwrap()).collect();
+            let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+            assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+            for p in &ports {
+                assert!(!(lo..=hi).contains(p), "{p} is in the ephemeral range");
+                assert!((FIRST..=LAST).contains(p));
+                // The lease excludes other holders of the lock file.
+                let f = File::options()
+                    .write(true)
+                    .open(std::env::temp_dir().join(format!("kps-e2e-ports/{p}.lock")))
+                    .unwrap();
+                assert!(matches!(
+                    f.try_lock(),
+                    Err(std::fs::TryLockError::WouldBlock)
+                ));
+            }
+        }
+    }
 }

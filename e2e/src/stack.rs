@@ -367,22 +367,14 @@ impl Stack {
 
         // The Talos image, served like a mirror of Image Factory.
         let image_path = opts.work_dir.join("metal-amd64.raw.xz");
-        let status = Command::new(bins.rust("talos-sim"))
-            .args([
-                "make-image",
-                "--version",
-                &opts.talos_version,
-                "--arch",
-                "amd64",
-                "--size",
-                &opts.image_size,
-            ])
-            .arg("--out")
-            .arg(&image_path)
-            .status()?;
-        if !status.success() {
-            bail!("talos-sim make-image failed: {status}");
-        }
+        let made = tokio::task::spawn_blocking({
+            let talos_sim = bins.rust("talos-sim");
+            let (version, size) = (opts.talos_version.clone(), opts.image_size.clone());
+            let work_root = work_root(&opts.work_dir);
+            move || cached_image(&talos_sim, &work_root, &version, &size)
+        })
+        .await??;
+        link_or_copy(&made, &image_path)?;
         let image_payload_sha256 = image_payload_sha256(&image_path)?;
         let image = ImageServer::start_with_rate(&image_path, opts.image_bytes_per_second).await?;
 
@@ -1022,6 +1014,76 @@ async fn watch_bootstrap_tokens(
 
 /// sha256 of the payload that the image header announces: what talos-sim must
 /// find on the disk after imaging.
+/// Where the stacks of one run share what they can: the parent of a stack's
+/// work dir (`.work/`), or the work dir itself at the root.
+fn work_root(work_dir: &Path) -> PathBuf {
+    work_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(work_dir)
+        .to_path_buf()
+}
+
+/// The xz-compressed test image of `version`/`size`, made by `talos-sim
+/// make-image` once per talos-sim build and shared by the stacks of a run
+/// (`<work root>/images/`): the image is a pure function of those (its
+/// payload is derived from version and arch), and xz-compressing it costs
+/// each stack 5 to 10 s of CPU. Written under a temporary name, then renamed,
+/// so concurrent stacks never read a partial image.
+fn cached_image(talos_sim: &Path, work_root: &Path, version: &str, size: &str) -> Result<PathBuf> {
+    let meta =
+        std::fs::metadata(talos_sim).with_context(|| format!("reading {}", talos_sim.display()))?;
+    let built = meta
+        .modified()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let dir = work_root.join("images");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!(
+        "metal-amd64-{version}-{size}-{:x}-{built:x}.raw.xz",
+        meta.len()
+    ));
+    if path.exists() {
+        return Ok(path);
+    }
+    let partial = dir.join(format!(
+        ".{}.{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let status = Command::new(talos_sim)
+        .args([
+            "make-image",
+            "--version",
+            version,
+            "--arch",
+            "amd64",
+            "--size",
+            size,
+        ])
+        .arg("--out")
+        .arg(&partial)
+        .status()?;
+    if !status.success() {
+        let _ = std::fs::remove_file(&partial);
+        bail!("talos-sim make-image failed: {status}");
+    }
+    std::fs::rename(&partial, &path)
+        .with_context(|| format!("renaming {} to {}", partial.display(), path.display()))?;
+    Ok(path)
+}
+
+/// `to` as a hard link to `from` (a copy across file systems): the work
+/// dir's clean-up then removes the link, never the shared image.
+fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    }
+    Ok(())
+}
+
 fn image_payload_sha256(path: &Path) -> Result<String> {
     use std::io::Read;
     let f = std::fs::File::open(path)?;
@@ -1035,4 +1097,91 @@ fn image_payload_sha256(path: &Path) -> Result<String> {
                 .map(|s| s.trim_matches('\0').trim().to_string())
         })
         .context("image header without payload-sha256")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for `talos-sim make-image` that counts its runs and writes
+    /// its arguments as the image.
+    fn fake_talos_sim(dir: &Path) -> PathBuf {
+        let bin = dir.join("talos-sim");
+        std::fs::write(
+            &bin,
+            format!(
+                "#!/bin/sh\necho run >> {}\nfor a; do last=$a; done\necho \"$@\" > \"$last\"\n",
+                dir.join("runs").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    fn runs(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("runs"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    #[test]
+    fn an_image_is_made_once_per_build_version_and_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = fake_talos_sim(tmp.path());
+        let root = tmp.path().join("work");
+        let a = cached_image(&bin, &root, "v1.13.9", "8MiB").unwrap();
+        let again = cached_image(&bin, &root, "v1.13.9", "8MiB").unwrap();
+        assert_eq!(a, again);
+        assert_eq!(runs(tmp.path()), 1);
+        assert!(
+            std::fs::read_to_string(&a)
+                .unwrap()
+                .contains("--version v1.13.9")
+        );
+
+        let other = cached_image(&bin, &root, "v1.13.9", "16MiB").unwrap();
+        assert_ne!(other, a);
+        assert_eq!(runs(tmp.path()), 2);
+
+        // A rebuilt talos-sim makes its own image.
+        let f = std::fs::File::options().write(true).open(&bin).unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1))
+            .unwrap();
+        drop(f);
+        let rebuilt = cached_image(&bin, &root, "v1.13.9", "8MiB").unwrap();
+        assert_ne!(rebuilt, a);
+        assert_eq!(runs(tmp.path()), 3);
+
+        // A stack's clean-up removes its link, not the shared image.
+        let link = tmp.path().join("stack-image.raw.xz");
+        link_or_copy(&rebuilt, &link).unwrap();
+        std::fs::remove_file(&link).unwrap();
+        assert!(rebuilt.exists());
+        // No partial file is left behind.
+        let names: Vec<String> = std::fs::read_dir(root.join("images"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn a_failed_make_leaves_no_image() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("talos-sim");
+        // It writes part of its output, then fails.
+        std::fs::write(
+            &bin,
+            "#!/bin/sh\nfor a; do last=$a; done\necho part > \"$last\"\nexit 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = tmp.path().join("work");
+        let err = cached_image(&bin, &root, "v1.13.9", "8MiB").unwrap_err();
+        assert!(err.to_string().contains("make-image failed"), "{err:#}");
+        assert_eq!(std::fs::read_dir(root.join("images")).unwrap().count(), 0);
+    }
 }

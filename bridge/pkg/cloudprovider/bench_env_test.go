@@ -277,6 +277,7 @@ func startBench(spec benchSpec) (env *benchEnv, skip string, err error) {
 	}
 	opts := testOptions()
 	opts.CallTimeout = 30 * time.Second
+	opts.CreateTimeout = 30 * time.Second
 	bridged := New(client, opts, info, nil, nil)
 	go bridged.WatchCatalog(ctx)
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)

@@ -12,11 +12,20 @@ import (
 type Options struct {
 	// Socket is the provider's Unix socket (PROVIDER_SOCKET).
 	Socket string
-	// CallTimeout bounds Create, Delete, Get, IsDrifted, RepairPolicies, Info
-	// and SetLeadership (PROVIDER_CALL_TIMEOUT). The provider answers these
-	// within a second; Create in particular must never hold core's
-	// provisioning loop for long.
+	// CallTimeout bounds Delete, Get, IsDrifted, RepairPolicies, Info and
+	// SetLeadership (PROVIDER_CALL_TIMEOUT). The provider answers these
+	// within a second.
 	CallTimeout time.Duration
+	// CreateTimeout bounds Create (PROVIDER_CREATE_TIMEOUT). Core calls
+	// Create from the NodeClaim lifecycle controller, one NodeClaim per
+	// call, not from the provisioning loop, so a slow Create holds no other
+	// NodeClaim. During a burst (100 NodeClaims at once) the provider paces
+	// its Scaleway calls and a Create that orders a server can take several
+	// seconds; with the 5 s of the other calls most of them timed out after
+	// the server was ordered, core never got their providerIDs and deleted
+	// them at the launch timeout, and the servers and Nodes were left over
+	// (docs/conformance.md, Utilization).
+	CreateTimeout time.Duration
 	// ListTimeout bounds List (PROVIDER_LIST_TIMEOUT); GetInstanceTypes is
 	// answered from memory (see CatalogMaxStaleness).
 	ListTimeout time.Duration
@@ -41,6 +50,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	o := Options{
 		Socket:              DefaultSocket,
 		CallTimeout:         5 * time.Second,
+		CreateTimeout:       time.Minute,
 		ListTimeout:         30 * time.Second,
 		StartupTimeout:      5 * time.Minute,
 		CatalogMaxStaleness: 5 * time.Minute,
@@ -54,6 +64,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		dst *time.Duration
 	}{
 		{"PROVIDER_CALL_TIMEOUT", &o.CallTimeout},
+		{"PROVIDER_CREATE_TIMEOUT", &o.CreateTimeout},
 		{"PROVIDER_LIST_TIMEOUT", &o.ListTimeout},
 		{"PROVIDER_STARTUP_TIMEOUT", &o.StartupTimeout},
 		{"PROVIDER_CATALOG_MAX_STALENESS", &o.CatalogMaxStaleness},

@@ -108,7 +108,7 @@ func (c *CloudProvider) Create(ctx context.Context, nodeClaim *v1.NodeClaim) (*v
 	if err := c.awaitLeadership(ctx); err != nil {
 		return nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, c.opts.CreateTimeout)
 	resp, err := c.client.Create(callCtx, &pb.CreateRequest{NodeClaimJson: raw})
 	cancel()
 	if err != nil {

@@ -217,6 +217,7 @@ func TestCallsTimeOut(t *testing.T) {
 	}
 	opts := testOptions()
 	opts.CallTimeout = 100 * time.Millisecond
+	opts.CreateTimeout = 150 * time.Millisecond
 	opts.ListTimeout = 200 * time.Millisecond
 	cp := startProvider(t, fake, opts)
 

@@ -165,6 +165,7 @@ func testOptions() Options {
 	return Options{
 		Socket:              "unused",
 		CallTimeout:         2 * time.Second,
+		CreateTimeout:       2 * time.Second,
 		ListTimeout:         2 * time.Second,
 		StartupTimeout:      5 * time.Second,
 		CatalogMaxStaleness: time.Minute,

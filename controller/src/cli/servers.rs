@@ -284,7 +284,8 @@ pub async fn collect(
         vms = list_owned_vms(apis.instance, zones, policy, hint).await?;
         vms.sort_by(|a, b| (&a.zone, &a.name, &a.id).cmp(&(&b.zone, &b.name, &b.id)));
     }
-    let claims = claims
+    let source = claims;
+    let claims = source
         .list()
         .await
         .context("listing the NodeClaims (without them every server would look orphaned)")?;
@@ -300,7 +301,19 @@ pub async fn collect(
         })
         .map(|s| s.id.clone())
         .collect();
-    let mut rows: Vec<Row> = decide(&metal, &claims, &in_flight, now, policy)
+    // As a pass does: the NodeClaims servers name but the list lacks, read
+    // again; only those confirmed gone count as deleted.
+    let mut deleted = HashSet::new();
+    for name in crate::gc::unlisted_claims(&metal, &claims, policy) {
+        let found = source
+            .get(&name)
+            .await
+            .with_context(|| format!("reading NodeClaim {name}, which a server names"))?;
+        if found.is_none() {
+            deleted.insert(name);
+        }
+    }
+    let mut rows: Vec<Row> = decide(&metal, &claims, &deleted, &in_flight, now, policy)
         .into_iter()
         .map(|d| metal_row(d, &index))
         .collect();

@@ -92,6 +92,18 @@ async fn kube_api(answer: ResponseTemplate) -> MockServer {
         .respond_with(answer)
         .mount(&server)
         .await;
+    // One NodeClaim read by name (those the list lacks): the API server's
+    // NotFound, as for a NodeClaim that was deleted.
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex(
+            "^/apis/karpenter.sh/v1/nodeclaims/[^/]+$",
+        ))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "NotFound", "code": 404, "message": "nodeclaims not found"
+        })))
+        .mount(&server)
+        .await;
     server
 }
 
@@ -150,7 +162,8 @@ async fn every_owned_server_is_shown_with_the_sweepers_verdict() {
         ),
         (
             "nl-ams-1",
-            page(vec![server("s-young", "nl-ams-1", "np-old", 600)], 1),
+            // Younger than CLAIM_DELETED_GRACE: spared although np-old is gone.
+            page(vec![server("s-young", "nl-ams-1", "np-old", 60)], 1),
         ),
     ])
     .await;
@@ -188,7 +201,8 @@ async fn every_owned_server_is_shown_with_the_sweepers_verdict() {
         vec![
             ("s-install", Some("imaging"), "spared", "in_flight"),
             ("s-joined", Some("joined"), "spared", "claimed"),
-            ("s-orphan", None, "deleted", "orphaned"),
+            // np-gone is read again and found deleted.
+            ("s-orphan", None, "deleted", "claim_deleted"),
             ("s-young", None, "spared", "within_grace"),
         ]
     );
@@ -221,7 +235,7 @@ async fn every_owned_server_is_shown_with_the_sweepers_verdict() {
             "default",
             "-",
             "5h0m",
-            "deleted (orphaned)",
+            "deleted (claim_deleted)",
         ],
         [
             "elastic-metal",
@@ -233,7 +247,7 @@ async fn every_owned_server_is_shown_with_the_sweepers_verdict() {
             "51.15.0.1",
             "default",
             "-",
-            "10m0s",
+            "1m0s",
             "spared (within_grace)",
         ],
     ] {

@@ -77,6 +77,10 @@ pub enum Reason {
     /// A standby server of this cluster: the standby pools own it (they
     /// order, recycle and release it; `provider/standby`).
     Standby,
+    /// Its NodeClaim was deleted (confirmed by a read from the API server)
+    /// before core learnt the server: released as Delete releases a server,
+    /// without waiting for the grace.
+    ClaimDeleted,
 }
 
 impl Reason {
@@ -91,6 +95,7 @@ impl Reason {
             Reason::Attached => "attached",
             Reason::Transitioning => "transitioning",
             Reason::Standby => "standby",
+            Reason::ClaimDeleted => "claim_deleted",
         }
     }
 }
@@ -240,13 +245,37 @@ fn standby_of<'a>(server: &'a Server, policy: &SweepPolicy) -> Option<&'a str> {
     .then_some(class)
 }
 
+/// How old a server whose NodeClaim was deleted must be before it is
+/// released: the moments in which a Create may still be ordering it for a
+/// NodeClaim being deleted at that very time.
+pub const CLAIM_DELETED_GRACE: Duration = Duration::from_secs(120);
+
+/// The NodeClaims named by servers' nodeclaim tags that `claims` lacks: the
+/// names to read again from the API server before [`decide`] may take them
+/// as deleted (standby servers and servers this cluster cannot prove it owns
+/// excluded).
+pub fn unlisted_claims(servers: &[Server], claims: &[Value], policy: &SweepPolicy) -> Vec<String> {
+    let index = Claims::new(claims);
+    let mut out: Vec<String> = servers
+        .iter()
+        .filter(|s| standby_of(s, policy).is_none() && ownership_gap(s, policy).is_none())
+        .filter(|s| index.claiming(s).is_none())
+        .filter_map(|s| tag_value(s, TAG_NODECLAIM).map(str::to_string))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// One decision per server, in the order of `servers`. `claims` must have
 /// been listed after `servers` (a server ordered in between is then seen
-/// with its NodeClaim); `in_flight` holds the ids of servers an install of
-/// this process is working on.
+/// with its NodeClaim); `deleted` holds NodeClaim names a fresh read found
+/// absent (see [`unlisted_claims`]); `in_flight` holds the ids of servers an
+/// install of this process is working on.
 pub fn decide(
     servers: &[Server],
     claims: &[Value],
+    deleted: &HashSet<String>,
     in_flight: &HashSet<String>,
     now: DateTime<Utc>,
     policy: &SweepPolicy,
@@ -254,13 +283,14 @@ pub fn decide(
     let index = Claims::new(claims);
     servers
         .iter()
-        .map(|server| decide_one(server, &index, in_flight, now, policy))
+        .map(|server| decide_one(server, &index, deleted, in_flight, now, policy))
         .collect()
 }
 
 fn decide_one(
     server: &Server,
     claims: &Claims<'_>,
+    deleted: &HashSet<String>,
     in_flight: &HashSet<String>,
     now: DateTime<Utc>,
     policy: &SweepPolicy,
@@ -295,6 +325,26 @@ fn decide_one(
             Verdict::Spared,
             Reason::Deleting,
             "already being deleted".to_string(),
+        )
+    } else if deleted.contains(tagged) && age.is_some_and(|a| a >= CLAIM_DELETED_GRACE) {
+        // Core deletes a NodeClaim whose Create never answered (the answer
+        // was lost after the order) without calling Delete, since it has no
+        // providerID: nobody else releases this server.
+        (
+            if policy.dry_run {
+                Verdict::WouldDelete
+            } else {
+                Verdict::Deleted
+            },
+            Reason::ClaimDeleted,
+            format!(
+                "NodeClaim {tagged} was deleted before it learnt this server (read again from the API server), no install in flight{}",
+                if policy.dry_run {
+                    "; dry run: not released"
+                } else {
+                    ""
+                }
+            ),
         )
     } else {
         match age {

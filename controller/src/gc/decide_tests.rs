@@ -52,7 +52,14 @@ fn nodeclaim(name: &str, provider_id: Option<&str>) -> Value {
 
 fn one(server: Server, claims: &[Value], in_flight: &[&str], dry_run: bool) -> Decision {
     let in_flight: HashSet<String> = in_flight.iter().map(|s| s.to_string()).collect();
-    let mut out = decide(&[server], claims, &in_flight, now(), &policy(dry_run));
+    let mut out = decide(
+        &[server],
+        claims,
+        &HashSet::new(),
+        &in_flight,
+        now(),
+        &policy(dry_run),
+    );
     assert_eq!(out.len(), 1);
     out.remove(0)
 }
@@ -201,7 +208,14 @@ fn each_server_gets_its_own_decision_in_order() {
         server("s3", "np-new", Duration::from_secs(60)),
     ];
     let in_flight = HashSet::new();
-    let out = decide(&servers, &claims, &in_flight, now(), &policy(false));
+    let out = decide(
+        &servers,
+        &claims,
+        &HashSet::new(),
+        &in_flight,
+        now(),
+        &policy(false),
+    );
     let got: Vec<_> = out
         .iter()
         .map(|d| (d.server.id.as_str(), d.verdict, d.reason))
@@ -280,4 +294,65 @@ fn a_standby_server_is_spared_however_old_and_a_foreign_one_still_refused() {
         .push("karpenter.scaleway.com/standby=warm".into());
     let d = one(adopted, &[], &[], false);
     assert_eq!(verdict(&d), (Verdict::Deleted, Reason::Orphaned));
+}
+
+#[test]
+fn a_deleted_nodeclaim_releases_its_server_after_minutes_not_the_grace() {
+    let deleted: HashSet<String> = ["np-lost".to_string()].into();
+    let decide_with = |age: Duration, in_flight: &[&str], dry_run: bool| {
+        let in_flight: HashSet<String> = in_flight.iter().map(|s| s.to_string()).collect();
+        let out = decide(
+            &[server("srv", "np-lost", age)],
+            &[],
+            &deleted,
+            &in_flight,
+            now(),
+            &policy(dry_run),
+        );
+        verdict(&out[0])
+    };
+    let old_enough = CLAIM_DELETED_GRACE + Duration::from_secs(1);
+    assert_eq!(
+        decide_with(old_enough, &[], false),
+        (Verdict::Deleted, Reason::ClaimDeleted)
+    );
+    assert_eq!(
+        decide_with(old_enough, &[], true),
+        (Verdict::WouldDelete, Reason::ClaimDeleted)
+    );
+    assert_eq!(
+        decide_with(Duration::from_secs(30), &[], false),
+        (Verdict::Spared, Reason::WithinGrace)
+    );
+    assert_eq!(
+        decide_with(old_enough, &["srv"], false),
+        (Verdict::Spared, Reason::InFlight)
+    );
+    // Not confirmed deleted: the grace as before.
+    let out = decide(
+        &[server("srv", "np-other", old_enough)],
+        &[],
+        &deleted,
+        &HashSet::new(),
+        now(),
+        &policy(false),
+    );
+    assert_eq!(verdict(&out[0]), (Verdict::Spared, Reason::WithinGrace));
+}
+
+#[test]
+fn only_owned_unclaimed_servers_name_claims_to_read_again() {
+    let mut foreign = server("f", "np-f", HOUR);
+    foreign.tags[0] = "karpenter.scaleway.com/cluster=staging".into();
+    let servers = [
+        server("a", "np-a", HOUR),
+        server("b", "np-b", HOUR),
+        server("b2", "np-b", HOUR),
+        foreign,
+    ];
+    let claims = [nodeclaim("np-a", None)];
+    assert_eq!(
+        unlisted_claims(&servers, &claims, &policy(false)),
+        vec!["np-b".to_string()]
+    );
 }

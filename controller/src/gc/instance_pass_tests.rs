@@ -102,6 +102,7 @@ fn setup(dry_run: bool) -> Setup {
         api: Arc::new(FakeElasticMetal::new()),
         claims: claims.clone(),
         in_flight: Arc::new(FakeInFlight::default()),
+        release: None,
         events: events.clone(),
         policy: SweepPolicy {
             cluster_name: "prod".into(),

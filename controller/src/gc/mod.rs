@@ -34,7 +34,10 @@ use crate::scaleway::block::{Block, Volume};
 use crate::scaleway::instance::Instance;
 use crate::scaleway::{ApiError, ElasticMetal, Server, ServerFilter};
 
-pub use decide::{Decision, Reason, SweepPolicy, Verdict, decide, format_age};
+pub use decide::{
+    CLAIM_DELETED_GRACE, Decision, Reason, SweepPolicy, Verdict, decide, format_age,
+    unlisted_claims,
+};
 pub use instance::{InstanceDecision, Step, Subject, decide_instances};
 pub use instance_pass::{Teardowns, list_owned_instances};
 pub use k8s::KubeSweepEvents;
@@ -49,6 +52,14 @@ impl InFlight for InstallEngine {
     fn in_flight(&self, server_id: &str) -> bool {
         self.phase(server_id).is_some_and(|p| !p.is_terminal())
     }
+}
+
+/// Releases the server(s) of a NodeClaim that is gone, the way Delete does
+/// for a NodeClaim without a providerID: an adopted standby goes back to its
+/// pool, anything else is deleted (the provider implements it).
+#[async_trait]
+pub trait ClaimRelease: Send + Sync + 'static {
+    async fn release(&self, nodeclaim: &str) -> Result<(), String>;
 }
 
 /// Where decisions are recorded as Events (best effort: a failure is logged
@@ -95,6 +106,8 @@ pub struct Sweeper {
     pub api: Arc<dyn ElasticMetal>,
     pub claims: Arc<dyn NodeClaimSource>,
     pub in_flight: Arc<dyn InFlight>,
+    /// Releases the servers of deleted NodeClaims (`None`: deleted outright).
+    pub release: Option<Arc<dyn ClaimRelease>>,
     pub events: Arc<dyn SweepEvents>,
     pub policy: SweepPolicy,
     pub zones: Vec<String>,
@@ -175,9 +188,11 @@ impl Sweeper {
             .filter(|s| self.in_flight.in_flight(&s.id))
             .map(|s| s.id.clone())
             .collect();
+        let deleted = self.deleted_claims(&servers, &claims).await;
         let decisions = decide(
             &servers,
             &claims,
+            &deleted,
             &in_flight,
             chrono::Utc::now(),
             &self.policy,
@@ -266,6 +281,29 @@ impl Sweeper {
         Ok((servers, instances, claims))
     }
 
+    /// The NodeClaims named by servers but not listed that a read from the
+    /// API server confirms are gone. A failed read confirms nothing: those
+    /// servers wait for the grace as before.
+    async fn deleted_claims(
+        &self,
+        servers: &[Server],
+        claims: &[serde_json::Value],
+    ) -> HashSet<String> {
+        let mut deleted = HashSet::new();
+        for name in unlisted_claims(servers, claims, &self.policy) {
+            match self.claims.get(&name).await {
+                Ok(None) => {
+                    deleted.insert(name);
+                }
+                Ok(Some(_)) => {}
+                Err(error) => {
+                    warn!(nodeclaim = %name, %error, "could not read the NodeClaim a server names; it waits for the grace");
+                }
+            }
+        }
+        deleted
+    }
+
     /// Carries out one decision; `None` when a deletion was not done (it is
     /// decided again next pass).
     async fn act(&self, decision: Decision) -> Option<Decision> {
@@ -275,6 +313,26 @@ impl Sweeper {
             if self.in_flight.in_flight(&server.id) {
                 debug!(server_id = %server.id, "install started since the listing; not deleting");
                 return None;
+            }
+            if decision.reason == Reason::ClaimDeleted
+                && let (Some(release), Some(claim)) = (
+                    &self.release,
+                    crate::provider::tag_value(server, crate::provider::TAG_NODECLAIM),
+                )
+            {
+                return match release.release(claim).await {
+                    Ok(()) => {
+                        info!(server_id = %server.id, zone = %server.zone, nodeclaim = claim,
+                            "released the server of a deleted NodeClaim");
+                        self.acted(decision).await
+                    }
+                    Err(error) => {
+                        safety_metrics().count_sweeper_delete_failure();
+                        warn!(server_id = %server.id, nodeclaim = claim, %error,
+                            "releasing the server of a deleted NodeClaim failed; retrying next pass");
+                        None
+                    }
+                };
             }
             match self.api.delete_server(&server.zone, &server.id).await {
                 Ok(_) => info!(server_id = %server.id, zone = %server.zone, name = %server.name,
@@ -291,6 +349,11 @@ impl Sweeper {
                 }
             }
         }
+        self.acted(decision).await
+    }
+
+    /// Counts and records a decision carried out.
+    async fn acted(&self, decision: Decision) -> Option<Decision> {
         safety_metrics()
             .count_sweeper_decision(decision.verdict.as_str(), decision.reason.as_str());
         if decision.needs_event() {

@@ -19,6 +19,11 @@ const HOUR: Duration = Duration::from_secs(3600);
 pub(super) struct FakeClaims {
     pub(super) claims: Mutex<Vec<Value>>,
     pub(super) fail_next: Mutex<Option<KubeError>>,
+    /// What a read from the API server finds, when it differs from the
+    /// list (a list that lags); `None`: the list.
+    pub(super) live: Mutex<Option<Vec<Value>>>,
+    /// Every read of one NodeClaim fails.
+    pub(super) fail_get: AtomicBool,
 }
 
 #[async_trait]
@@ -28,6 +33,17 @@ impl NodeClaimSource for FakeClaims {
             return Err(e);
         }
         Ok(self.claims.lock().unwrap().clone())
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<Value>, KubeError> {
+        if self.fail_get.load(Ordering::SeqCst) {
+            return Err(KubeError::Unavailable("503 etcd leader changed".into()));
+        }
+        let live = self.live.lock().unwrap().clone();
+        let all = live.unwrap_or_else(|| self.claims.lock().unwrap().clone());
+        Ok(all
+            .into_iter()
+            .find(|c| c.pointer("/metadata/name").and_then(Value::as_str) == Some(name)))
     }
 
     async fn annotate(
@@ -126,6 +142,7 @@ fn setup(dry_run: bool) -> Setup {
         api: api.clone(),
         claims: claims.clone(),
         in_flight: in_flight.clone(),
+        release: None,
         events: events.clone(),
         policy: SweepPolicy {
             cluster_name: "prod".into(),
@@ -175,7 +192,9 @@ async fn a_pass_deletes_only_the_orphan_and_reports_every_decision() {
         vec![
             ("claimed".into(), "spared", "claimed"),
             ("installing".into(), "spared", "in_flight"),
-            ("orphan".into(), "deleted", "orphaned"),
+            // Its NodeClaim np-gone is confirmed gone; without a release
+            // port the server is deleted outright.
+            ("orphan".into(), "deleted", "claim_deleted"),
             ("untagged".into(), "refused", "ownership_unproven"),
             ("young".into(), "spared", "within_grace"),
         ]
@@ -318,4 +337,84 @@ async fn only_the_leader_sweeps_one_interval_after_taking_the_lead() {
     assert_eq!(api.count(Op::ListServers), 2);
     stop_tx.send(true).unwrap();
     task.await.unwrap();
+}
+
+/// The NodeClaims whose servers were released.
+#[derive(Default)]
+struct RecordedReleases(Mutex<Vec<String>>);
+
+#[async_trait]
+impl ClaimRelease for RecordedReleases {
+    async fn release(&self, nodeclaim: &str) -> Result<(), String> {
+        self.0.lock().unwrap().push(nodeclaim.to_string());
+        Ok(())
+    }
+}
+
+/// Core deletes a NodeClaim whose Create answer was lost after the order
+/// (it never learnt the providerID) without calling Delete: the sweeper
+/// releases its server through the provider within minutes, not after the
+/// grace of hours (the regression suite's Utilization spec found 18 such
+/// servers left over).
+#[tokio::test]
+async fn the_server_of_a_nodeclaim_deleted_before_create_answered_is_released() {
+    let mut s = setup(false);
+    s.api
+        .insert_server(server("lost", ZONE, "np-lost", Duration::from_secs(180)));
+    let releases = Arc::new(RecordedReleases::default());
+    s.sweeper.release = Some(releases.clone());
+    let decisions = s.sweeper.pass().await.unwrap().servers;
+    let lost: Vec<_> = summary(&decisions)
+        .into_iter()
+        .filter(|(id, _, _)| id == "lost" || id == "young")
+        .collect();
+    assert_eq!(
+        lost,
+        vec![
+            ("lost".into(), "deleted", "claim_deleted"),
+            // Younger than CLAIM_DELETED_GRACE: a Create may be ordering it
+            // for a NodeClaim being deleted right now.
+            ("young".into(), "spared", "within_grace"),
+        ]
+    );
+    let mut released = releases.0.lock().unwrap().clone();
+    released.sort();
+    assert_eq!(released, vec!["np-gone".to_string(), "np-lost".to_string()]);
+    // Released through the provider (which recycles an adopted standby),
+    // not deleted by the sweeper itself.
+    assert!(deleted(&s.api).is_empty(), "{:?}", deleted(&s.api));
+}
+
+/// Absent from the list is not enough: a read from the API server must
+/// confirm it, and a failed read confirms nothing.
+#[tokio::test]
+async fn a_nodeclaim_missing_from_the_list_only_is_not_deleted() {
+    for lagging in [true, false] {
+        let mut s = setup(false);
+        s.api
+            .insert_server(server("lost", ZONE, "np-lost", Duration::from_secs(180)));
+        let releases = Arc::new(RecordedReleases::default());
+        s.sweeper.release = Some(releases.clone());
+        if lagging {
+            let mut live = s.claims.claims.lock().unwrap().clone();
+            live.push(json!({"metadata": {"name": "np-lost"}}));
+            *s.claims.live.lock().unwrap() = Some(live);
+        } else {
+            s.claims.fail_get.store(true, Ordering::SeqCst);
+        }
+        let decisions = s.sweeper.pass().await.unwrap().servers;
+        let lost = summary(&decisions)
+            .into_iter()
+            .find(|(id, _, _)| id == "lost")
+            .unwrap();
+        assert_eq!(
+            lost,
+            ("lost".into(), "spared", "within_grace"),
+            "lagging={lagging}"
+        );
+        assert!(
+            !releases.0.lock().unwrap().contains(&"np-lost".to_string()),
+            "lagging={lagging}"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint as KubeTaint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tracing::{debug, info};
@@ -33,6 +34,18 @@ fn node_object(reg: &NodeRegistration) -> Node {
         metadata: ObjectMeta {
             name: Some(reg.name.clone()),
             labels: Some(reg.labels.clone()),
+            // The reference core's registration sets (same group, kind,
+            // uid, blockOwnerDeletion), so core finds it and adds no other.
+            owner_references: reg.owner_uid.as_ref().map(|uid| {
+                vec![OwnerReference {
+                    api_version: "karpenter.sh/v1".to_string(),
+                    kind: "NodeClaim".to_string(),
+                    name: reg.name.clone(),
+                    uid: uid.clone(),
+                    block_owner_deletion: Some(true),
+                    controller: None,
+                }]
+            }),
             annotations: Some(
                 [(
                     ANNOTATION_REGISTERED_BY.to_string(),
@@ -124,6 +137,7 @@ mod tests {
         NodeRegistration {
             name: "default-abc12".into(),
             provider_id: "scaleway://baremetal/fr-par-2/srv-1".into(),
+            owner_uid: Some("0b6f-claim-uid".into()),
             labels: BTreeMap::from([("karpenter.sh/nodepool".into(), "default".into())]),
             taints: vec![
                 Taint {
@@ -161,7 +175,15 @@ mod tests {
         Mock::given(method("POST"))
             .and(path("/api/v1/nodes"))
             .and(body_partial_json(json!({
-                "metadata": {"name": "default-abc12", "labels": {"karpenter.sh/nodepool": "default"}},
+                "metadata": {
+                    "name": "default-abc12",
+                    "labels": {"karpenter.sh/nodepool": "default"},
+                    "ownerReferences": [{
+                        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                        "name": "default-abc12", "uid": "0b6f-claim-uid",
+                        "blockOwnerDeletion": true
+                    }]
+                },
                 "spec": {
                     "providerID": "scaleway://baremetal/fr-par-2/srv-1",
                     "taints": [

@@ -187,6 +187,7 @@ pub(super) fn node_registration(
         provider_id: provider_id.to_string(),
         labels,
         taints,
+        owner_uid: view.uid.clone(),
     }
 }
 

@@ -483,3 +483,21 @@ fn kube_time_now() -> String {
 #[cfg(test)]
 #[path = "lifecycle_tests.rs"]
 mod tests;
+
+/// The orphan sweeper releases the servers of a NodeClaim deleted before
+/// core learnt them as Delete would have: by the NodeClaim tag, an adopted
+/// standby back to its pool, anything else deleted, the token removed.
+#[async_trait::async_trait]
+impl crate::gc::ClaimRelease for Provider {
+    async fn release(&self, nodeclaim: &str) -> Result<(), String> {
+        let claim = json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": nodeclaim},
+        });
+        match self.delete(&claim).await {
+            Ok(()) | Err(ProviderError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}

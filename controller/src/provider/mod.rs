@@ -342,6 +342,11 @@ pub struct NodeRegistration {
     pub provider_id: String,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
+    /// The NodeClaim's uid: the Node gets the owner reference core's
+    /// registration would give it, so that the garbage collector deletes a
+    /// Node whose NodeClaim went away before core learnt its providerID
+    /// (a Create whose answer was lost), which core itself never deletes.
+    pub owner_uid: Option<String>,
 }
 
 /// Registers Nodes before their kubelet exists.

@@ -28,6 +28,9 @@ pub struct NodeClaimView {
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     pub provider_id: Option<String>,
+    /// `metadata.uid`: the Node registered ahead of its kubelet is owned by
+    /// the NodeClaim through it.
+    pub uid: Option<String>,
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -167,6 +170,9 @@ pub fn parse(claim: &Value) -> Result<NodeClaimView, String> {
         startup_taints: taints(spec.and_then(|s| s.get("startupTaints"))),
         provider_id: str_at(claim, &["status", "providerID"])
             .filter(|p| !p.is_empty())
+            .map(str::to_string),
+        uid: str_at(claim, &["metadata", "uid"])
+            .filter(|u| !u.is_empty())
             .map(str::to_string),
     })
 }

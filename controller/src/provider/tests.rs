@@ -708,6 +708,21 @@ async fn delete_without_provider_id_finds_the_server_by_tag() {
     ));
 }
 
+/// The sweeper's release of a deleted NodeClaim's server (gc::ClaimRelease):
+/// found by its tag as Delete finds it; nothing left to release is success.
+#[tokio::test]
+async fn releasing_a_deleted_nodeclaims_server_deletes_it_by_tag() {
+    use crate::gc::ClaimRelease;
+    let f = fixture();
+    f.provider
+        .create(claim("default-a", &["EM-A115X-SSD"]))
+        .await
+        .unwrap();
+    f.provider.release("default-a").await.unwrap();
+    assert_eq!(f.api.servers()[0].status, ServerStatus::Deleting);
+    f.provider.release("default-zzz").await.unwrap();
+}
+
 #[tokio::test]
 async fn foreign_servers_are_neither_deleted_nor_listed() {
     let f = fixture();
@@ -805,6 +820,7 @@ fn machine_ids_of_both_kinds_parse_and_nothing_else_does() {
 async fn create_registers_the_node_and_passes_the_per_node_token() {
     let f = fixture();
     let mut c = claim("default-a", &["EM-A115X-SSD"]);
+    c["metadata"]["uid"] = json!("uid-default-a");
     c["spec"]["startupTaints"] =
         json!([{"key": "cilium.io/agent-not-ready", "effect": "NoExecute"}]);
     f.classes
@@ -822,6 +838,9 @@ async fn create_registers_the_node_and_passes_the_per_node_token() {
     let nodes = f.nodes.nodes.lock().unwrap();
     let node = nodes.get("default-a").expect("Node registered by Create");
     assert_eq!(node.provider_id, pid);
+    // Owned by the NodeClaim: gone with it even if core never learns the
+    // providerID (a Create whose answer is lost).
+    assert_eq!(node.owner_uid.as_deref(), Some("uid-default-a"));
     assert_eq!(node.labels["karpenter.sh/nodepool"], "default");
     assert_eq!(
         node.labels["node.kubernetes.io/instance-type"],
@@ -915,6 +934,7 @@ async fn a_node_of_another_machine_fails_create_without_touching_it() {
         NodeRegistration {
             name: "default-a".into(),
             provider_id: "scaleway://baremetal/fr-par-2/someone-else".into(),
+            owner_uid: None,
             labels: BTreeMap::new(),
             taints: vec![],
         },
