@@ -100,7 +100,8 @@ conformance SUITE="regression" KIND="metal" FOCUS="": build-bridge karpenter-crd
         target/debug/kps-conformance --suite "{{SUITE}}" --kind "{{KIND}}" {{ if FOCUS != "" { "--focus '" + FOCUS + "'" } else { "" } }}
 
 # End-to-end: real control plane + real Karpenter core + simulators. The
-# scenarios run KPS_E2E_JOBS (default 2) at a time, each on its own stack
+# scenarios and the shards of core's regression suite run KPS_E2E_JOBS
+# (default 4) at a time, longest first, each on its own stack
 # (hack/e2e-run.py, which also builds the Rust binaries, with the features of
 # `cargo test --workspace`); `cargo test -p e2e --test scenarios -- <name>::`
 # runs one.

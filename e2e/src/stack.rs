@@ -1047,10 +1047,11 @@ fn cached_image(talos_sim: &Path, work_root: &Path, version: &str, size: &str) -
     if path.exists() {
         return Ok(path);
     }
+    // The same extension as the image: make-image compresses by it.
     let partial = dir.join(format!(
-        ".{}.{}",
+        ".{}-{}",
+        std::process::id(),
         path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
     ));
     let status = Command::new(talos_sim)
         .args([
@@ -1136,11 +1137,12 @@ mod tests {
         let again = cached_image(&bin, &root, "v1.13.9", "8MiB").unwrap();
         assert_eq!(a, again);
         assert_eq!(runs(tmp.path()), 1);
-        assert!(
-            std::fs::read_to_string(&a)
-                .unwrap()
-                .contains("--version v1.13.9")
-        );
+        let args = std::fs::read_to_string(&a).unwrap();
+        assert!(args.contains("--version v1.13.9"), "{args}");
+        // make-image compresses by the extension of --out: the file it
+        // writes (before the rename) must end like the image.
+        let out = args.split_whitespace().last().unwrap();
+        assert!(out.ends_with(".raw.xz"), "{out}");
 
         let other = cached_image(&bin, &root, "v1.13.9", "16MiB").unwrap();
         assert_ne!(other, a);
