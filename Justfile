@@ -101,7 +101,7 @@ conformance SUITE="regression" KIND="metal" FOCUS="": build-bridge karpenter-crd
 
 # End-to-end: real control plane + real Karpenter core + simulators. The
 # scenarios and the shards of core's regression suite run KPS_E2E_JOBS
-# (default 4) at a time, longest first, each on its own stack
+# (default 5) at a time, longest first, each on its own stack
 # (hack/e2e-run.py, which also builds the Rust binaries, with the features of
 # `cargo test --workspace`); `cargo test -p e2e --test scenarios -- <name>::`
 # runs one.

@@ -286,9 +286,10 @@ def on_stop(signum, _frame):
 def main():
     parser = argparse.ArgumentParser()
     # Lanes: each job is a stack that spends most of its time waiting on
-    # core's timers and the time-scaled simulators, not on the CPU; four at a
-    # time keep this 2-core machine's CPU below saturation (docs/figures.md).
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("KPS_E2E_JOBS", "4")))
+    # core's timers and the time-scaled simulators, not on the CPU: with four
+    # at a time this 2-core machine was 40-60 % busy (vmstat, docs/figures.md
+    # run 32), so five.
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("KPS_E2E_JOBS", "5")))
     parser.add_argument("--only", default="", help="comma-separated binary names to run")
     parser.add_argument("extra", nargs="*", help="arguments passed to every test binary")
     args = parser.parse_args()
