@@ -123,6 +123,26 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// An exclusive `flock` on `path` (created if absent), or `None` when another
+/// open file holds it. flock locks belong to the open file, so they exclude
+/// other holders in this process as well as other processes, and the kernel
+/// drops them when the holder dies: a crashed run leaves no stale lease.
+pub fn try_lease(path: &Path) -> Result<Option<File>> {
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
+}
+
 /// A TCP port for a listener a child process is about to open.
 ///
 /// Checking a port with `bind(127.0.0.1:0)` and releasing it is not enough
@@ -177,20 +197,9 @@ mod ports {
             if (eph_lo..=eph_hi).contains(&port) {
                 continue;
             }
-            let path = dir.join(format!("{port}.lock"));
-            let file = File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("opening {}", path.display()))?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(std::fs::TryLockError::WouldBlock) => continue,
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(e).with_context(|| format!("locking {}", path.display()));
-                }
-            }
+            let Some(file) = super::try_lease(&dir.join(format!("{port}.lock")))? else {
+                continue;
+            };
             // Something outside the leases (another program) may hold it:
             // the wildcard bind fails when any socket has the port.
             if TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_err() {

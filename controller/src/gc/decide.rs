@@ -330,20 +330,12 @@ fn decide_one(
         // Core deletes a NodeClaim whose Create never answered (the answer
         // was lost after the order) without calling Delete, since it has no
         // providerID: nobody else releases this server.
+        let (verdict, dry) = deletion(policy, "released");
         (
-            if policy.dry_run {
-                Verdict::WouldDelete
-            } else {
-                Verdict::Deleted
-            },
+            verdict,
             Reason::ClaimDeleted,
             format!(
-                "NodeClaim {tagged} was deleted before it learnt this server (read again from the API server), no install in flight{}",
-                if policy.dry_run {
-                    "; dry run: not released"
-                } else {
-                    ""
-                }
+                "NodeClaim {tagged} was deleted before it learnt this server (read again from the API server), no install in flight{dry}"
             ),
         )
     } else {
@@ -364,23 +356,17 @@ fn decide_one(
                     format_age(policy.grace)
                 ),
             ),
-            Some(_) => (
-                if policy.dry_run {
-                    Verdict::WouldDelete
-                } else {
-                    Verdict::Deleted
-                },
-                Reason::Orphaned,
-                format!(
-                    "no NodeClaim {tagged}, older than the grace ({}), no install in flight{}",
-                    format_age(policy.grace),
-                    if policy.dry_run {
-                        "; dry run: not deleted"
-                    } else {
-                        ""
-                    }
-                ),
-            ),
+            Some(_) => {
+                let (verdict, dry) = deletion(policy, "deleted");
+                (
+                    verdict,
+                    Reason::Orphaned,
+                    format!(
+                        "no NodeClaim {tagged}, older than the grace ({}), no install in flight{dry}",
+                        format_age(policy.grace)
+                    ),
+                )
+            }
         }
     };
     Decision {
@@ -390,6 +376,16 @@ fn decide_one(
         age,
         claim,
         detail,
+    }
+}
+
+/// The verdict of a server to go, and what the note adds in dry-run mode
+/// (`done`: what would not be done).
+fn deletion(policy: &SweepPolicy, done: &str) -> (Verdict, String) {
+    if policy.dry_run {
+        (Verdict::WouldDelete, format!("; dry run: not {done}"))
+    } else {
+        (Verdict::Deleted, String::new())
     }
 }
 

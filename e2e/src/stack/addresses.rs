@@ -37,20 +37,10 @@ impl AddressBlock {
         let start = std::process::id() % span;
         for i in 0..span {
             let octet = FIRST_BLOCK + ((start + i) % span) as u8;
-            let path = dir.join(format!("127.{octet}.lock"));
-            let file = std::fs::File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("opening {}", path.display()))?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(std::fs::TryLockError::WouldBlock) => continue,
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(e).with_context(|| format!("locking {}", path.display()));
-                }
-            }
+            let Some(file) = crate::procs::try_lease(&dir.join(format!("127.{octet}.lock")))?
+            else {
+                continue;
+            };
             // Something outside our locks (a hand-started simulator) may
             // still listen in the block: check the addresses talos-sim takes.
             if !block_is_free(octet) {
