@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex};
 use futures::future::join_all;
 use tracing::{debug, info, warn};
 
+use super::instance::tag_in;
 use super::instance::{InstanceDecision, Step, Subject, decide_instances};
 use super::{SweepError, SweepPolicy, Sweeper, Verdict};
 use crate::metrics::safety_metrics;
-use crate::provider::{TAG_CLUSTER, tag};
+use crate::provider::{TAG_CLUSTER, TAG_NODECLAIM, instance_provider_id, tag};
 use crate::scaleway::ApiError;
 use crate::scaleway::block::{Block, Volume, VolumeFilter};
 use crate::scaleway::instance::{Instance, Server, ServerAction, ServerFilter};
@@ -29,6 +30,15 @@ struct Leftovers {
     zone: String,
     volumes: Vec<String>,
     ips: Vec<String>,
+    /// The NodeClaim name the VM's kubelet registered its Node under: a
+    /// Node nobody else deletes (core never registered it).
+    node: Option<String>,
+}
+
+impl Leftovers {
+    fn is_empty(&self) -> bool {
+        self.volumes.is_empty() && self.ips.is_empty() && self.node.is_none()
+    }
 }
 
 /// The VMs this sweeper terminated or deleted whose SBS volumes and
@@ -190,8 +200,9 @@ impl Sweeper {
             zone: server.zone.clone(),
             volumes: server.sbs_volume_ids(),
             ips: server.flexible_ip_ids(),
+            node: tag_in(&server.tags, TAG_NODECLAIM).map(String::from),
         };
-        if !leftovers.volumes.is_empty() || !leftovers.ips.is_empty() {
+        if !leftovers.is_empty() {
             self.teardowns.lock().insert(server.id.clone(), leftovers);
         }
     }
@@ -244,11 +255,33 @@ impl Sweeper {
                     }
                 }
             }
+            // Only now that the VM is gone: a running kubelet would
+            // register its Node again.
+            let node = match (left.node.take(), &self.release) {
+                (Some(name), Some(release)) => match release
+                    .forget_node(&name, &instance_provider_id(&zone, &id))
+                    .await
+                {
+                    Ok(()) => None,
+                    Err(error) => {
+                        debug!(server_id = %id, node = %name, %error,
+                            "deleting an orphan's Node; retrying next pass");
+                        Some(name)
+                    }
+                },
+                _ => None,
+            };
+            let left = Leftovers {
+                zone,
+                volumes,
+                ips,
+                node,
+            };
             let mut teardowns = self.teardowns.lock();
-            if volumes.is_empty() && ips.is_empty() {
+            if left.is_empty() {
                 teardowns.remove(&id);
             } else {
-                teardowns.insert(id, Leftovers { zone, volumes, ips });
+                teardowns.insert(id, left);
             }
         }
     }

@@ -225,6 +225,28 @@ async fn an_orphan_vm_is_terminated_then_its_volume_and_ip_deleted_once_gone() {
     assert!(s.vms.server("claimed").is_some());
 }
 
+/// An orphan VM's kubelet registered a Node under its NodeClaim's name that
+/// core never registered: the sweeper deletes it once the VM is gone (not
+/// while it runs, when the kubelet would register it again), and again next
+/// pass if that fails.
+#[tokio::test]
+async fn an_orphan_vms_node_is_deleted_once_the_vm_is_gone() {
+    let mut s = setup(false);
+    let releases = Arc::new(crate::gc::tests::RecordedReleases::default());
+    s.sweeper.release = Some(releases.clone());
+    s.sweeper.pass().await.unwrap();
+    assert!(releases.0.lock().unwrap().is_empty(), "the VM still runs");
+    s.vms.finish_actions();
+    s.sweeper.pass().await.unwrap();
+    assert_eq!(
+        *releases.0.lock().unwrap(),
+        ["node np-gone scaleway://instance/fr-par-2/orphan"]
+    );
+    assert!(s.sweeper.teardowns.pending().is_empty());
+    s.sweeper.pass().await.unwrap();
+    assert_eq!(releases.0.lock().unwrap().len(), 1, "done once");
+}
+
 #[tokio::test]
 async fn a_stopped_orphan_is_deleted_with_its_volume_in_the_same_pass() {
     let s = setup(false);

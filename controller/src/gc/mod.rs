@@ -60,6 +60,10 @@ impl InFlight for InstallEngine {
 #[async_trait]
 pub trait ClaimRelease: Send + Sync + 'static {
     async fn release(&self, nodeclaim: &str) -> Result<(), String>;
+    /// Deletes the Node a swept machine's kubelet registered under its
+    /// NodeClaim's name, if it carries this providerID (core deletes only
+    /// the Nodes it registered; see `NodeRegistrar::forget`).
+    async fn forget_node(&self, nodeclaim: &str, provider_id: &str) -> Result<(), String>;
 }
 
 /// Where decisions are recorded as Events (best effort: a failure is logged

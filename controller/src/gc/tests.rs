@@ -341,12 +341,20 @@ async fn only_the_leader_sweeps_one_interval_after_taking_the_lead() {
 
 /// The NodeClaims whose servers were released.
 #[derive(Default)]
-struct RecordedReleases(Mutex<Vec<String>>);
+pub(crate) struct RecordedReleases(pub(crate) Mutex<Vec<String>>);
 
 #[async_trait]
 impl ClaimRelease for RecordedReleases {
     async fn release(&self, nodeclaim: &str) -> Result<(), String> {
         self.0.lock().unwrap().push(nodeclaim.to_string());
+        Ok(())
+    }
+
+    async fn forget_node(&self, nodeclaim: &str, provider_id: &str) -> Result<(), String> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("node {nodeclaim} {provider_id}"));
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint as KubeTaint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use tracing::{debug, info};
 
 use crate::k8s::nodes::classify_kube;
@@ -114,6 +114,67 @@ impl NodeRegistrar for KubeNodeRegistrar {
             }
             Err(e) => Err(classify_kube(e)),
         }
+    }
+
+    async fn forget(&self, name: &str, provider_id: Option<&str>) -> Result<bool, KubeError> {
+        let Some(node) = self.nodes.get_opt(name).await.map_err(classify_kube)? else {
+            return Ok(false);
+        };
+        if let Err(why) = forgettable(&node, provider_id) {
+            debug!(node = name, why, "Node of a gone machine left alone");
+            return Ok(false);
+        }
+        // Only the Node just read: one recreated in between is not ours to judge.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: node.metadata.uid.clone(),
+                resource_version: node.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.nodes.delete(name, &params).await {
+            Ok(_) => {
+                info!(node = name, provider_id = ?node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+                    reason = "machine gone", "deleted the Node core left behind");
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(kube::Error::Api(s)) if s.code == 409 => Err(KubeError::Unavailable(format!(
+                "Node {name} changed while being deleted; asked again"
+            ))),
+            Err(e) => Err(classify_kube(e)),
+        }
+    }
+}
+
+/// Core's label on a Node it registered for a NodeClaim.
+const LABEL_REGISTERED: &str = "karpenter.sh/registered";
+
+/// Whether `forget` may delete this Node (see [`NodeRegistrar::forget`]).
+fn forgettable(node: &Node, provider_id: Option<&str>) -> Result<(), String> {
+    if node.metadata.deletion_timestamp.is_some() {
+        return Err("being deleted already".into());
+    }
+    let theirs = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap_or("");
+    match provider_id {
+        Some(ours) if theirs == ours => Ok(()),
+        Some(ours) => Err(format!("providerID {theirs:?}, not {ours}")),
+        None if !theirs.starts_with("scaleway://") => {
+            Err(format!("providerID {theirs:?} is not a Scaleway machine's"))
+        }
+        None if node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(LABEL_REGISTERED)) =>
+        {
+            Err("registered by core, which deletes it".into())
+        }
+        None => Ok(()),
     }
 }
 
@@ -251,6 +312,92 @@ mod tests {
         assert!(
             matches!(err, KubeError::Conflict(ref m) if m.contains("other")),
             "{err:?}"
+        );
+    }
+
+    fn joined(provider_id: &str, labels: serde_json::Value) -> ResponseTemplate {
+        ResponseTemplate::new(200).set_body_json(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "default-abc12", "uid": "node-uid-1",
+                         "resourceVersion": "42", "labels": labels},
+            "spec": {"providerID": provider_id}
+        }))
+    }
+
+    async fn forget_with(
+        node: ResponseTemplate,
+        provider_id: Option<&str>,
+        deletes: u64,
+    ) -> Result<bool, KubeError> {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/api/v1/nodes/default-abc12"))
+            .respond_with(node)
+            .mount(&server)
+            .await;
+        Mock::given(method("DELETE"))
+            .and(path("/api/v1/nodes/default-abc12"))
+            .and(body_partial_json(json!({
+                "preconditions": {"uid": "node-uid-1", "resourceVersion": "42"}
+            })))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Success"
+            })))
+            .expect(deletes)
+            .mount(&server)
+            .await;
+        registrar(&server)
+            .await
+            .forget("default-abc12", provider_id)
+            .await
+    }
+
+    #[tokio::test]
+    async fn forget_deletes_only_the_node_of_that_machine_guarded_by_uid() {
+        let pid = "scaleway://instance/fr-par-2/vm-1";
+        assert_eq!(
+            forget_with(joined(pid, json!({})), Some(pid), 1).await,
+            Ok(true)
+        );
+        assert_eq!(
+            forget_with(
+                joined("scaleway://instance/fr-par-2/vm-2", json!({})),
+                Some(pid),
+                0
+            )
+            .await,
+            Ok(false)
+        );
+    }
+
+    #[tokio::test]
+    async fn forget_without_a_provider_id_spares_what_core_registered_or_another_cloud_runs() {
+        let pid = "scaleway://instance/fr-par-2/vm-1";
+        assert_eq!(forget_with(joined(pid, json!({})), None, 1).await, Ok(true));
+        assert_eq!(
+            forget_with(
+                joined(pid, json!({"karpenter.sh/registered": "true"})),
+                None,
+                0
+            )
+            .await,
+            Ok(false)
+        );
+        assert_eq!(
+            forget_with(joined("aws:///eu-west-1a/i-1", json!({})), None, 0).await,
+            Ok(false)
+        );
+    }
+
+    #[tokio::test]
+    async fn forget_of_an_absent_node_is_nothing_to_do() {
+        let absent = ResponseTemplate::new(404).set_body_json(json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "nodes \"default-abc12\" not found", "reason": "NotFound", "code": 404
+        }));
+        assert_eq!(
+            forget_with(absent, Some("scaleway://instance/fr-par-2/vm-1"), 0).await,
+            Ok(false)
         );
     }
 

@@ -94,6 +94,21 @@ impl Provider {
             warn!(nodeclaim = %view.name, %error,
                 "could not delete the NodeClaim's bootstrap token; the sweep will");
         }
+        if let Err(ProviderError::NotFound(_)) = &result {
+            // The machine is gone; a Node core never registered is not
+            // deleted by core (see `NodeRegistrar::forget`). Until it is,
+            // Delete is not over: core calls again.
+            self.cluster
+                .nodes
+                .forget(&view.name, view.provider_id.as_deref())
+                .await
+                .map_err(|e| {
+                    ProviderError::Unavailable(format!(
+                        "machine of NodeClaim {} gone, its Node not yet deleted: {e}",
+                        view.name
+                    ))
+                })?;
+        }
         result
     }
 
@@ -499,5 +514,14 @@ impl crate::gc::ClaimRelease for Provider {
             Ok(()) | Err(ProviderError::NotFound(_)) => Ok(()),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    async fn forget_node(&self, nodeclaim: &str, provider_id: &str) -> Result<(), String> {
+        self.cluster
+            .nodes
+            .forget(nodeclaim, Some(provider_id))
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 }

@@ -356,6 +356,18 @@ pub trait NodeRegistrar: Send + Sync + 'static {
     /// success (a retried Create); one with another providerID is
     /// [`KubeError::Conflict`] and is left untouched.
     async fn register(&self, node: &NodeRegistration) -> Result<(), KubeError>;
+
+    /// Deletes the Node named after a NodeClaim whose machine is gone, as a
+    /// cloud controller manager deletes the Node of a vanished instance.
+    /// Core deletes the Nodes of a NodeClaim it registered before it calls
+    /// Delete, and none of one it never registered: a VM whose kubelet
+    /// joined while its NodeClaim was being deleted (an insufficient-capacity
+    /// answer, then a retried Create) or a machine whose Create answer was
+    /// lost leaves a Node nobody else removes. With `provider_id`, only a
+    /// Node carrying it; without (core never learnt it), only a Node with a
+    /// Scaleway providerID that core never registered. `Ok(true)` when a
+    /// Node was deleted; a Node being deleted or of another machine is left.
+    async fn forget(&self, name: &str, provider_id: Option<&str>) -> Result<bool, KubeError>;
 }
 
 #[derive(Debug, Clone)]

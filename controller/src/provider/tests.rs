@@ -147,6 +147,8 @@ impl BootstrapTokens for FakeTokens {
 #[derive(Default)]
 pub(crate) struct FakeRegistrar {
     pub nodes: Mutex<BTreeMap<String, NodeRegistration>>,
+    /// Names `forget` was called with.
+    pub forgotten: Mutex<Vec<String>>,
     pub fail_next: Mutex<Option<KubeError>>,
 }
 
@@ -167,6 +169,21 @@ impl NodeRegistrar for FakeRegistrar {
                 Ok(())
             }
         }
+    }
+
+    async fn forget(&self, name: &str, provider_id: Option<&str>) -> Result<bool, KubeError> {
+        if let Some(e) = self.fail_next.lock().unwrap().take() {
+            return Err(e);
+        }
+        let mut nodes = self.nodes.lock().unwrap();
+        let ours = nodes
+            .get(name)
+            .is_some_and(|n| provider_id.is_none_or(|p| p == n.provider_id));
+        if ours {
+            nodes.remove(name);
+        }
+        self.forgotten.lock().unwrap().push(name.to_string());
+        Ok(ours)
     }
 }
 

@@ -11,6 +11,7 @@ use super::super::tests::{FakeTokens, ZONE, fixture};
 use super::super::{
     ClusterPorts, KubeError, NodeClaimSource, Provider, ProviderError, ProviderSettings,
 };
+use super::super::{NodeRegistrar, NodeRegistration};
 use super::*;
 use crate::catalog::{CatalogStore, ClassKind, ClassView, ZoneProducts, vm_instance_types};
 use crate::install::{InstallEvent, NodePort, NodePortError, Progress};
@@ -90,6 +91,7 @@ pub(crate) struct Vm {
     api: Arc<FakeInstance>,
     classes: Arc<FakeClasses>,
     tokens: Arc<FakeTokens>,
+    nodes: Arc<super::super::tests::FakeRegistrar>,
     catalog: Arc<CatalogStore>,
     pub(crate) provider: Arc<Provider>,
 }
@@ -158,6 +160,7 @@ pub(crate) fn vm_fixture() -> Vm {
         api,
         classes,
         tokens,
+        nodes: f.nodes.clone(),
         catalog,
         provider,
     }
@@ -459,6 +462,72 @@ async fn delete_terminates_then_deletes_the_volume_and_leaves_nothing_billed() {
     let actions: Vec<_> = v.api.calls().iter().filter_map(|c| c.action).collect();
     assert!(actions.contains(&ServerAction::Terminate));
     // Idempotent: asked again, still NotFound, nothing else deleted.
+    assert!(matches!(
+        v.provider.delete(&claim).await,
+        Err(ProviderError::NotFound(_))
+    ));
+}
+
+/// The VM's kubelet joined while core was deleting its NodeClaim (an
+/// insufficient-capacity answer, then a Create retried from a stale cache):
+/// core never registered the Node, so it deletes none; the provider does
+/// once the VM is gone, and only the Node of that VM.
+#[tokio::test]
+async fn the_node_of_a_gone_vm_that_core_never_registered_is_deleted() {
+    let v = vm_fixture();
+    let claim = v
+        .provider
+        .create(vm_claim("burst-a", &["POP2-2C-8G"]))
+        .await
+        .unwrap();
+    v.api.finish_actions();
+    let pid = claim["status"]["providerID"].as_str().unwrap().to_string();
+    let joined = |name: &str, provider_id: &str| NodeRegistration {
+        name: name.into(),
+        provider_id: provider_id.into(),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        owner_uid: None,
+    };
+    v.nodes.register(&joined("burst-a", &pid)).await.unwrap();
+    v.nodes
+        .register(&joined("burst-b", "scaleway://instance/fr-par-2/other"))
+        .await
+        .unwrap();
+    // Under way: the Node stays while the VM may still run.
+    assert_eq!(v.provider.delete(&claim).await, Ok(()));
+    assert!(v.nodes.nodes.lock().unwrap().contains_key("burst-a"));
+    delete_until_gone(&v, &claim).await;
+    let left: Vec<String> = v.nodes.nodes.lock().unwrap().keys().cloned().collect();
+    assert_eq!(left, vec!["burst-b".to_string()]);
+}
+
+/// A Node not yet deleted keeps Delete from answering gone: core asks again
+/// rather than leaving it.
+#[tokio::test]
+async fn a_failed_node_deletion_is_retried_not_reported_gone() {
+    let v = vm_fixture();
+    let claim = v
+        .provider
+        .create(vm_claim("burst-a", &["POP2-2C-8G"]))
+        .await
+        .unwrap();
+    v.api.finish_actions();
+    // Only `forget` reads it during Delete: the first call that finds the VM gone.
+    *v.nodes.fail_next.lock().unwrap() = Some(KubeError::Unavailable("503".into()));
+    let mut result = v.provider.delete(&claim).await;
+    for _ in 0..10 {
+        if result.is_err() {
+            break;
+        }
+        v.api.finish_actions();
+        result = v.provider.delete(&claim).await;
+    }
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Unavailable(m) if m.contains("Node not yet deleted")),
+        "{err:?}"
+    );
     assert!(matches!(
         v.provider.delete(&claim).await,
         Err(ProviderError::NotFound(_))
