@@ -88,6 +88,11 @@ pub struct HttpFault {
     /// Never answer: hold the request until the client gives up (or an hour passes).
     #[serde(default, skip_serializing_if = "is_false")]
     pub timeout: bool,
+    /// The call reaches the handler and takes effect (a server ordered, a
+    /// VM created); its answer is then held as `timeout` holds one: a
+    /// connection lost after the API committed, the caller left to find out.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub lose_answer: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -231,6 +236,8 @@ pub enum HttpOutcome {
     PassThrough,
     /// Never answer.
     Hold,
+    /// Let the handler act, then never answer.
+    LoseAnswer,
 }
 
 /// What the list faults that fired on one answer change in it.
@@ -421,6 +428,8 @@ impl Faults {
         };
         let outcome = if h.timeout {
             HttpOutcome::Hold
+        } else if h.lose_answer {
+            HttpOutcome::LoseAnswer
         } else {
             match h.status {
                 Some(status) => HttpOutcome::Answer(ApiError::Injected {
@@ -634,11 +643,11 @@ fn validate_http(h: &HttpFault, known: &[String]) -> Result<(), ApiError> {
             "an HTTP status between 200 and 999",
         ));
     }
-    if h.status.is_none() && h.latency_ms.is_none() && !h.timeout {
+    if h.status.is_none() && h.latency_ms.is_none() && !h.timeout && !h.lose_answer {
         return Err(ApiError::invalid(
             "status",
             "required",
-            "the status to answer (it may be absent only with latency_ms or timeout)",
+            "the status to answer (it may be absent only with latency_ms, timeout or lose_answer)",
         ));
     }
     if h.timeout && (h.status.is_some() || h.body.is_some()) {
@@ -646,6 +655,13 @@ fn validate_http(h: &HttpFault, known: &[String]) -> Result<(), ApiError> {
             "timeout",
             "constraint",
             "a timeout never answers: give no status or body with it",
+        ));
+    }
+    if h.lose_answer && (h.timeout || h.status.is_some() || h.body.is_some()) {
+        return Err(ApiError::invalid(
+            "lose_answer",
+            "constraint",
+            "a lost answer is the handler's, never sent: give no status, body or timeout with it",
         ));
     }
     validate_rate(h.rate)?;

@@ -81,6 +81,16 @@ fn latency_and_timeout() {
     );
     assert_eq!(f.take_http("POST /x").unwrap().outcome, HttpOutcome::Hold);
     assert!(f.list().is_empty());
+    arm(
+        &mut f,
+        json!({"endpoint": "POST /x", "lose_answer": true, "count": 1}),
+    )
+    .unwrap();
+    assert_eq!(
+        f.take_http("POST /x").unwrap().outcome,
+        HttpOutcome::LoseAnswer
+    );
+    assert!(f.take_http("POST /x").is_none());
 }
 
 #[test]
@@ -185,6 +195,8 @@ fn rejects_bad_faults() {
         json!({"endpoint": "GET /x", "status": 500, "rate": 1.5}),
         json!({"endpoint": "GET /x", "status": 500, "count": 0}),
         json!({"endpoint": "GET /x", "timeout": true, "status": 500}),
+        json!({"endpoint": "GET /x", "lose_answer": true, "status": 500}),
+        json!({"endpoint": "GET /x", "lose_answer": true, "timeout": true}),
         json!({"endpoint": "GET /x", "status": 500, "typo": 1}),
         json!({"kind": "stuck_delivery", "zone": "mars-1"}),
         json!({"kind": "delivery_seconds", "seconds": -1.0}),

@@ -74,6 +74,43 @@ async fn timeout_holds_until_the_client_gives_up() {
     );
 }
 
+/// The order is placed and the answer withheld: the caller must find its
+/// server without the id. Waited for by the counter the gate records once
+/// the handler has acted, never by a timer.
+#[tokio::test]
+async fn lose_answer_commits_the_order_and_never_answers() {
+    let sim = start().await;
+    arm(
+        &sim,
+        json!({"endpoint": SERVERS, "lose_answer": true, "count": 1}),
+    )
+    .await;
+    let held = async {
+        loop {
+            let (_, counters) = sim.admin(Method::GET, "/_emsim/counters", None).await;
+            if counters["endpoints"][SERVERS]["by_status"]["0"] == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        answer = sim.create("EM-A115X-SSD", "lost-answer", &["k=v"]) => {
+            panic!("the order was answered: {answer:?}")
+        }
+        () = held => {}
+    }
+    let (status, list) = sim
+        .get(&format!("{ZONE_URL}/servers?name=lost-answer"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["total_count"], 1, "{list}");
+    assert_eq!(list["servers"][0]["tags"], json!(["k=v"]));
+    // Spent: the next order is answered.
+    let (status, _) = sim.create("EM-A115X-SSD", "answered", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 #[tokio::test]
 async fn rate_fails_a_seeded_share_of_calls() {
     async fn run() -> Vec<u16> {

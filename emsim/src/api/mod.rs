@@ -293,6 +293,7 @@ async fn gate(
         .expect("faults lock")
         .take_http(&endpoint);
     let mut answer = None;
+    let mut lose_answer = false;
     if let Some(action) = fault {
         if !action.delay.is_zero() {
             tokio::time::sleep(action.delay).await;
@@ -300,6 +301,7 @@ async fn gate(
         match action.outcome {
             HttpOutcome::Answer(error) => answer = Some(error),
             HttpOutcome::PassThrough => {}
+            HttpOutcome::LoseAnswer => lose_answer = true,
             HttpOutcome::Hold => {
                 // Counted at once: the client usually gives up first, which
                 // drops this future and nothing after the sleep runs.
@@ -326,6 +328,17 @@ async fn gate(
         }
         Err(error) => error.into_response(),
     };
+    if lose_answer {
+        // The handler acted; its answer never leaves (counted as held).
+        state
+            .counters
+            .lock()
+            .expect("counters lock")
+            .record(&endpoint, HELD_STATUS);
+        tracing::info!(%endpoint, status = %response.status(), "injected lost answer: holding the handler's answer");
+        tokio::time::sleep(HOLD_LIMIT).await;
+        return StatusCode::GATEWAY_TIMEOUT.into_response();
+    }
     // The API's `Date` is its own clock: the simulated one, like every
     // timestamp in its bodies (clients that measure billing periods against
     // `created_at` read the API's time from it).
