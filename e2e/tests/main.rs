@@ -22,6 +22,7 @@ mod instance_mixed;
 mod instances;
 mod leadership;
 mod list_faults;
+mod lost_answers;
 mod orphans;
 mod reboot;
 mod reboot_kinds;
