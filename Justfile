@@ -99,6 +99,16 @@ conformance SUITE="regression" KIND="metal" FOCUS="": build-bridge karpenter-crd
     KPS_CORE_SUITES_DIR="$(hack/core-suites.sh | tail -n 1)" KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" \
         target/debug/kps-conformance --suite "{{SUITE}}" --kind "{{KIND}}" {{ if FOCUS != "" { "--focus '" + FOCUS + "'" } else { "" } }}
 
+# Core's performance suite twice on one local control plane: against this
+# provider (KIND metal or instance) and against core's own KWOK provider
+# (hack/kwok.sh builds it and KWOK); the figures side by side with their
+# ratio (docs/figures.md). Needs root (a veth pair into a network namespace
+# it creates, for a non-loopback Pod address).
+perf FOCUS="Basic Deployment" KIND="metal": build-bridge karpenter-crds talos-config
+    cargo build --workspace --bins --tests
+    KPS_CORE_SUITES_DIR="$(hack/core-suites.sh | tail -n 1)" KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" KPS_KWOK_DIR="$(hack/kwok.sh | tail -n 1)" \
+        target/debug/kps-perf --focus "{{FOCUS}}" --kind "{{KIND}}" --out docs/perf
+
 # End-to-end: real control plane + real Karpenter core + simulators. The
 # scenarios and the shards of core's regression suite run KPS_E2E_JOBS
 # (default 5) at a time, longest first, each on its own stack

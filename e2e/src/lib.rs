@@ -8,6 +8,8 @@ pub mod controlplane;
 pub mod hybrid;
 pub mod image;
 pub mod kubeutil;
+pub mod netns;
+pub mod perf;
 pub mod procs;
 pub mod progress;
 pub mod reboot;

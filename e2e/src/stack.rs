@@ -118,6 +118,17 @@ pub struct StackOptions {
     pub provider_args: Vec<String>,
     /// Extra environment of every bridge process, over the chart's.
     pub bridge_env: Vec<(String, String)>,
+    /// Run every bridge process with this host name (a UTS namespace of its
+    /// own, as a container's): Karpenter core names its leader election
+    /// Lease holder after the host name, and core's performance suite looks
+    /// for a Pod of that name (`kps-perf`).
+    pub bridge_hostname: Option<String>,
+    /// The system node's address and kubelet endpoint
+    /// ([`system_node::NodeAddress`]; `kps-perf`).
+    pub system_node_address: Option<system_node::NodeAddress>,
+    /// Images the system node runs with a binary of its own
+    /// ([`system_node::Inputs::images`]).
+    pub system_node_images: std::collections::BTreeMap<String, PathBuf>,
     /// Replicas of the chart's Deployment (`replicas` value): each is a
     /// provider and a bridge process; Karpenter's leader election picks the
     /// one that acts.
@@ -189,6 +200,9 @@ impl StackOptions {
             real_timings: false,
             extra_chart_values: None,
             system_node: false,
+            bridge_hostname: None,
+            system_node_address: None,
+            system_node_images: std::collections::BTreeMap::new(),
             scheduler_config: None,
         })
     }
@@ -468,6 +482,8 @@ impl Stack {
                 logs: logs.clone(),
                 server_url: cp.server_url().to_string(),
                 ca_pem: cp.ca_pem().to_string(),
+                address: opts.system_node_address,
+                images: opts.system_node_images.clone(),
             })
             .await?;
             if opts.scheduler_config.is_some() && opts.kubeconfig.is_none() {
@@ -500,15 +516,20 @@ impl Stack {
             let first = replicas
                 .first()
                 .context("the chart rendered a Deployment with 0 replicas")?;
+            // `bridge_env` wins over the chart's, as at each start.
+            let env = |key: &str| {
+                opts.bridge_env
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.as_str())
+                    .or_else(|| first.bridge.env(key))
+            };
             let lease = (
-                first
-                    .bridge
-                    .env("LEADER_ELECTION_NAMESPACE")
+                env("LEADER_ELECTION_NAMESPACE")
                     .unwrap_or(&rendered.namespace)
                     .to_string(),
-                first
-                    .bridge
-                    .env("LEADER_ELECTION_NAME")
+                env("LEADER_ELECTION_NAME")
                     .unwrap_or("karpenter-leader-election")
                     .to_string(),
             );
@@ -925,7 +946,10 @@ fn provider_command(r: &Replica, opts: &StackOptions) -> Command {
 fn bridge_command(r: &Replica, opts: &StackOptions) -> Command {
     let mut cmd = r.bridge.command();
     cmd.envs(opts.bridge_env.iter().map(|(k, v)| (k, v)));
-    cmd
+    match &opts.bridge_hostname {
+        Some(hostname) => system_node::with_hostname(&cmd, hostname),
+        None => cmd,
+    }
 }
 
 /// The stack's own chart values, over `e2e/chart-values.yaml`: what varies

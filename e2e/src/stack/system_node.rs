@@ -64,6 +64,22 @@ pub struct Inputs {
     pub logs: PathBuf,
     pub server_url: String,
     pub ca_pem: String,
+    /// The node's address and kubelet endpoint instead of 127.0.0.1 and
+    /// none ([`NodeAddress`]).
+    pub address: Option<NodeAddress>,
+    /// Container images run by a binary of their own (beside the chart's
+    /// containers, run by name): core's KWOK provider in `kps-perf`.
+    pub images: BTreeMap<String, PathBuf>,
+}
+
+/// A non-loopback address for the node and its pods (the API server proxies
+/// to a Pod only at one, see [`crate::netns`]), where each pod's declared
+/// container ports are forwarded to their loopback stand-ins, and the port
+/// of a kubelet endpoint serving port-forwards for it (KWOK's, in `kps-perf`).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeAddress {
+    pub ip: std::net::Ipv4Addr,
+    pub kubelet_port: u16,
 }
 
 /// The running system node; its pods' processes stop when it is stopped or
@@ -84,7 +100,7 @@ impl SystemNode {
         if nodes.get_opt(NODE).await?.is_none() {
             nodes.create(&PostParams::default(), &node()).await?;
         }
-        report_ready(&inputs.client).await?;
+        report_ready(&inputs.client, inputs.address).await?;
         let (stop, stopped) = watch::channel(false);
         let tokens = Arc::new(Mutex::new(Vec::new()));
         let ctx = Arc::new(Ctx {
@@ -207,13 +223,21 @@ pub async fn publish_scheduler_mirror(client: &Client, config_dir: &std::path::P
     patch_status(&pods, &name, &status).await
 }
 
-async fn report_ready(client: &Client) -> Result<()> {
+async fn report_ready(client: &Client, address: Option<NodeAddress>) -> Result<()> {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let nodes: Api<Node> = Api::all(client.clone());
+    let ip = address.map_or("127.0.0.1".to_string(), |a| a.ip.to_string());
+    let kubelet_port = address.map_or(0, |a| a.kubelet_port);
     let status = json!({"status": {
         "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
         "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE}],
+        // With an address, no Hostname: the API server prefers it for
+        // reaching a kubelet, and nothing resolves the node's name.
+        "addresses": match address {
+            Some(_) => json!([{"type": "InternalIP", "address": ip}]),
+            None => json!([{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": NODE}]),
+        },
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "conditions": [{
             "type": "Ready", "status": "True", "reason": "KubeletReady",
             "message": "the harness's kubelet for its own pods",
@@ -259,7 +283,7 @@ async fn run(ctx: Arc<Ctx>, mut stopped: watch::Receiver<bool>) {
         tokio::select! {
             _ = stopped.changed() => break,
             _ = heartbeat.tick() => {
-                if let Err(e) = report_ready(&ctx.inputs.client).await {
+                if let Err(e) = report_ready(&ctx.inputs.client, ctx.inputs.address).await {
                     tracing::warn!(error = %format!("{e:#}"), "system node heartbeat failed");
                 }
             }
@@ -342,6 +366,16 @@ async fn run_pod(
         }
     };
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
+    let ip = ctx
+        .inputs
+        .address
+        .map_or("127.0.0.1".to_string(), |a| a.ip.to_string());
+    // On a node address, each declared port reaches its stand-in there, as
+    // a host-network pod's would (held until the pod ends).
+    let _forwarders = match ctx.inputs.address {
+        Some(a) => forward_ports(&pod, &containers, a.ip).await,
+        None => Vec::new(),
+    };
     // Sidecars first, each started (probe passed) before the next, then
     // the main containers, as the kubelet starts native sidecars.
     for i in 0..containers.len() {
@@ -353,7 +387,7 @@ async fn run_pod(
             continue;
         }
         wait_started(&mut containers[i], &mut terminate).await;
-        let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time)).await;
+        let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time, &ip)).await;
     }
     loop {
         if terminate.borrow().is_some() {
@@ -376,7 +410,7 @@ async fn run_pod(
             }
         }
         if changed {
-            let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time)).await;
+            let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time, &ip)).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -398,6 +432,47 @@ async fn run_pod(
     .await;
     delete(&pods, &name, &uid).await;
     uid
+}
+
+/// A forwarder from `ip:<containerPort>` to the loopback stand-in of each
+/// named port of the pod's containers; a port another pod holds is logged
+/// and left out.
+async fn forward_ports(
+    pod: &Pod,
+    containers: &[Running],
+    ip: std::net::Ipv4Addr,
+) -> Vec<crate::perf::Forwarder> {
+    let mut pairs = Vec::new();
+    if let Some(spec) = &pod.spec {
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+        {
+            let Some(running) = containers.iter().find(|r| r.spec.container == c.name) else {
+                continue;
+            };
+            for p in c.ports.iter().flatten() {
+                if let Some(stand_in) = p.name.as_ref().and_then(|n| running.spec.ports.get(n)) {
+                    pairs.push((
+                        std::net::SocketAddr::from((ip, p.container_port as u16)),
+                        std::net::SocketAddr::from(([127, 0, 0, 1], *stand_in)),
+                    ));
+                }
+            }
+        }
+    }
+    let name = pod.name_any();
+    let mut out = Vec::new();
+    for (listen, target) in pairs {
+        match crate::perf::Forwarder::start(listen, target).await {
+            Ok(f) => out.push(f),
+            Err(e) => tracing::warn!(pod = %name, %listen, error = %format!("{e:#}"),
+                "system node: cannot forward a container port"),
+        }
+    }
+    out
 }
 
 async fn wait_terminated(terminate: &mut watch::Receiver<Option<Duration>>) {
@@ -478,7 +553,10 @@ async fn resolve(ctx: &Ctx, pod: &Pod) -> Result<Vec<Running>> {
         .collect();
     let mut out = Vec::new();
     for c in all {
-        let program = program(&ctx.inputs.bins, &c.name)?;
+        let program = match c.image.as_ref().and_then(|i| ctx.inputs.images.get(i)) {
+            Some(path) => path.clone(),
+            None => program(&ctx.inputs.bins, &c.name)?,
+        };
         let mut p = chart::container_process(&pod_ctx, c, program).await?;
         p.set_env("KUBECONFIG", &kubeconfig.display().to_string());
         out.push(Running {
@@ -516,7 +594,7 @@ fn start(ctx: &Ctx, c: &mut Running) -> Result<()> {
 /// program in the same process). Karpenter core's leader election names its
 /// Lease holder after the host name, and core's e2e suites look for a Pod of
 /// that name.
-fn with_hostname(cmd: &std::process::Command, hostname: &str) -> std::process::Command {
+pub fn with_hostname(cmd: &std::process::Command, hostname: &str) -> std::process::Command {
     let mut out = std::process::Command::new("/usr/bin/unshare");
     out.args([
         "--uts",
@@ -581,7 +659,7 @@ fn container_status(c: &Running) -> serde_json::Value {
     })
 }
 
-fn status(pod: &Pod, containers: &[Running], start_time: &str) -> serde_json::Value {
+fn status(pod: &Pod, containers: &[Running], start_time: &str, ip: &str) -> serde_json::Value {
     let sidecars = pod
         .spec
         .as_ref()
@@ -594,10 +672,10 @@ fn status(pod: &Pod, containers: &[Running], start_time: &str) -> serde_json::Va
     let cond = |t: &str, ok: bool| json!({"type": t, "status": if ok { "True" } else { "False" }, "lastTransitionTime": now});
     json!({"status": {
         "phase": "Running",
-        "hostIP": "127.0.0.1",
-        "hostIPs": [{"ip": "127.0.0.1"}],
-        "podIP": "127.0.0.1",
-        "podIPs": [{"ip": "127.0.0.1"}],
+        "hostIP": ip,
+        "hostIPs": [{"ip": ip}],
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
         "startTime": start_time,
         "conditions": [
             cond("PodScheduled", true),
