@@ -551,6 +551,27 @@ async fn delete_of_a_stopped_vm_deletes_it_and_without_a_provider_id_finds_it_by
     assert_eq!(v.api.count(Op::DeleteServer), 1);
 }
 
+/// Core's regression suite sets another provider's providerID on a
+/// NodeClaim of our NodeClass and waits for it to be collected: Delete must
+/// answer gone, or core's finalizer never lets it go. A malformed Scaleway
+/// one is a bad request.
+#[tokio::test]
+async fn delete_of_a_foreign_provider_id_is_gone_and_a_malformed_scaleway_one_is_refused() {
+    let v = vm_fixture();
+    let mut claim = vm_claim("burst-a", &["POP2-2C-8G"]);
+    claim["status"]["providerID"] = json!("Provider:///AZ/i-01234567890123456");
+    assert!(matches!(
+        v.provider.delete(&claim).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    claim["status"]["providerID"] = json!("scaleway://instance/fr-par-2");
+    assert!(matches!(
+        v.provider.delete(&claim).await,
+        Err(ProviderError::Invalid(_))
+    ));
+    assert!(v.api.calls().is_empty(), "no API call for either");
+}
+
 #[tokio::test]
 async fn delete_never_touches_a_vm_of_another_cluster() {
     let v = vm_fixture();
