@@ -93,3 +93,31 @@ impl Drop for HostAddress {
         let _ = ip(&["netns", "del", &self.namespace]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Needs root, as `kps-perf` does (CI runs as root).
+    #[tokio::test]
+    async fn the_address_takes_connections_and_is_gone_after_drop() {
+        let address = HostAddress::create().expect("ip netns and a veth pair (root)");
+        assert!(!address.ip.is_loopback() && address.ip.octets()[..2] == [198, 18]);
+        let listener = tokio::net::TcpListener::bind((address.ip, 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accept = tokio::spawn(async move { listener.accept().await.map(|_| ()) });
+        tokio::net::TcpStream::connect((address.ip, port))
+            .await
+            .unwrap();
+        accept.await.unwrap().unwrap();
+        let (ip, namespace) = (address.ip, address.namespace.clone());
+        drop(address);
+        assert!(!Path::new("/run/netns").join(&namespace).exists());
+        assert!(
+            std::net::TcpListener::bind((ip, 0)).is_err(),
+            "{ip} is still a host address"
+        );
+    }
+}
