@@ -503,6 +503,44 @@ pub fn check_skips_exist(skips: &[Skip], results: &[SpecResult]) -> Result<()> {
     Ok(())
 }
 
+/// The hourly Elastic Metal ranges whose quota a run of core's suites
+/// raises (the CPU ranges of the emsim catalog's zone), as a customer asks
+/// Scaleway to: a new project may order 10 servers of a range, and the
+/// suites want about 100 nodes at once.
+pub const QUOTA_RAISED_OFFERS: [&str; 5] = [
+    "EM-A115X-SSD",
+    "EM-A315X-SSD",
+    "EM-B112X-SSD",
+    "EM-I215E-NVME",
+    "EM-L105X-SATA",
+];
+
+/// Raises [`QUOTA_RAISED_OFFERS`] to `quota` in the stack's emsim.
+pub async fn raise_quotas(stack: &crate::stack::Stack, quota: u64) -> Result<()> {
+    for offer in QUOTA_RAISED_OFFERS {
+        stack.emsim.set_quota(offer, Some(quota)).await?;
+    }
+    Ok(())
+}
+
+/// Writes our default NodeClass of `kind` (`e2e/conformance/<kind>-nodeclass.yaml`)
+/// filled in from the stack to `path`.
+pub fn write_default_nodeclass(stack: &crate::stack::Stack, kind: Kind, path: &Path) -> Result<()> {
+    use crate::stack;
+    let vars = BTreeMap::from([
+        ("ZONE", stack::ZONE.to_string()),
+        ("IMAGE_URL_TEMPLATE", stack.image.url_template()),
+        ("TALOS_VERSION", stack.opts.talos_version.clone()),
+        ("TALOS_SCHEMATIC", stack::TALOS_SCHEMATIC.to_string()),
+        ("RESCUE_SSH_KEY_ID", stack.ssh_key_id.clone()),
+        ("NAMESPACE", stack::NAMESPACE.to_string()),
+    ]);
+    let dir = stack::repo_root().join("e2e/conformance");
+    let template = std::fs::read_to_string(dir.join(kind.nodeclass_file()))?;
+    std::fs::write(path, fill(&template, &vars)?)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use e2e::conformance::{self, Kind, Suite};
-use e2e::stack::{self, NAMESPACE, Stack, StackOptions, ZONE};
+use e2e::stack::{self, Stack, StackOptions};
 
 #[derive(Parser)]
 #[command(about = "Karpenter core's e2e suites against this provider on the local stack")]
@@ -77,15 +77,7 @@ provider:
   repairReplaceAfter: 1m
 ";
 
-/// The hourly ranges whose quota the run raises (the CPU ranges of the
-/// emsim catalog's zone), and to what.
-const QUOTA_RAISED_OFFERS: [&str; 5] = [
-    "EM-A115X-SSD",
-    "EM-A315X-SSD",
-    "EM-B112X-SSD",
-    "EM-I215E-NVME",
-    "EM-L105X-SATA",
-];
+/// What the run raises the Elastic Metal quotas to (`conformance::QUOTA_RAISED_OFFERS`).
 const RAISED_QUOTA: u64 = 120;
 
 #[tokio::main]
@@ -138,9 +130,7 @@ async fn main() -> Result<()> {
     // The Elastic Metal quotas of a new project (10 servers of a range, as
     // emsim's catalog records them) raised as a customer asks Scaleway to:
     // the regression suite's Utilization spec wants 100 nodes at once.
-    for offer in QUOTA_RAISED_OFFERS {
-        stack.emsim.set_quota(offer, Some(RAISED_QUOTA)).await?;
-    }
+    conformance::raise_quotas(&stack, RAISED_QUOTA).await?;
     let result = run(
         &args, &stack, suite, kind, &dir, &skips, &binary, &suite_dir,
     )
@@ -169,17 +159,8 @@ async fn run(
     suite_dir: &std::path::Path,
 ) -> Result<(usize, usize, usize)> {
     let work = &stack.opts.work_dir;
-    let vars = BTreeMap::from([
-        ("ZONE", ZONE.to_string()),
-        ("IMAGE_URL_TEMPLATE", stack.image.url_template()),
-        ("TALOS_VERSION", stack.opts.talos_version.clone()),
-        ("TALOS_SCHEMATIC", stack::TALOS_SCHEMATIC.to_string()),
-        ("RESCUE_SSH_KEY_ID", stack.ssh_key_id.clone()),
-        ("NAMESPACE", NAMESPACE.to_string()),
-    ]);
     let nodeclass = work.join("conformance-nodeclass.yaml");
-    let template = std::fs::read_to_string(dir.join(kind.nodeclass_file()))?;
-    std::fs::write(&nodeclass, conformance::fill(&template, &vars)?)?;
+    conformance::write_default_nodeclass(stack, kind, &nodeclass)?;
     let pins = conformance::pins_for(
         &conformance::load_pins(&dir.join("nodepools.yaml"))?,
         suite,

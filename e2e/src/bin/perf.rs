@@ -41,7 +41,7 @@ use e2e::netns::HostAddress;
 use e2e::perf::{self, Sampler, Usage};
 use e2e::procs::{Proc, free_port};
 use e2e::stack::system_node::NodeAddress;
-use e2e::stack::{self, NAMESPACE, Stack, StackOptions, ZONE};
+use e2e::stack::{self, Stack, StackOptions};
 use e2e::{kubeutil, wait};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -96,14 +96,8 @@ const THRESHOLDS: &str = r#"{
  "wideDeployments/consolidation": {"total_time_minutes": 120, "heap_mb": 100000, "cpu_cores": 100, "cpu_util": 0, "memory_util": 0}
 }"#;
 
-/// The Elastic Metal ranges whose quota the run raises, as kps-conformance.
-const QUOTA_RAISED_OFFERS: [&str; 5] = [
-    "EM-A115X-SSD",
-    "EM-A315X-SSD",
-    "EM-B112X-SSD",
-    "EM-I215E-NVME",
-    "EM-L105X-SATA",
-];
+/// What the run raises the Elastic Metal quotas to (`conformance::QUOTA_RAISED_OFFERS`):
+/// the Basic Deployment spec's 1000 pods.
 const RAISED_QUOTA: u64 = 400;
 
 #[tokio::main]
@@ -193,9 +187,7 @@ async fn run(
     let work = &stack.opts.work_dir;
     let logs = work.join("logs");
     if kind == Kind::Metal {
-        for offer in QUOTA_RAISED_OFFERS {
-            stack.emsim.set_quota(offer, Some(RAISED_QUOTA)).await?;
-        }
+        conformance::raise_quotas(stack, RAISED_QUOTA).await?;
     }
     // KWOK: the system node's kubelet endpoint (port-forwards), and, in the
     // second run, the simulator of core's KWOK provider's nodes.
@@ -226,65 +218,46 @@ async fn run(
     )?;
 
     let mut failed = 0;
-    let mut results: Vec<(String, BTreeMap<String, perf::PerfReport>, Option<Usage>)> = Vec::new();
+    let mut results: Vec<Measured> = Vec::new();
     if ours {
         let pod = leader_pod(stack).await?;
         let pids = pids_of_pod(&pod)?;
         let nodeclass = work.join("perf-nodeclass.yaml");
-        let vars = BTreeMap::from([
-            ("ZONE", ZONE.to_string()),
-            ("IMAGE_URL_TEMPLATE", stack.image.url_template()),
-            ("TALOS_VERSION", stack.opts.talos_version.clone()),
-            ("TALOS_SCHEMATIC", stack::TALOS_SCHEMATIC.to_string()),
-            ("RESCUE_SSH_KEY_ID", stack.ssh_key_id.clone()),
-            ("NAMESPACE", NAMESPACE.to_string()),
-        ]);
-        let dir = stack::repo_root().join("e2e/conformance");
-        let template = std::fs::read_to_string(dir.join(kind.nodeclass_file()))?;
-        std::fs::write(&nodeclass, conformance::fill(&template, &vars)?)?;
-        let nodepool = dir.join("nodepool.yaml");
-        let out = work.join("perf-ours");
-        let sampler = Sampler::start(pids, Duration::from_secs(5));
-        let ok = invoke(
-            stack,
+        conformance::write_default_nodeclass(stack, kind, &nodeclass)?;
+        let nodepool = stack::repo_root().join("e2e/conformance/nodepool.yaml");
+        let suite = Suite {
             binary,
             suite_dir,
             args,
-            Some((&nodeclass, &nodepool)),
-            &out,
-            &logs.join("perf-ours.log"),
-        )
-        .await?;
+            stack,
+        };
+        let (ok, run) = suite
+            .measure(
+                "this provider",
+                "perf-ours",
+                pids,
+                Some((&nodeclass, &nodepool)),
+            )
+            .await?;
         failed += usize::from(!ok);
-        results.push((
-            "this provider".into(),
-            perf::read_reports(&out)?,
-            sampler.usage(),
-        ));
+        results.push(run);
     }
     if theirs {
         // Our Karpenter stops (the Lease released) before the other starts.
         scale_chart_to_zero(stack).await?;
         start_kwok_provider(stack, karpenter_dir).await?;
         let pids = pids_of_pod(KWOK_POD)?;
-        let out = work.join("perf-kwok");
-        let sampler = Sampler::start(pids, Duration::from_secs(5));
-        let ok = invoke(
-            stack,
+        let suite = Suite {
             binary,
             suite_dir,
             args,
-            None,
-            &out,
-            &logs.join("perf-kwok.log"),
-        )
-        .await?;
+            stack,
+        };
+        let (ok, run) = suite
+            .measure("core's KWOK provider", "perf-kwok", pids, None)
+            .await?;
         failed += usize::from(!ok);
-        results.push((
-            "core's KWOK provider".into(),
-            perf::read_reports(&out)?,
-            sampler.usage(),
-        ));
+        results.push(run);
     }
 
     let empty = BTreeMap::new();
@@ -459,6 +432,47 @@ spec:
         },
     )
     .await
+}
+
+/// One run's name, the suite's reports by phase, and what the sampler saw.
+type Measured = (String, BTreeMap<String, perf::PerfReport>, Option<Usage>);
+
+/// The suite binary and where it runs.
+struct Suite<'a> {
+    binary: &'a Path,
+    suite_dir: &'a Path,
+    args: &'a Args,
+    stack: &'a Stack,
+}
+
+impl Suite<'_> {
+    /// Runs the suite with its reports in `<work>/<dir>` and its output in
+    /// `logs/<dir>.log`, sampling `pids` meanwhile; whether it passed.
+    async fn measure(
+        &self,
+        name: &str,
+        dir: &str,
+        pids: Vec<u32>,
+        defaults: Option<(&Path, &Path)>,
+    ) -> Result<(bool, Measured)> {
+        let work = &self.stack.opts.work_dir;
+        let out = work.join(dir);
+        let sampler = Sampler::start(pids, Duration::from_secs(5));
+        let ok = invoke(
+            self.stack,
+            self.binary,
+            self.suite_dir,
+            self.args,
+            defaults,
+            &out,
+            &work.join("logs").join(format!("{dir}.log")),
+        )
+        .await?;
+        Ok((
+            ok,
+            (name.to_string(), perf::read_reports(&out)?, sampler.usage()),
+        ))
+    }
 }
 
 /// One run of the suite; whether it passed.
