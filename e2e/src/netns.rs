@@ -20,6 +20,8 @@ const LEASES: &str = "kps-e2e-netns";
 /// `kps-<index>`.
 pub struct HostAddress {
     pub ip: Ipv4Addr,
+    /// The namespace end's address, `198.18.<index>.2`.
+    pub inside: Ipv4Addr,
     namespace: String,
     link: String,
     _lease: std::fs::File,
@@ -60,6 +62,7 @@ impl HostAddress {
             let inside = Ipv4Addr::new(198, 18, index, 2);
             let made = HostAddress {
                 ip: host,
+                inside,
                 namespace: namespace.clone(),
                 link: link.clone(),
                 _lease: lease,
@@ -84,6 +87,13 @@ impl HostAddress {
             return Ok(made);
         }
         bail!("all 256 benchmark /30s of 198.18.0.0/16 are leased")
+    }
+}
+
+impl HostAddress {
+    /// The namespace, as `setns` opens it.
+    pub fn netns_path(&self) -> std::path::PathBuf {
+        Path::new("/run/netns").join(&self.namespace)
     }
 }
 
@@ -112,6 +122,34 @@ mod tests {
             .await
             .unwrap();
         accept.await.unwrap().unwrap();
+
+        // A forwarder listening inside the namespace reaches a host
+        // listener, and leaves its port free on the host.
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = echo.accept().await.unwrap();
+            let mut buf = [0u8; 5];
+            s.read_exact(&mut buf).await.unwrap();
+            s.write_all(&buf).await.unwrap();
+        });
+        let fwd = crate::perf::Forwarder::start_in(
+            Some(&address.netns_path()),
+            (address.inside, 0).into(),
+            target,
+        )
+        .await
+        .unwrap();
+        let mut c = tokio::net::TcpStream::connect(fwd.listen).await.unwrap();
+        c.write_all(b"hello").await.unwrap();
+        let mut back = [0u8; 5];
+        c.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"hello");
+        std::net::TcpListener::bind(("0.0.0.0", fwd.listen.port()))
+            .expect("the namespace's port is not the host's");
+        drop(fwd);
+
         let (ip, namespace) = (address.ip, address.namespace.clone());
         drop(address);
         assert!(!Path::new("/run/netns").join(&namespace).exists());

@@ -78,15 +78,44 @@ spec:
 /// Forwards every connection to `listen` to the current target (switched
 /// between the two runs), until dropped.
 pub struct Forwarder {
+    /// The address it listens on (the port chosen when 0 was asked).
+    pub listen: SocketAddr,
     pub target: Arc<Mutex<SocketAddr>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Forwarder {
     pub async fn start(listen: SocketAddr, target: SocketAddr) -> Result<Self> {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("binding {listen}"))?;
+        Self::start_in(None, listen, target).await
+    }
+
+    /// The listener bound in network namespace `netns` (`/run/netns/<name>`)
+    /// when given: a socket stays in the namespace it was made in, whichever
+    /// thread accepts on it; the connections to `target` are the host's.
+    pub async fn start_in(
+        netns: Option<&Path>,
+        listen: SocketAddr,
+        target: SocketAddr,
+    ) -> Result<Self> {
+        let netns = netns.map(Path::to_path_buf);
+        // A thread of its own enters the namespace, so that no thread of
+        // the runtime changes namespace.
+        let std_listener = std::thread::spawn(move || -> Result<std::net::TcpListener> {
+            if let Some(path) = &netns {
+                let ns = std::fs::File::open(path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .with_context(|| format!("entering {}", path.display()))?;
+            }
+            let l =
+                std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+            l.set_nonblocking(true)?;
+            Ok(l)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread binding {listen} panicked"))??;
+        let listener = tokio::net::TcpListener::from_std(std_listener)?;
+        let listen = listener.local_addr()?;
         let target = Arc::new(Mutex::new(target));
         let to = target.clone();
         let task = tokio::spawn(async move {
@@ -99,7 +128,11 @@ impl Forwarder {
                 });
             }
         });
-        Ok(Forwarder { target, task })
+        Ok(Forwarder {
+            listen,
+            target,
+            task,
+        })
     }
 
     pub fn retarget(&self, target: SocketAddr) {

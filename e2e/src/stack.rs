@@ -482,7 +482,7 @@ impl Stack {
                 logs: logs.clone(),
                 server_url: cp.server_url().to_string(),
                 ca_pem: cp.ca_pem().to_string(),
-                address: opts.system_node_address,
+                address: opts.system_node_address.clone(),
                 images: opts.system_node_images.clone(),
             })
             .await?;

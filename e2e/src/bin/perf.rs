@@ -131,6 +131,8 @@ async fn main() -> Result<()> {
     opts.system_node = true;
     opts.system_node_address = Some(NodeAddress {
         ip: address.ip,
+        pod_ip: address.inside,
+        pod_netns: address.netns_path(),
         kubelet_port,
     });
     opts.system_node_images =
@@ -191,7 +193,7 @@ async fn run(
     }
     // KWOK: the system node's kubelet endpoint (port-forwards), and, in the
     // second run, the simulator of core's KWOK provider's nodes.
-    let metrics = SocketAddr::from((address.ip, perf::METRICS_POD_PORT));
+    let metrics = SocketAddr::from((address.inside, perf::METRICS_POD_PORT));
     let config = work.join("kwok.yaml");
     std::fs::write(
         &config,

@@ -72,14 +72,20 @@ pub struct Inputs {
     pub images: BTreeMap<String, PathBuf>,
 }
 
-/// A non-loopback address for the node and its pods (the API server proxies
-/// to a Pod only at one, see [`crate::netns`]), where each pod's declared
-/// container ports are forwarded to their loopback stand-ins, and the port
-/// of a kubelet endpoint serving port-forwards for it (KWOK's, in `kps-perf`).
-#[derive(Debug, Clone, Copy)]
+/// A non-loopback address for the node and one for its pods (the API
+/// server proxies to a Pod only at one, see [`crate::netns`]), the pods'
+/// in a network namespace of their own, where each pod's declared container
+/// ports are forwarded to their loopback stand-ins (so that they take no port
+/// of the host's: core's suites bind the host's wildcard :8080 themselves),
+/// and the port of a kubelet endpoint serving port-forwards for the node
+/// (KWOK's, in `kps-perf`).
+#[derive(Debug, Clone)]
 pub struct NodeAddress {
     pub ip: std::net::Ipv4Addr,
     pub kubelet_port: u16,
+    pub pod_ip: std::net::Ipv4Addr,
+    /// The network namespace `pod_ip` lives in (`/run/netns/<name>`).
+    pub pod_netns: PathBuf,
 }
 
 /// The running system node; its pods' processes stop when it is stopped or
@@ -100,7 +106,7 @@ impl SystemNode {
         if nodes.get_opt(NODE).await?.is_none() {
             nodes.create(&PostParams::default(), &node()).await?;
         }
-        report_ready(&inputs.client, inputs.address).await?;
+        report_ready(&inputs.client, inputs.address.as_ref()).await?;
         let (stop, stopped) = watch::channel(false);
         let tokens = Arc::new(Mutex::new(Vec::new()));
         let ctx = Arc::new(Ctx {
@@ -223,7 +229,7 @@ pub async fn publish_scheduler_mirror(client: &Client, config_dir: &std::path::P
     patch_status(&pods, &name, &status).await
 }
 
-async fn report_ready(client: &Client, address: Option<NodeAddress>) -> Result<()> {
+async fn report_ready(client: &Client, address: Option<&NodeAddress>) -> Result<()> {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let nodes: Api<Node> = Api::all(client.clone());
     let ip = address.map_or("127.0.0.1".to_string(), |a| a.ip.to_string());
@@ -283,7 +289,7 @@ async fn run(ctx: Arc<Ctx>, mut stopped: watch::Receiver<bool>) {
         tokio::select! {
             _ = stopped.changed() => break,
             _ = heartbeat.tick() => {
-                if let Err(e) = report_ready(&ctx.inputs.client, ctx.inputs.address).await {
+                if let Err(e) = report_ready(&ctx.inputs.client, ctx.inputs.address.as_ref()).await {
                     tracing::warn!(error = %format!("{e:#}"), "system node heartbeat failed");
                 }
             }
@@ -366,14 +372,17 @@ async fn run_pod(
         }
     };
     let start_time = k8s_openapi::jiff::Timestamp::now().to_string();
-    let ip = ctx
+    let ips = ctx
         .inputs
         .address
-        .map_or("127.0.0.1".to_string(), |a| a.ip.to_string());
-    // On a node address, each declared port reaches its stand-in there, as
-    // a host-network pod's would (held until the pod ends).
-    let _forwarders = match ctx.inputs.address {
-        Some(a) => forward_ports(&pod, &containers, a.ip).await,
+        .as_ref()
+        .map_or(("127.0.0.1".to_string(), "127.0.0.1".to_string()), |a| {
+            (a.ip.to_string(), a.pod_ip.to_string())
+        });
+    // On a pod address, each declared port reaches its stand-in there, as
+    // it would in the pod's network namespace (held until the pod ends).
+    let _forwarders = match &ctx.inputs.address {
+        Some(a) => forward_ports(&pod, &containers, a.pod_ip, &a.pod_netns).await,
         None => Vec::new(),
     };
     // Sidecars first, each started (probe passed) before the next, then
@@ -387,7 +396,7 @@ async fn run_pod(
             continue;
         }
         wait_started(&mut containers[i], &mut terminate).await;
-        let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time, &ip)).await;
+        let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time, &ips)).await;
     }
     loop {
         if terminate.borrow().is_some() {
@@ -410,7 +419,7 @@ async fn run_pod(
             }
         }
         if changed {
-            let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time, &ip)).await;
+            let _ = patch_status(&pods, &name, &status(&pod, &containers, &start_time, &ips)).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -441,6 +450,7 @@ async fn forward_ports(
     pod: &Pod,
     containers: &[Running],
     ip: std::net::Ipv4Addr,
+    netns: &std::path::Path,
 ) -> Vec<crate::perf::Forwarder> {
     let mut pairs = Vec::new();
     if let Some(spec) = &pod.spec {
@@ -466,7 +476,7 @@ async fn forward_ports(
     let name = pod.name_any();
     let mut out = Vec::new();
     for (listen, target) in pairs {
-        match crate::perf::Forwarder::start(listen, target).await {
+        match crate::perf::Forwarder::start_in(Some(netns), listen, target).await {
             Ok(f) => out.push(f),
             Err(e) => tracing::warn!(pod = %name, %listen, error = %format!("{e:#}"),
                 "system node: cannot forward a container port"),
@@ -659,7 +669,13 @@ fn container_status(c: &Running) -> serde_json::Value {
     })
 }
 
-fn status(pod: &Pod, containers: &[Running], start_time: &str, ip: &str) -> serde_json::Value {
+/// `ips`: the node's (host) and the pod's.
+fn status(
+    pod: &Pod,
+    containers: &[Running],
+    start_time: &str,
+    (host_ip, ip): &(String, String),
+) -> serde_json::Value {
     let sidecars = pod
         .spec
         .as_ref()
@@ -672,8 +688,8 @@ fn status(pod: &Pod, containers: &[Running], start_time: &str, ip: &str) -> serd
     let cond = |t: &str, ok: bool| json!({"type": t, "status": if ok { "True" } else { "False" }, "lastTransitionTime": now});
     json!({"status": {
         "phase": "Running",
-        "hostIP": ip,
-        "hostIPs": [{"ip": ip}],
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
         "podIP": ip,
         "podIPs": [{"ip": ip}],
         "startTime": start_time,
