@@ -251,6 +251,28 @@ impl Provider {
             .into_iter()
             .find_map(|(it, o)| Some((it, o, class.image(&o.zone, &it.arch)?)))
         else {
+            // The catalog's view of the NodeClass is built from the informer
+            // cache, which may lag the status Create read past it (a
+            // NodeClass made together with its NodeClaim): a type the
+            // NodeClass has an image for that the view lacks altogether is
+            // our lag, not a lack of capacity, which would make core delete
+            // the NodeClaim. Core retries Create instead.
+            let every = snapshot.default_for(ClassKind::Instance);
+            let lagging = candidates(&every, &view.requirements, zones)
+                .into_iter()
+                .any(|(it, o)| {
+                    class.image(&o.zone, &it.arch).is_some()
+                        && !types.iter().any(|t| t.name == it.name)
+                });
+            if lagging {
+                return Err(create_failed(
+                    "NodeClassCatalogPending",
+                    format!(
+                        "the catalog has not yet taken in the images of NodeClass {}; retrying",
+                        class.name
+                    ),
+                ));
+            }
             return Err(ProviderError::InsufficientCapacity(format!(
                 "no available Instance type in {} matches the requirements of NodeClaim {}",
                 zones.join(","),

@@ -428,6 +428,54 @@ async fn create_reads_past_a_cache_that_lags_the_ready_write() {
     assert_eq!(v.api.count(Op::CreateServer), 1);
 }
 
+/// A NodeClass created together with its NodeClaim: the reconciler wrote
+/// Ready with its images, Create read that past the cache, but the
+/// catalog's view of the class still has the cache's (no image yet). That is
+/// a retry, not insufficient capacity (core would delete the NodeClaim; core's
+/// regression suite lost a standalone NodeClaim to it).
+#[tokio::test]
+async fn a_catalog_lagging_the_nodeclass_images_is_retryable_not_insufficient_capacity() {
+    let v = vm_fixture();
+    let lagging = ClassView {
+        images: Some(Default::default()),
+        ephemeral_storage_bytes: Some(30_000_000_000),
+        ..ClassView::default()
+    };
+    v.catalog.set_node_classes(
+        ClassKind::Instance,
+        BTreeMap::from([("vms".to_string(), lagging)]),
+    );
+    let err = v
+        .provider
+        .create(vm_claim("burst-a", &["POP2-2C-8G"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::CreateFailed { reason, .. } if reason == "NodeClassCatalogPending"),
+        "{err:?}"
+    );
+    assert_eq!(v.api.count(Op::CreateServer), 0);
+    // No type at all stays insufficient capacity, lag or not.
+    assert!(matches!(
+        v.provider.create(vm_claim("burst-b", &["NOPE-1"])).await,
+        Err(ProviderError::InsufficientCapacity(_))
+    ));
+    let caught_up = ClassView {
+        images: Some(v.classes.0.lock().unwrap()["vms"].image_pairs()),
+        ephemeral_storage_bytes: Some(30_000_000_000),
+        ..ClassView::default()
+    };
+    v.catalog.set_node_classes(
+        ClassKind::Instance,
+        BTreeMap::from([("vms".to_string(), caught_up)]),
+    );
+    v.provider
+        .create(vm_claim("burst-a", &["POP2-2C-8G"]))
+        .await
+        .expect("the catalog caught up");
+    assert_eq!(v.api.count(Op::CreateServer), 1);
+}
+
 /// Core's Delete loop: call until NotFound, letting the API's actions finish.
 async fn delete_until_gone(v: &Vm, claim: &Value) -> usize {
     for round in 1..=10 {
