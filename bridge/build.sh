@@ -18,5 +18,8 @@ cd "$here"
 # second compile of Karpenter core and its dependencies.
 flags=()
 [ "${KPS_RELEASE:-}" = 1 ] && flags+=(-trimpath)
-go build "${flags[@]}" -o "$out" ./cmd/karpenter-bridge
+# Static (no cgo): the same binary runs on the host and in the image
+# (hack/images.sh copies it into a base without a libc). The Justfile exports
+# CGO_ENABLED=0 to every go command, so `go test`/`go vet` share this cache.
+CGO_ENABLED=0 go build "${flags[@]}" -o "$out" ./cmd/karpenter-bridge
 echo "$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"

@@ -4,6 +4,7 @@
 //
 //	karpenter-bridge             run Karpenter (configured by environment)
 //	karpenter-bridge crds DIR    write Karpenter's own CRDs into DIR and exit
+//	karpenter-bridge --version   print this bridge's and Karpenter core's versions
 //
 // Karpenter core parses its own flags and environment (METRICS_PORT,
 // DISABLE_LEADER_ELECTION, FEATURE_GATES, ...); the bridge adds only
@@ -34,6 +35,10 @@ import (
 
 func main() {
 	// Handled before NewOperator, which parses os.Args as Karpenter flags.
+	if isVersionFlag(os.Args[1:]) {
+		fmt.Println(versionLine())
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "crds" {
 		if len(os.Args) != 3 {
 			fmt.Fprintln(os.Stderr, "usage: karpenter-bridge crds DIR")
