@@ -85,10 +85,17 @@ sim-conformance:
     for f in talos-sim/conformance/validators/talos-v*.mod; do (cd talos-sim/conformance/validators && go vet -modfile="$(basename "$f")" ./...); done
     for m in emsim/conformance talos-sim/conformance; do (cd "$m" && go test -count=1 -v ./... | grep -E "^(=== RUN|--- (PASS|FAIL)|ok|FAIL|PASS)" ; test "${PIPESTATUS[0]}" -eq 0); done
 
+# rustfmt, clippy, gofmt; the release's one version (hack/version-check.py); the
+# workflows of .github/workflows/ through actionlint, which runs ShellCheck on their
+# `run:` steps (hack/bootstrap.sh installs it; actionlint would skip a missing one
+# silently, so its absence fails here)
 lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
     test -z "$(cd bridge && gofmt -l $(git ls-files '*.go' | grep -v '^gen/' || true))"
+    python3 hack/version-check.py
+    command -v shellcheck >/dev/null || { echo "lint: no shellcheck for actionlint (hack/bootstrap.sh installs it)" >&2; exit 1; }
+    "$(hack/actionlint.sh | tail -n 1)" -shellcheck "$(command -v shellcheck)"
 
 # Karpenter core's own e2e suites (regression, disruption, performance of the
 # sigs.k8s.io/karpenter module at the bridge's version, compiled as published)
@@ -123,6 +130,13 @@ e2e: build-bridge karpenter-crds talos-config
 hack-test:
     python3 hack/e2e_run_test.py
     python3 hack/dashboard_render_test.py
+    python3 hack/version_check_test.py
+
+# Set the release version NEW (X.Y.Z) everywhere at once: Cargo.toml, Cargo.lock, both
+# charts, the bridge, and CHANGELOG.md's Unreleased section becomes NEW's; then commit
+# and push the tag vNEW (.github/workflows/release.yml publishes it)
+release-version NEW:
+    python3 hack/release-version.py "{{NEW}}"
 
 # Same scenarios against an existing cluster (e.g. `just kind-up` first)
 e2e-kind: build

@@ -6,7 +6,8 @@
 #     (hack/chart-values-doc.py --check), and docs/nodeclass-reference.md equals
 #     what hack/nodeclass-doc.py generates from `karpenter-scaleway crd`;
 #  2. `helm lint --strict` of both charts (karpenter-scaleway with each ci/*-values.yaml);
-#  3. `helm template` with each ci/*-values.yaml, and the errors the chart must give
+#  3. `helm template` with each ci/*-values.yaml (the default one runs both images at
+#     the chart's appVersion), and the errors the chart must give
 #     for a missing cluster name, missing credentials and a malformed zone;
 #  4. every environment variable the chart gives the provider container is one
 #     `karpenter-scaleway serve` reads (a clap flag's env, or std::env::var), and every
@@ -99,6 +100,20 @@ for values in "${values_files[@]}"; do
 		die "helm template $chart -f $values"
 done
 log "helm template: rendered into $out"
+# The release's one version (hack/version-check.py): with no tag set, every container
+# runs the default repository at the chart's appVersion.
+python3 - "$out/default-values.yaml" "$chart/Chart.yaml" "$chart/values.yaml" <<-'PY' || die "the default images are not the chart's appVersion"
+	import sys, yaml
+	docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+	app_version = yaml.safe_load(open(sys.argv[2]))["appVersion"]
+	defaults = yaml.safe_load(open(sys.argv[3]))["image"]
+	want = sorted(f"{defaults[c]['repository']}:{app_version}" for c in ("provider", "bridge"))
+	pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+	got = sorted(c["image"] for c in pod.get("initContainers", []) + pod["containers"])
+	if got != want:
+	    sys.exit(f"chart-check: the default render runs {got}, expected {want}")
+	print(f"chart-check: default images: {', '.join(got)}", file=sys.stderr)
+PY
 
 # Renders that must fail, with a message that says what to set.
 expect_failure() {
