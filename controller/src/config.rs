@@ -1,10 +1,15 @@
 //! Command-line and environment configuration of `karpenter-scaleway serve`.
 
+pub mod profile;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+
+use crate::scaleway::{ApiError, ClientConfig, RetryPolicy, ScalewayClient, SecretKey};
+use profile::{Env, Given, ProfileError};
 
 /// `15s`, `200ms`, `5m`, `1h`, or a number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -74,29 +79,33 @@ pub enum LogFormat {
     Json,
 }
 
-/// Scaleway API access.
+/// Scaleway API access. The five settings Scaleway's own tools share
+/// (access key, secret key, project, API URL, default zone) come from these
+/// flags, else the `SCW_*` variables, else the scw config file's profile,
+/// with the precedence of the scw CLI and SDKs (`profile`).
 #[derive(Debug, Clone, Args)]
 pub struct ScalewayArgs {
-    /// Access key id; informational only (requests authenticate with the secret key).
-    #[arg(long = "scw-access-key", env = "SCW_ACCESS_KEY")]
+    /// Access key id; informational only (requests authenticate with the
+    /// secret key). Else SCW_ACCESS_KEY, else `access_key` of the scw profile.
+    #[arg(long = "scw-access-key")]
     pub access_key: Option<String>,
-    /// Secret key, sent as `X-Auth-Token`. Never logged.
-    #[arg(
-        long = "scw-secret-key",
-        env = "SCW_SECRET_KEY",
-        hide_env_values = true
-    )]
-    pub secret_key: String,
-    /// Project that servers are ordered in and IAM SSH keys are looked up in.
-    #[arg(long = "scw-project-id", env = "SCW_DEFAULT_PROJECT_ID")]
-    pub project_id: String,
-    /// Base URL of the API (emsim's address in tests).
-    #[arg(
-        long = "scw-api-url",
-        env = "SCW_API_URL",
-        default_value = "https://api.scaleway.com"
-    )]
-    pub api_url: String,
+    /// Secret key, sent as `X-Auth-Token`. Never logged. Else
+    /// SCW_SECRET_KEY, else `secret_key` of the scw profile; required.
+    #[arg(long = "scw-secret-key", value_parser = parse_secret_key)]
+    pub secret_key: Option<SecretKey>,
+    /// Project that servers are ordered in and IAM SSH keys are looked up
+    /// in. Else SCW_DEFAULT_PROJECT_ID, else `default_project_id` of the scw
+    /// profile; required.
+    #[arg(long = "scw-project-id")]
+    pub project_id: Option<String>,
+    /// Base URL of the API (emsim's address in tests). Else SCW_API_URL,
+    /// else `api_url` of the scw profile, else https://api.scaleway.com.
+    #[arg(long = "scw-api-url")]
+    pub api_url: Option<String>,
+    /// Zone used when no zones are listed. Else SCW_DEFAULT_ZONE, else
+    /// `default_zone` of the scw profile, else fr-par-2.
+    #[arg(long = "default-zone", value_parser = parse_zone)]
+    pub default_zone: Option<String>,
     /// Timeout of one HTTP request to the API.
     #[arg(long = "scw-api-timeout", env = "SCW_API_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub api_timeout: Duration,
@@ -108,6 +117,76 @@ pub struct ScalewayArgs {
     #[arg(long = "scw-api-rate-limit", env = "SCW_API_RATE_LIMIT", default_value_t = 8.0,
         value_parser = parse_rate)]
     pub api_rate_limit: f64,
+}
+
+fn parse_secret_key(text: &str) -> Result<SecretKey, String> {
+    Ok(SecretKey::new(text))
+}
+
+/// Scaleway API access once flags, environment and scw profile are merged.
+#[derive(Debug, Clone)]
+pub struct ScalewayAccess {
+    pub access_key: Option<String>,
+    pub secret_key: SecretKey,
+    pub project_id: String,
+    pub api_url: String,
+    pub default_zone: String,
+    pub api_timeout: Duration,
+    pub api_rate_limit: f64,
+    /// The scw profile read (`profile "prod" in PATH`), if a file was.
+    pub profile: Option<String>,
+    /// Warnings to show: deprecated variables, a config file others may read.
+    pub notes: Vec<String>,
+}
+
+impl ScalewayArgs {
+    /// Merges the flags with `env` and the scw config file it points to.
+    pub fn resolve(&self, env: &Env) -> Result<ScalewayAccess, ProfileError> {
+        let given = Given {
+            access_key: self.access_key.clone(),
+            secret_key: self.secret_key.clone(),
+            project_id: self.project_id.clone(),
+            api_url: self.api_url.clone(),
+            default_zone: self.default_zone.clone(),
+        };
+        let r = profile::resolve(&given, env)?;
+        Ok(ScalewayAccess {
+            access_key: r.access_key,
+            secret_key: r.secret_key,
+            project_id: r.project_id,
+            api_url: r.api_url,
+            default_zone: r.default_zone,
+            api_timeout: self.api_timeout,
+            api_rate_limit: self.api_rate_limit,
+            profile: r.profile,
+            notes: r.notes,
+        })
+    }
+
+    /// [`Self::resolve`] with the process environment.
+    pub fn load(&self) -> Result<ScalewayAccess, ProfileError> {
+        self.resolve(&Env::from_process()?)
+    }
+}
+
+impl ScalewayAccess {
+    /// The paced client every command uses.
+    pub fn client(&self) -> Result<ScalewayClient, ApiError> {
+        Ok(ScalewayClient::new(ClientConfig {
+            api_url: self.api_url.clone(),
+            secret_key: self.secret_key.clone(),
+            request_timeout: self.api_timeout,
+            retry: RetryPolicy::default(),
+        })?
+        .with_pacing(Some(self.api_rate_limit)))
+    }
+
+    /// Prints the notes on stderr (operator commands; `serve` logs them).
+    pub fn print_notes(&self) {
+        for note in &self.notes {
+            eprintln!("warning: {note}");
+        }
+    }
 }
 
 /// Standby pools (`provider/standby`).
@@ -155,12 +234,10 @@ pub struct ServeArgs {
     /// Name of the cluster, written into the ownership tag of every server.
     #[arg(long, env = "CLUSTER_NAME")]
     pub cluster_name: String,
-    /// Zones to serve, comma-separated. Default: `SCW_DEFAULT_ZONE`, else fr-par-2.
+    /// Zones to serve, comma-separated. Default: the default zone
+    /// (`--default-zone`).
     #[arg(long, env = "SCW_ZONES", value_delimiter = ',', value_parser = parse_zone)]
     pub zones: Vec<String>,
-    /// Fallback for `--zones`.
-    #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
-    pub default_zone: String,
     /// Zones to serve Scaleway Instances (VMs) in, comma-separated, when the
     /// Instance CRD is installed. Default: the same as `--zones` (Elastic
     /// Metal is not sold in every zone that has VMs: fr-par-3, nl-ams-3,
@@ -335,16 +412,16 @@ pub fn served_zones(zones: &[String], default_zone: &str) -> Vec<String> {
 
 impl ServeArgs {
     /// `--zones`, or the default zone alone, without duplicates.
-    pub fn zones(&self) -> Vec<String> {
-        crate::config::served_zones(&self.zones, &self.default_zone)
+    pub fn zones(&self, default_zone: &str) -> Vec<String> {
+        crate::config::served_zones(&self.zones, default_zone)
     }
 
     /// `--instance-zones`, else the Elastic Metal zones.
-    pub fn instance_zones(&self) -> Vec<String> {
+    pub fn instance_zones(&self, default_zone: &str) -> Vec<String> {
         if self.instance_zones.is_empty() {
-            self.zones()
+            self.zones(default_zone)
         } else {
-            crate::config::served_zones(&self.instance_zones, &self.default_zone)
+            crate::config::served_zones(&self.instance_zones, default_zone)
         }
     }
 }
@@ -449,10 +526,11 @@ mod tests {
                 .expect("parses")
                 .serve
         };
-        assert_eq!(parse(&[]).instance_zones(), ["fr-par-2", "nl-ams-1"]);
+        let zone = "fr-par-1";
+        assert_eq!(parse(&[]).instance_zones(zone), ["fr-par-2", "nl-ams-1"]);
         let own = parse(&["--instance-zones", "fr-par-3,fr-par-2"]);
-        assert_eq!(own.instance_zones(), ["fr-par-3", "fr-par-2"]);
-        assert_eq!(own.zones(), ["fr-par-2", "nl-ams-1"]);
+        assert_eq!(own.instance_zones(zone), ["fr-par-3", "fr-par-2"]);
+        assert_eq!(own.zones(zone), ["fr-par-2", "nl-ams-1"]);
         // The VM reboot deadline's default is the provider's.
         assert_eq!(
             parse(&[]).instance_reboot_deadline,
@@ -462,6 +540,44 @@ mod tests {
             parse(&["--instance-reboot-deadline", "90s"]).instance_reboot_deadline,
             Duration::from_secs(90)
         );
+    }
+
+    #[test]
+    fn scaleway_flags_win_and_never_show_the_secret() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            scw: ScalewayArgs,
+        }
+        let parse = |argv: &[&str]| <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.scw);
+        let args = parse(&[
+            "test",
+            "--scw-secret-key",
+            "Sekr1t-flag",
+            "--default-zone",
+            "nl-ams-1",
+        ])
+        .expect("parses");
+        assert!(!format!("{args:?}").contains("Sekr1t"), "{args:?}");
+        // No HOME: no scw config file, only these variables.
+        let env: Env = [
+            ("SCW_SECRET_KEY", "Sekr1t-env"),
+            ("SCW_DEFAULT_PROJECT_ID", "p"),
+            ("SCW_DEFAULT_ZONE", "fr-par-1"),
+        ]
+        .into_iter()
+        .collect();
+        let access = args.resolve(&env).expect("resolves");
+        assert_eq!(access.secret_key, SecretKey::new("Sekr1t-flag"));
+        assert_eq!(access.default_zone, "nl-ams-1");
+        assert_eq!(access.project_id, "p");
+        assert_eq!(access.api_url, profile::DEFAULT_API_URL);
+        assert_eq!(access.api_timeout, Duration::from_secs(30));
+        assert!(!format!("{access:?}").contains("Sekr1t"), "{access:?}");
+        // Nothing is required at parse time any more; `--default-zone` is
+        // still checked there.
+        assert!(parse(&["test"]).is_ok());
+        assert!(parse(&["test", "--default-zone", "paris"]).is_err());
     }
 
     #[test]

@@ -35,11 +35,9 @@ use karpenter_scaleway::provider::{
     RebootWatch, RepairTolerations, longest_install, repair_policies, run_reboot_watch,
 };
 use karpenter_scaleway::rescue::RusshShell;
+use karpenter_scaleway::scaleway::ElasticMetal;
 use karpenter_scaleway::scaleway::block::Block;
 use karpenter_scaleway::scaleway::instance::Instance;
-use karpenter_scaleway::scaleway::{
-    ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey,
-};
 use karpenter_scaleway::talos::GrpcTalos;
 
 #[derive(Parser)]
@@ -162,31 +160,27 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let zones = args.zones();
-    let instance_zones = args.instance_zones();
+    let scw = args.scaleway.load()?;
+    for note in &scw.notes {
+        warn!("{note}");
+    }
+    let zones = args.zones(&scw.default_zone);
+    let instance_zones = args.instance_zones(&scw.default_zone);
     info!(
         cluster = %args.cluster_name,
         zones = %zones.join(","),
         instance_zones = %instance_zones.join(","),
-        api_url = %args.scaleway.api_url,
-        access_key = args.scaleway.access_key.as_deref().unwrap_or(""),
-        project_id = %args.scaleway.project_id,
+        api_url = %scw.api_url,
+        access_key = scw.access_key.as_deref().unwrap_or(""),
+        project_id = %scw.project_id,
+        scw_profile = scw.profile.as_deref().unwrap_or("none"),
         socket = %args.socket.display(),
         "starting karpenter-scaleway"
     );
     if let Some(point) = args.test_crash_at {
         karpenter_scaleway::crashpoint::arm(point);
     }
-    let scaleway = Arc::new(
-        ScalewayClient::new(ClientConfig {
-            api_url: args.scaleway.api_url.clone(),
-            secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
-            request_timeout: args.scaleway.api_timeout,
-            retry: RetryPolicy::default(),
-        })
-        .context("building the Scaleway client")?
-        .with_pacing(Some(args.scaleway.api_rate_limit)),
-    );
+    let scaleway = Arc::new(scw.client().context("building the Scaleway client")?);
     let instance_api: Arc<dyn Instance> = scaleway.clone();
     let block_api: Arc<dyn Block> = scaleway.clone();
     let api: Arc<dyn ElasticMetal> = scaleway;
@@ -223,7 +217,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let nodeclasses = NodeClassController::new(
         client.clone(),
         api.clone(),
-        args.scaleway.project_id.clone(),
+        scw.project_id.clone(),
         catalog.clone(),
         is_leader.clone(),
     );
@@ -237,7 +231,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let instance_classes = InstanceNodeClassController::new(
         client.clone(),
         instance_api.clone(),
-        args.scaleway.project_id.clone(),
+        scw.project_id.clone(),
         instance_zones.clone(),
         is_leader.clone(),
         catalog.clone(),
@@ -371,7 +365,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             },
             ProviderSettings {
                 cluster_name: args.cluster_name.clone(),
-                project_id: args.scaleway.project_id.clone(),
+                project_id: scw.project_id.clone(),
                 zones: zones.clone(),
                 instance_zones: instance_zones.clone(),
             },
@@ -454,7 +448,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             events: Arc::new(KubeSweepEvents::new(client.clone())),
             policy: SweepPolicy {
                 cluster_name: args.cluster_name.clone(),
-                project_id: args.scaleway.project_id.clone(),
+                project_id: scw.project_id.clone(),
                 grace: args.sweeper.orphan_grace,
                 dry_run: args.sweeper.sweep_dry_run,
             },

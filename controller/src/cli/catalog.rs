@@ -36,10 +36,11 @@ use crate::catalog::{
     LABEL_INSTANCE_GPU_NAME, instance_types, read_zone, run_instance_refresher, run_refresher,
 };
 use crate::catalog::{ZoneProducts, vm_instance_types};
+use crate::config::profile::Env;
 use crate::config::{ScalewayArgs, parse_duration, parse_zone};
 use crate::grpc::{self, CloudProviderService};
+use crate::scaleway::ElasticMetal;
 use crate::scaleway::instance::Instance;
-use crate::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
 
 /// The root volume an Instance type is shown with (its ephemeral storage):
 /// 20 GB, the size the Instance NodeClass examples use.
@@ -90,12 +91,10 @@ pub enum Output {
 pub struct CatalogArgs {
     #[command(flatten)]
     pub scaleway: ScalewayArgs,
-    /// Zones to read, comma-separated. Default: `SCW_DEFAULT_ZONE`, else fr-par-2.
+    /// Zones to read, comma-separated. Default: the default zone
+    /// (`--default-zone`).
     #[arg(long, env = "SCW_ZONES", value_delimiter = ',', value_parser = parse_zone)]
     pub zones: Vec<String>,
-    /// Fallback for `--zones`.
-    #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
-    pub default_zone: String,
     /// Zones whose Instance types are read, comma-separated. Default: the
     /// zones of `--zones` (Instances are sold in zones without Elastic Metal).
     #[arg(long = "instance-zones", value_delimiter = ',', value_parser = parse_zone)]
@@ -118,15 +117,15 @@ pub struct CatalogArgs {
 }
 
 impl CatalogArgs {
-    fn zones(&self) -> Vec<String> {
-        crate::config::served_zones(&self.zones, &self.default_zone)
+    fn zones(&self, default_zone: &str) -> Vec<String> {
+        crate::config::served_zones(&self.zones, default_zone)
     }
 
-    fn instance_zones(&self) -> Vec<String> {
+    fn instance_zones(&self, default_zone: &str) -> Vec<String> {
         if self.instance_zones.is_empty() {
-            self.zones()
+            self.zones(default_zone)
         } else {
-            crate::config::served_zones(&self.instance_zones, &self.default_zone)
+            crate::config::served_zones(&self.instance_zones, default_zone)
         }
     }
 
@@ -139,17 +138,16 @@ impl CatalogArgs {
 }
 
 pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
-    let client = Arc::new(
-        ScalewayClient::new(ClientConfig {
-            api_url: args.scaleway.api_url.clone(),
-            secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
-            request_timeout: args.scaleway.api_timeout,
-            retry: RetryPolicy::default(),
-        })
-        .context("building the Scaleway client")?
-        .with_pacing(Some(args.scaleway.api_rate_limit)),
-    );
+    run_in(args, &Env::from_process()?).await
+}
+
+/// [`run`] with the environment given instead of the process's.
+pub async fn run_in(args: CatalogArgs, env: &Env) -> anyhow::Result<()> {
+    let scw = args.scaleway.resolve(env)?;
+    scw.print_notes();
+    let client = Arc::new(scw.client().context("building the Scaleway client")?);
     let api: Arc<dyn ElasticMetal> = client.clone();
+    let default_zone = scw.default_zone.as_str();
     match &args.serve {
         Some(socket) => {
             let _ = tracing_subscriber::fmt()
@@ -159,10 +157,10 @@ pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
                         .unwrap_or_else(|_| "info".into()),
                 )
                 .try_init();
-            serve(&args, api, client, socket, terminated()).await
+            serve(&args, default_zone, api, client, socket, terminated()).await
         }
         None => {
-            let zones = args.zones();
+            let zones = args.zones(default_zone);
             let (mut types, mut excluded) = (Vec::new(), Vec::new());
             if args.kind.elastic_metal() {
                 let (t, e) = read(api.as_ref(), &zones).await?;
@@ -170,7 +168,7 @@ pub async fn run(args: CatalogArgs) -> anyhow::Result<()> {
                 excluded.extend(e);
             }
             if args.kind.instance() {
-                let (t, e) = read_vms(client.as_ref(), &args.instance_zones()).await?;
+                let (t, e) = read_vms(client.as_ref(), &args.instance_zones(default_zone)).await?;
                 types.extend(t);
                 excluded.extend(e);
             }
@@ -240,6 +238,7 @@ async fn terminated() {
 /// the read-only gRPC service over it until `shutdown`.
 async fn serve(
     args: &CatalogArgs,
+    default_zone: &str,
     api: Arc<dyn ElasticMetal>,
     vms: Arc<dyn Instance>,
     socket: &std::path::Path,
@@ -263,7 +262,7 @@ async fn serve(
         refreshers.push(tokio::spawn(run_refresher(
             store.clone(),
             api,
-            args.zones(),
+            args.zones(default_zone),
             args.catalog_refresh,
         )));
     } else {
@@ -276,7 +275,7 @@ async fn serve(
         refreshers.push(tokio::spawn(run_instance_refresher(
             store.clone(),
             vms,
-            args.instance_zones(),
+            args.instance_zones(default_zone),
             args.catalog_refresh,
         )));
     }
@@ -416,6 +415,7 @@ fn json(types: &[InstanceType], excluded: &[Excluded]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::profile::DEFAULT_ZONE;
     use crate::scaleway::ApiError;
     use crate::scaleway::fake::{FakeElasticMetal, Op, sample_monthly_offers, sample_offers};
 
@@ -572,7 +572,12 @@ mod tests {
     fn kind_and_instance_zones_flags() {
         let args = parse_args(&["--zones", "fr-par-2,nl-ams-1"]).unwrap();
         assert_eq!(args.kind, Kind::ElasticMetal);
-        assert_eq!(args.instance_zones(), args.zones(), "default: --zones");
+        let zone = DEFAULT_ZONE;
+        assert_eq!(
+            args.instance_zones(zone),
+            args.zones(zone),
+            "default: --zones"
+        );
         let args = parse_args(&[
             "--kind",
             "all",
@@ -585,8 +590,11 @@ mod tests {
         ])
         .unwrap();
         assert!(args.kind.elastic_metal() && args.kind.instance());
-        assert_eq!(args.zones(), ["fr-par-2"]);
-        assert_eq!(args.instance_zones(), ["fr-par-2", "fr-par-3", "pl-waw-1"]);
+        assert_eq!(args.zones(zone), ["fr-par-2"]);
+        assert_eq!(
+            args.instance_zones(zone),
+            ["fr-par-2", "fr-par-3", "pl-waw-1"]
+        );
         assert_eq!(args.serve, Some(PathBuf::from("/run/kps.sock")));
         let args = parse_args(&["--kind", "instance"]).unwrap();
         assert!(!args.kind.elastic_metal() && args.kind.instance());
@@ -634,7 +642,7 @@ mod tests {
         let server = {
             let (em, vms, socket) = (em.clone(), vms.clone(), socket.clone());
             tokio::spawn(async move {
-                serve(&args, em, vms, &socket, async {
+                serve(&args, DEFAULT_ZONE, em, vms, &socket, async {
                     let _ = stopped.await;
                 })
                 .await

@@ -6,3 +6,6 @@ pub mod catalog;
 pub mod plan;
 pub mod render_config;
 pub mod servers;
+
+#[cfg(test)]
+mod scw_profile_tests;

@@ -47,8 +47,8 @@ use crate::provider::standby::{StandbyServer, State as StandbyState, TAG_RESERVA
 use crate::provider::{
     NodeClaimSource, TAG_CLUSTER, TAG_NODECLAIM, TAG_NODECLASS, parse_provider_id, tag, tag_value,
 };
+use crate::scaleway::ElasticMetal;
 use crate::scaleway::instance::{self, Instance, ServerFilter, ServerState};
-use crate::scaleway::{ClientConfig, ElasticMetal, RetryPolicy, ScalewayClient, SecretKey};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -63,12 +63,10 @@ pub struct ServersArgs {
     /// Name of the cluster (the value of its ownership tag).
     #[arg(long, env = "CLUSTER_NAME")]
     pub cluster_name: String,
-    /// Zones to read, comma-separated. Default: `SCW_DEFAULT_ZONE`, else fr-par-2.
+    /// Zones to read, comma-separated. Default: the default zone
+    /// (`--default-zone`).
     #[arg(long, env = "SCW_ZONES", value_delimiter = ',', value_parser = parse_zone)]
     pub zones: Vec<String>,
-    /// Fallback for `--zones`.
-    #[arg(long = "default-zone", env = "SCW_DEFAULT_ZONE", default_value = "fr-par-2", value_parser = parse_zone)]
-    pub default_zone: String,
     /// The sweeper's grace, as `serve` has it.
     #[arg(long, env = "ORPHAN_GRACE", default_value = "3h", value_parser = parse_positive_duration)]
     pub orphan_grace: Duration,
@@ -91,29 +89,22 @@ pub struct ServersArgs {
 }
 
 impl ServersArgs {
-    fn zones(&self) -> Vec<String> {
-        crate::config::served_zones(&self.zones, &self.default_zone)
+    fn zones(&self, default_zone: &str) -> Vec<String> {
+        crate::config::served_zones(&self.zones, default_zone)
     }
 }
 
 pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
-    let client = Arc::new(
-        ScalewayClient::new(ClientConfig {
-            api_url: args.scaleway.api_url.clone(),
-            secret_key: SecretKey::new(args.scaleway.secret_key.clone()),
-            request_timeout: args.scaleway.api_timeout,
-            retry: RetryPolicy::default(),
-        })
-        .context("building the Scaleway client")?
-        .with_pacing(Some(args.scaleway.api_rate_limit)),
-    );
+    let scw = args.scaleway.load()?;
+    scw.print_notes();
+    let client = Arc::new(scw.client().context("building the Scaleway client")?);
     let kube = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
     let claims = NodeClaimList::new(kube);
     let policy = SweepPolicy {
         cluster_name: args.cluster_name.clone(),
-        project_id: args.scaleway.project_id.clone(),
+        project_id: scw.project_id.clone(),
         grace: args.orphan_grace,
         dry_run: args.sweep_dry_run,
     };
@@ -126,7 +117,7 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
         &apis,
         kind,
         &claims,
-        &args.zones(),
+        &args.zones(&scw.default_zone),
         &Graces {
             policy,
             instance_grace: args.instance_orphan_grace,

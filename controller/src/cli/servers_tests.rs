@@ -12,6 +12,7 @@ use crate::provider::KubeError;
 use crate::scaleway::ApiError;
 use crate::scaleway::fake::{FakeElasticMetal, Op as EmOp};
 use crate::scaleway::instance::fake::{FakeInstance, Op as VmOp};
+use crate::scaleway::{ClientConfig, RetryPolicy, ScalewayClient, SecretKey};
 
 const HOUR: i64 = 3600;
 
@@ -404,10 +405,10 @@ fn flags() {
     let args = parse(&[]).unwrap();
     assert_eq!(args.orphan_grace, Duration::from_secs(3 * 3600));
     assert_eq!(args.output, Output::Table);
-    assert_eq!(args.zones(), vec!["fr-par-2".to_string()]);
+    assert_eq!(args.zones("fr-par-2"), vec!["fr-par-2".to_string()]);
     let args = parse(&["-o", "json", "--zones", "fr-par-2,nl-ams-1,fr-par-2"]).unwrap();
     assert_eq!(args.output, Output::Json);
-    assert_eq!(args.zones(), zones());
+    assert_eq!(args.zones("fr-par-1"), zones());
     assert_eq!(args.kind, Kind::All);
     assert_eq!(args.instance_orphan_grace, Duration::from_secs(300));
     assert_eq!(

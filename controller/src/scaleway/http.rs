@@ -29,12 +29,18 @@ use super::telemetry::{ApiTelemetry, api_telemetry};
 const PAGE_SIZE: u32 = 100;
 
 /// The Scaleway secret key. Debug never prints it.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SecretKey(String);
 
 impl SecretKey {
     pub fn new(key: impl Into<String>) -> Self {
         SecretKey(key.into())
+    }
+
+    /// The key itself, for the code that merges configuration layers
+    /// (`config::profile`); never format it.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
     }
 }
 
