@@ -65,6 +65,17 @@ impl ImageServer {
         file: &Path,
         bytes_per_second: Option<u64>,
     ) -> Result<ImageServer> {
+        Self::start_on(file, bytes_per_second, std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// Like [`Self::start_with_rate`], listening on `ip` (a stack in a
+    /// cluster serves the Pods on this host's address on the cluster's
+    /// network).
+    pub async fn start_on(
+        file: &Path,
+        bytes_per_second: Option<u64>,
+        ip: std::net::IpAddr,
+    ) -> Result<ImageServer> {
         anyhow::ensure!(
             bytes_per_second != Some(0),
             "image bandwidth must be positive"
@@ -90,7 +101,7 @@ impl ImageServer {
         let app = Router::new()
             .route("/image/{schematic}/{version}/{file}", get(serve))
             .with_state(state);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -22,6 +22,7 @@ use crate::{kubeutil, talosconfig, wait};
 mod addresses;
 pub mod chart;
 mod cluster;
+pub mod in_cluster;
 pub mod prometheus;
 mod replica;
 mod replicas;
@@ -160,6 +161,10 @@ pub struct StackOptions {
     /// DefaultTopologySpreadConstraints specs recognize a cluster whose
     /// scheduler has their profile.
     pub scheduler_config: Option<String>,
+    /// Run in a real cluster (`KPS_KUBECONFIG`): the charts installed by
+    /// `helm install`, every component from its image
+    /// ([`in_cluster::InCluster::from_env`], `just e2e-kind`).
+    pub in_cluster: Option<in_cluster::InCluster>,
 }
 
 /// A second Talos version whose Instance image exists when
@@ -204,6 +209,7 @@ impl StackOptions {
             system_node_address: None,
             system_node_images: std::collections::BTreeMap::new(),
             scheduler_config: None,
+            in_cluster: in_cluster::InCluster::from_env()?,
         })
     }
 }
@@ -295,6 +301,10 @@ impl Stack {
         let client = cp.client().await?;
         let mut procs = Vec::new();
         let addresses = AddressBlock::reserve()?;
+
+        if let Some(ic) = opts.in_cluster.clone() {
+            return Self::up_in_cluster(opts, ic, bins, cp, client, addresses, logs).await;
+        }
 
         // emsim: the Scaleway API.
         let emsim_port = free_port()?;
@@ -746,6 +756,9 @@ spec:
     /// Log tails of every component, for a failure message.
     pub fn diagnostics(&self) -> String {
         let mut out = String::new();
+        if self.opts.in_cluster.is_some() {
+            out.push_str(&self.cluster_logs(40));
+        }
         for p in &self.procs {
             out.push_str(&format!(
                 "\n===== {} ({}) =====\n{}\n",
@@ -755,6 +768,31 @@ spec:
             ));
         }
         out
+    }
+
+    /// The containers' logs of a stack in a cluster, collected now, and
+    /// their last `lines` lines (blocks: needs the multi-thread runtime the
+    /// scenarios run on; otherwise the logs collected before).
+    fn cluster_logs(&self, lines: usize) -> String {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let collected = match Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| {
+                    h.block_on(in_cluster::collect_logs(&self.client, &self.logs))
+                })
+            }
+            _ => Err(anyhow::anyhow!("no multi-thread runtime")),
+        };
+        let files = collected.unwrap_or_else(|e| {
+            tracing::warn!("collecting the cluster's logs: {e:#}");
+            std::fs::read_dir(&self.logs)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect()
+        });
+        in_cluster::log_tails(&files, lines)
     }
 
     /// Servers in emsim carrying this cluster's ownership tag (any status).
@@ -879,6 +917,12 @@ spec:
 
     pub async fn stop(mut self) {
         self.token_watch.abort();
+        if self.opts.in_cluster.is_some() {
+            // Kept in the work dir: the cluster goes with the run.
+            if let Err(e) = in_cluster::collect_logs(&self.client, &self.logs).await {
+                tracing::warn!("collecting the cluster's logs: {e:#}");
+            }
+        }
         if let Some(mut p) = self.prometheus.take() {
             p.stop();
         }

@@ -169,6 +169,18 @@ impl Stack {
 
     /// The provider's `/metrics` of replica `i`.
     pub async fn provider_metrics(&self, i: usize) -> Result<String> {
+        if self.opts.in_cluster.is_some() {
+            // The one Pod of the release, through its Service.
+            ensure!(i == 0, "a stack in a cluster has one replica");
+            return super::in_cluster::get_through_service(
+                &self.client,
+                super::NAMESPACE,
+                super::in_cluster::RELEASE,
+                "http-provider",
+                "/metrics",
+            )
+            .await;
+        }
         let url = self.replica(i)?.provider_metrics_url()?;
         let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
         ensure!(status == 200, "GET {url} answered {status}");
@@ -177,6 +189,18 @@ impl Stack {
 
     /// Karpenter core's `/metrics` of replica `i`.
     pub async fn bridge_metrics(&self, i: usize) -> Result<String> {
+        if self.opts.in_cluster.is_some() {
+            // The one Pod of the release, through its Service.
+            ensure!(i == 0, "a stack in a cluster has one replica");
+            return super::in_cluster::get_through_service(
+                &self.client,
+                super::NAMESPACE,
+                super::in_cluster::RELEASE,
+                "http-metrics",
+                "/metrics",
+            )
+            .await;
+        }
         let url = self.replica(i)?.bridge_metrics_url()?;
         let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
         ensure!(status == 200, "GET {url} answered {status}");

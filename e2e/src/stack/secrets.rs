@@ -108,6 +108,11 @@ impl super::Stack {
     /// of the stack, killed processes' included), in any Event of the
     /// cluster, or in the `/metrics` of a running provider or bridge.
     pub async fn assert_no_secrets(&self) -> Result<()> {
+        let in_cluster = self.opts.in_cluster.is_some();
+        if in_cluster {
+            // The containers' logs, as the cluster keeps them.
+            super::in_cluster::collect_logs(&self.client, &self.logs).await?;
+        }
         let mut sources = log_files(&[
             self.logs.as_path(),
             self.opts.work_dir.join("controlplane").as_path(),
@@ -116,7 +121,8 @@ impl super::Stack {
         let events = events(&self.client).await?;
         let event_count = events.len();
         sources.extend(events);
-        for i in (0..self.replicas.len()).filter(|i| !self.down.contains(i)) {
+        let replicas = if in_cluster { 1 } else { self.replicas.len() };
+        for i in (0..replicas).filter(|i| !self.down.contains(i)) {
             for (what, text) in [
                 ("provider", self.provider_metrics(i).await?),
                 ("bridge", self.bridge_metrics(i).await?),
