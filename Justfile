@@ -13,6 +13,9 @@ KPS_KARPENTER_CRDS := cache / "karpenter-crds"
 # needs go >= 1.26.9; the go command fetches this one as a module (once per
 # machine). Exported like every variable here; set GOTOOLCHAIN to override.
 GOTOOLCHAIN := env_var_or_default("GOTOOLCHAIN", "go1.27.3")
+# Go builds without cgo: the bridge's binary is static, so the image copies the
+# one the tests ran, and every go command shares one cache.
+CGO_ENABLED := env_var_or_default("CGO_ENABLED", "0")
 # Incremental compilation only pays off for repeated edits of the same crate;
 # for these recipes it doubles the target directory (gigabytes on a cold build).
 CARGO_INCREMENTAL := env_var_or_default("CARGO_INCREMENTAL", "0")
@@ -138,12 +141,22 @@ hack-test:
 release-version NEW:
     python3 hack/release-version.py "{{NEW}}"
 
-# Same scenarios against an existing cluster (e.g. `just kind-up` first)
-e2e-kind: build
-    KPS_KUBECONFIG="${KPS_KUBECONFIG:-$HOME/.kube/config}" cargo test -p e2e --test scenarios -- walking_skeleton:: --nocapture
+# The provider in a kind cluster, installed as a user installs it
+# (hack/e2e-kind.sh): the images built and checked, the charts pushed to a
+# local OCI registry, then per scenario a fresh cluster (node image built
+# locally and cached), `helm install` from the chart directories or the
+# registry, the release checked, and the scenario's assertions. A release
+# requires it (docs/figures.md has its last run). Needs root (Docker).
+e2e-kind:
+    hack/e2e-kind.sh
 
-kind-up:
-    kind create cluster --name kps-e2e --config kind-config.yaml
+# A kind cluster on the locally built node image (hack/kind/up.sh prints its
+# kubeconfig), and its removal
+kind-up NAME="kps-e2e":
+    hack/kind/up.sh "{{NAME}}"
+
+kind-down NAME="kps-e2e":
+    hack/kind/down.sh "{{NAME}}"
 
 # hack/chart-check.sh: CRDs equal their sources, lint, template, env names; with
 # KPS_KUBECONFIG set, also a server-side dry-run of the charts and examples/.
@@ -154,16 +167,29 @@ chart-check:
     KPS_METRICS_EXPOSITION={{root}}/.work/provider-metrics.txt cargo test -q -p karpenter-scaleway --lib -- metrics::tests::every_family_is_exposed_once_counted --exact
     KPS_PROVIDER_METRICS={{root}}/.work/provider-metrics.txt KPS_PROVIDER_BIN="$KPS_RUST_BIN_DIR/karpenter-scaleway" hack/chart-check.sh
 
-# Needs Docker with BuildKit; images are named REGISTRY/<name>:TAG.
-# Container images: karpenter-scaleway, karpenter-bridge, emsim, talos-sim
-images TAG="dev" REGISTRY="localhost":
-    docker build -f controller/Dockerfile -t {{REGISTRY}}/karpenter-scaleway:{{TAG}} .
-    docker build -f bridge/Dockerfile -t {{REGISTRY}}/karpenter-bridge:{{TAG}} .
-    docker build -f emsim/Dockerfile -t {{REGISTRY}}/emsim:{{TAG}} .
-    docker build -f talos-sim/Dockerfile -t {{REGISTRY}}/talos-sim:{{TAG}} .
+# Container images: karpenter-scaleway, karpenter-bridge, emsim, talos-sim, from
+# their Dockerfiles, on this machine (no public image is pulled: the binaries are
+# built here and the runtime base is made from Debian's CA certificates), then
+# checked and run (hack/images-check.py): REGISTRY/<name>:TAG, TAG defaulting to
+# the workspace version. KPS_IMAGE_ARCHES="amd64 arm64" builds both.
+images TAG="" REGISTRY="kps.local":
+    hack/docker.sh run hack/images.sh "{{TAG}}" "{{REGISTRY}}"
+
+# The same four Dockerfiles, stages and checks over the binaries the tests
+# built (hack/images.sh, KPS_IMAGES_BINARIES=test: no second compile of the
+# workspace), tagged <version>-test: what CI builds and runs
+images-test:
+    hack/docker.sh run env KPS_IMAGES_BINARIES=test hack/images.sh
+
+# The same Dockerfiles as a user builds them, with their public base images
+# (needs a registry to pull from; the release workflow builds this way).
+images-public TAG="dev" REGISTRY="localhost":
+    for spec in karpenter-scaleway:controller karpenter-bridge:bridge emsim:emsim talos-sim:talos-sim; do \
+        DOCKER_BUILDKIT=1 docker build -f "${spec#*:}/Dockerfile" -t "{{REGISTRY}}/${spec%%:*}:{{TAG}}" . ; \
+    done
 
 # Everything CI runs
-test: proto-check lint unit hack-test chart-check e2e
+test: proto-check lint unit hack-test chart-check e2e images-test
 
 # The benchmarks' binaries, with the one feature set of the test path (docs/development.md "Disk")
 build-bench: build-bridge karpenter-crds

@@ -5,6 +5,8 @@
 #                         starts dockerd when none answers; idempotent
 #   hack/docker.sh down   stops the dockerd that `up` started (by its PID) and removes the
 #                         bridge it made; a daemon this script did not start is left alone
+#   hack/docker.sh run CMD...  `up`, CMD, then `down` if this call started dockerd (on
+#                         success and on failure); exits with CMD's status
 #   hack/docker.sh env    prints the variables to use it: DOCKER (the client) and
 #                         DOCKER_BUILDKIT=1
 #
@@ -81,9 +83,19 @@ down() {
   echo "docker: dockerd $pid stopped" >&2
 }
 
+run() {
+  local started=0 rc=0
+  answers || started=1
+  up
+  "$@" || rc=$?
+  if [ $started = 1 ]; then down; fi
+  return $rc
+}
+
 case "${1:-up}" in
   up) up ;;
+  run) shift; [ $# -gt 0 ] || { echo "usage: $0 run CMD..." >&2; exit 2; }; run "$@" ;;
   down) down ;;
   env) echo "DOCKER=$DOCKER"; echo "DOCKER_BUILDKIT=1" ;;
-  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|run CMD...|env" >&2; exit 2 ;;
 esac
