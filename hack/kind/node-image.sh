@@ -183,10 +183,15 @@ STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
 log "$image built in $((SECONDS - start))s"
-# Node images of other keys weigh about 1 GB each: remove them, and base images
-# of other keys, unless a cluster still runs on them (docker rmi refuses).
-"$DOCKER" images --format '{{.Repository}}:{{.Tag}}' | grep -E '^kps\.local/kind-(node|rootfs):' |
-	grep -vxF -e "$image" -e "$rootfs" | while read -r old; do
+# Node images of other keys weigh about 1 GB each: those (and base images of
+# other keys) built more than KPS_KIND_KEEP_DAYS (3) days ago go, unless a
+# cluster still runs on them (docker rmi refuses). Younger ones may be another
+# checkout's on this machine, which would otherwise rebuild its own in turn.
+cutoff=$(($(date +%s) - ${KPS_KIND_KEEP_DAYS:-3} * 86400))
+for old in $("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' | grep -E '^kps\.local/kind-(node|rootfs):' || true); do
+	[[ "$old" != "$image" && "$old" != "$rootfs" ]] || continue
+	created="$(date -d "$("$DOCKER" image inspect -f '{{.Created}}' "$old")" +%s)" || continue
+	((created < cutoff)) || continue
 	if "$DOCKER" rmi "$old" >/dev/null 2>&1; then log "removed $old"; else log "kept $old (in use)"; fi
 done
 echo "$image"

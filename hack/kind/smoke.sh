@@ -128,7 +128,11 @@ k -n "$ns" wait --for=condition=Ready pod/echo --timeout=120s >&2
 
 # The same program serving on the host, at the kind network's gateway (the
 # host's address on that bridge): Pods reach it as the node (bridge CNI ipMasq).
-gateway="$("$DOCKER" network inspect kind -f '{{range .IPAM.Config}}{{.Gateway}} {{end}}' | tr ' ' '\n' | grep -m1 '\.')"
+gateway=""
+for g in $("$DOCKER" network inspect kind -f '{{range .IPAM.Config}}{{.Gateway}} {{end}}'); do
+	[[ "$g" == *.* ]] && gateway="$g" && break
+done
+[[ -n "$gateway" ]] || die "no IPv4 gateway on the Docker network kind"
 port="$(python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$gateway")"
 "$dir/kps-smoke" serve "$gateway:$port" &
 host_server=$!
