@@ -86,28 +86,71 @@ pub async fn nodes_by_pool(stack: &Stack) -> Result<BTreeMap<String, Vec<(String
     Ok(out)
 }
 
+/// Live servers by type (Elastic Metal offer or Instance commercial type)
+/// among emsim's records of both kinds (deleted ones are skipped).
+pub fn live_by_type(metal: &[Value], vms: &[Value]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let kinds = metal
+        .iter()
+        .map(|s| (s, "offer_name"))
+        .chain(vms.iter().map(|s| (s, "commercial_type")));
+    for (s, field) in kinds {
+        if s["deleted_at"].is_null() {
+            *out.entry(s[field].as_str().unwrap_or_default().to_string())
+                .or_default() += 1;
+        }
+    }
+    out
+}
+
+/// EUR per hour of `servers` (type → count) at `prices`. A type without a
+/// price is an error: it is never billed as free.
+pub fn bill(prices: &BTreeMap<String, f64>, servers: &BTreeMap<String, usize>) -> Result<f64> {
+    // Not `.sum()`: an empty f64 sum is -0.0, printed "-0.0000".
+    servers.iter().try_fold(0.0, |total, (kind, n)| {
+        let price = prices
+            .get(kind)
+            .with_context(|| format!("no price for {kind:?}"))?;
+        Ok(total + price * *n as f64)
+    })
+}
+
 /// EUR per hour of every server billed now (live Elastic Metal servers,
 /// standby ones included, and live VMs), at the hourly prices: what the
 /// bill would say, read from emsim's records.
 pub async fn billed_per_hour(stack: &Stack, prices: &BTreeMap<String, f64>) -> Result<f64> {
-    let mut total = 0.0;
-    let price = |kind: &str, id: &Value| {
-        prices
-            .get(kind)
-            .copied()
-            .with_context(|| format!("no price for {kind} (server {id})"))
-    };
-    for s in stack.emsim.servers_including_deleted().await? {
-        if s["deleted_at"].is_null() {
-            total += price(s["offer_name"].as_str().unwrap_or_default(), &s["id"])?;
+    let metal = stack.emsim.servers_including_deleted().await?;
+    let vms = stack.emsim.instance_servers_including_deleted().await?;
+    bill(prices, &live_by_type(&metal, &vms))
+}
+
+/// Running pods of app `app` by the `karpenter.sh/nodepool` of their node
+/// (`?` for a node of no NodePool).
+pub async fn running_pods_by_pool(stack: &Stack, app: &str) -> Result<BTreeMap<String, usize>> {
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), APP_NAMESPACE);
+    let mut node_pool: BTreeMap<String, String> = BTreeMap::new();
+    for (pool, nodes) in nodes_by_pool(stack).await? {
+        for (n, _) in nodes {
+            node_pool.insert(n, pool.clone());
         }
     }
-    for s in stack.emsim.instance_servers_including_deleted().await? {
-        if s["deleted_at"].is_null() {
-            total += price(s["commercial_type"].as_str().unwrap_or_default(), &s["id"])?;
-        }
+    let mut by_pool = BTreeMap::new();
+    for p in pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?
+        .items
+        .iter()
+        .filter(|p| is_running(p))
+    {
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let pool = node_pool.get(&node).cloned().unwrap_or_else(|| "?".into());
+        *by_pool.entry(pool).or_default() += 1;
     }
-    Ok(total)
+    Ok(by_pool)
 }
 
 /// Counts the running pods of app `app` at every change the API server
@@ -238,29 +281,7 @@ pub struct Look {
 
 impl Look {
     pub async fn take(stack: &Stack, app: &str, prices: &BTreeMap<String, f64>) -> Result<Look> {
-        let pods: Api<Pod> = Api::namespaced(stack.client.clone(), APP_NAMESPACE);
-        let mut node_pool: BTreeMap<String, String> = BTreeMap::new();
-        for (pool, nodes) in nodes_by_pool(stack).await? {
-            for (n, _) in nodes {
-                node_pool.insert(n, pool.clone());
-            }
-        }
-        let mut by_pool = BTreeMap::new();
-        for p in pods
-            .list(&ListParams::default().labels(&format!("app={app}")))
-            .await?
-            .items
-            .iter()
-            .filter(|p| is_running(p))
-        {
-            let node = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default();
-            let pool = node_pool.get(&node).cloned().unwrap_or_else(|| "?".into());
-            *by_pool.entry(pool).or_default() += 1;
-        }
+        let by_pool = running_pods_by_pool(stack, app).await?;
         let mut claims: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
         for c in crate::scenario::nodeclaim_objects(stack).await? {
             let pool = c
@@ -510,6 +531,57 @@ pub async fn vm_pool(
     };
     crate::kubeutil::apply_yaml(&stack.client, &pool).await?;
     Ok(())
+}
+
+/// The VMs-first setup of docs/planner.md (examples/vm-first-warm-metal.yaml)
+/// on a stack: the VM NodePool `vms` (weight 10, VMs of `vm_type`), and
+/// the Elastic Metal NodeClass `metal` whose standby pool of `offer`
+/// (`min: 0`, `max`) has a planner counting `vms`, with its NodePool of
+/// the same name that only adopts standby servers (weight 50).
+#[derive(Debug, Clone)]
+pub struct VmsFirst<'a> {
+    pub vms: &'a str,
+    pub vm_type: &'a str,
+    pub metal: &'a str,
+    pub offer: &'a str,
+    pub max: u32,
+    /// The planner's `window` and `hold` (cluster time: real seconds).
+    pub window: Duration,
+    pub hold: Duration,
+}
+
+impl VmsFirst<'_> {
+    /// The metal NodeClass, its planner a dry run or not.
+    pub fn metal_nodeclass_yaml(&self, stack: &Stack, dry_run: bool) -> String {
+        planner_nodeclass_yaml(
+            stack,
+            self.metal,
+            self.offer,
+            self.max,
+            Some(&format!(
+                "{{nodePools: [{}], window: \"{}s\", hold: \"{}s\", dryRun: {dry_run}}}",
+                self.vms,
+                self.window.as_secs(),
+                self.hold.as_secs()
+            )),
+        )
+    }
+
+    /// Applies the metal NodeClass (waiting for it to be Ready), its
+    /// reserved-only NodePool and the VM NodeClass and NodePool, which
+    /// consolidates under-used VMs when `underutilized`, else only empty
+    /// ones.
+    pub async fn apply(&self, stack: &Stack, underutilized: bool) -> Result<()> {
+        stack
+            .apply_nodeclass(self.metal, &self.metal_nodeclass_yaml(stack, false))
+            .await?;
+        crate::kubeutil::apply_yaml(
+            &stack.client,
+            &crate::standby::reserved_nodepool_yaml(self.metal, self.metal, 50, &[self.offer]),
+        )
+        .await?;
+        vm_pool(stack, self.vms, self.vm_type, 10, underutilized).await
+    }
 }
 
 impl RunningWatch {

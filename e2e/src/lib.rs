@@ -8,6 +8,7 @@ pub mod controlplane;
 pub mod hybrid;
 pub mod image;
 pub mod kubeutil;
+pub mod mission;
 pub mod netns;
 pub mod perf;
 pub mod procs;

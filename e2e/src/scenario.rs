@@ -429,7 +429,7 @@ where
 /// reads it) stay; a failing scenario keeps everything, and so does every
 /// scenario with `KPS_E2E_KEEP_WORK=1`. Without this a full suite leaves
 /// about 3 GB behind per run.
-fn free_work_dir(dir: &std::path::Path) {
+pub fn free_work_dir(dir: &std::path::Path) {
     if std::env::var_os("KPS_E2E_KEEP_WORK").is_some_and(|v| v == "1") {
         return;
     }

@@ -36,33 +36,18 @@ const POD_CPU: &str = "1100m";
 const WINDOW_S: u64 = 40;
 const HOLD_S: u64 = 20;
 
-/// The metal NodeClass: a standby pool of `OFFER` with no standing server
-/// (`min: 0`) and a planner counting the VM NodePool; `dry_run` as given.
-fn metal_nodeclass_yaml(stack: &Stack, dry_run: bool) -> String {
-    hybrid::planner_nodeclass_yaml(
-        stack,
-        METAL,
-        OFFER,
-        2,
-        Some(&format!(
-            "{{nodePools: [{VMS}], window: \"{WINDOW_S}s\", hold: \"{HOLD_S}s\", dryRun: {dry_run}}}"
-        )),
-    )
-}
-
-/// The metal NodeClass and its reserved-only NodePool (weight 50), and the
-/// VM NodePool (weight 10).
-async fn pools(stack: &Stack, underutilized: bool) -> Result<()> {
-    stack
-        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack, false))
-        .await?;
-    kubeutil::apply_yaml(
-        &stack.client,
-        &standby::reserved_nodepool_yaml(METAL, METAL, 50, &[OFFER]),
-    )
-    .await?;
-    hybrid::vm_pool(stack, VMS, VM, 10, underutilized).await
-}
+/// The VM NodePool (weight 10) and the metal NodeClass, a standby pool of
+/// `OFFER` with no standing server (`min: 0`) and a planner counting the
+/// VM NodePool, with its reserved-only NodePool (weight 50).
+const SETUP: hybrid::VmsFirst<'static> = hybrid::VmsFirst {
+    vms: VMS,
+    vm_type: VM,
+    metal: METAL,
+    offer: OFFER,
+    max: 2,
+    window: Duration::from_secs(WINDOW_S),
+    hold: Duration::from_secs(HOLD_S),
+};
 
 /// Waits until every pod of the app runs on a node of NodePool `pool`.
 async fn wait_pods_on_pool(stack: &Stack, pool: &str, timeout: Duration) -> Result<()> {
@@ -110,7 +95,7 @@ async fn hybrid_sustained_load_moves_from_vms_to_staged_metal_and_back() -> Resu
 }
 
 async fn run(stack: &mut Stack) -> Result<()> {
-    pools(stack, true).await?;
+    SETUP.apply(stack, true).await?;
     kubeutil::apply_yaml(&stack.client, &hybrid::pdb_yaml(APP, REPLICAS - 1)).await?;
 
     // 1. The burst lands on VMs: nothing is reserved, and the metal
@@ -330,7 +315,7 @@ async fn hybrid_short_burst_stages_nothing_and_dry_run_only_explains() -> Result
 }
 
 async fn safe(stack: &mut Stack) -> Result<()> {
-    pools(stack, false).await?;
+    SETUP.apply(stack, false).await?;
 
     // 1. A burst that ends before the window: its load never counts.
     let burst = Instant::now();
@@ -373,7 +358,7 @@ async fn safe(stack: &mut Stack) -> Result<()> {
 
     // 2. Dry run: sustained load, explained, nothing ordered.
     stack
-        .apply_nodeclass(METAL, &metal_nodeclass_yaml(stack, true))
+        .apply_nodeclass(METAL, &SETUP.metal_nodeclass_yaml(stack, true))
         .await?;
     scenario::scale(stack, APP, REPLICAS).await?;
     scenario::wait_pods_running(stack, APP, REPLICAS as usize, Duration::from_secs(120)).await?;
