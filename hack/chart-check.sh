@@ -142,24 +142,32 @@ provider_env="$("${provider[@]}" serve --help | grep -o '\[env: [A-Z0-9_]*' | cu
 karpenter_dir="$(cd bridge && go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
 for values in "${values_files[@]}"; do
 	name="$(basename "$values" .yaml)"
-	python3 - "$out/$name.yaml" >"$out/$name.env" <<-'PY'
+	python3 - "$out/$name.yaml" "$values" >"$out/$name.env" <<-'PY'
 		import sys, yaml
+		extra = [c["name"] for c in (yaml.safe_load(open(sys.argv[2])) or {}).get("extraContainers", [])]
 		for doc in yaml.safe_load_all(open(sys.argv[1])):
 		    if not doc or doc.get("kind") != "Deployment":
 		        continue
 		    pod = doc["spec"]["template"]["spec"]
 		    # Karpenter core's e2e suites (and its docs' kubectl lines) read and
-		    # patch containers[0] of the Deployment and expect no other.
+		    # patch containers[0] of the Deployment; the chart adds no other, only
+		    # the values' extraContainers after it.
 		    names = [c["name"] for c in pod["containers"]]
-		    if names != ["controller"]:
-		        sys.exit(f"chart-check: FAIL: the pod's containers are {names}, expected only controller")
+		    if names != ["controller"] + extra:
+		        sys.exit(f"chart-check: FAIL: the pod's containers are {names}, expected controller, then extraContainers {extra}")
 		    sidecars = [c["name"] for c in pod.get("initContainers", []) if c.get("restartPolicy") == "Always"]
 		    if sidecars != ["provider"]:
 		        sys.exit(f"chart-check: FAIL: the pod's native sidecars are {sidecars}, expected provider")
-		    for c in pod.get("initContainers", []) + pod["containers"]:
+		    # The environment of extraContainers is the user's business.
+		    for c in pod.get("initContainers", []) + pod["containers"][:1]:
 		        for e in c.get("env", []):
 		            print(c["name"], e["name"])
 	PY
+	# The Scaleway settings Scaleway's own tools share (SCW_ACCESS_KEY, SCW_SECRET_KEY,
+	# SCW_DEFAULT_PROJECT_ID, ...) are read through the scw profile's table
+	# (controller/src/config/profile.rs: `Field::vars`, which Env::from_process reads).
+	profile_env="$(sed -n '/fn vars(self)/,/^    }$/p' controller/src/config/profile.rs | grep -o '"[A-Z][A-Z0-9_]*"' | tr -d '"' | sort -u)"
+	grep -qx SCW_SECRET_KEY <<<"$profile_env" || die "no SCW_SECRET_KEY among the variables of controller/src/config/profile.rs's Field::vars"
 	while read -r container var; do
 		# Variables a values file adds through extraEnv are the user's business.
 		if grep -qE "^ *- name: $var\$" "$values"; then continue; fi
@@ -168,6 +176,7 @@ for values in "${values_files[@]}"; do
 			# RUST_LOG is read by the tracing filter, not by clap; a few
 			# variables are read directly with std::env::var.
 			[[ "$var" == RUST_LOG ]] || grep -qx "$var" <<<"$provider_env" ||
+				grep -qx "$var" <<<"$profile_env" ||
 				grep -rqF "env::var(\"$var\")" controller/src ||
 				die "$name: provider env $var is not read by karpenter-scaleway serve"
 			;;
