@@ -17,6 +17,9 @@
 #   KPS_E2E_KIND_SCENARIOS   space-separated `test_path:charts` pairs (charts: dir or
 #                            oci); default: the three below
 #   KPS_E2E_KIND_KEEP=1      keep the last cluster and the registry (for inspection)
+#   KPS_E2E_KIND_IMAGES      release (default) or test: the images of the binaries the
+#                            tests built (hack/images.sh KPS_IMAGES_BINARIES=test), for a
+#                            quicker run while developing; a release needs `release`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -49,7 +52,14 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 # 1. Images.
-hack/images.sh "$version" kps.local >"$work/images.txt"
+images_kind=${KPS_E2E_KIND_IMAGES:-release}
+image_tag=$version
+if [[ "$images_kind" = test ]]; then
+	cargo build --workspace --bins --tests >&2
+	just build-bridge >/dev/null
+	image_tag="$version-test"
+fi
+KPS_IMAGES_BINARIES="$images_kind" hack/images.sh "$version" kps.local >"$work/images.txt"
 log "images: $(tr '\n' ' ' <"$work/images.txt")"
 
 # 2. The charts in a local OCI registry.
@@ -88,7 +98,7 @@ for spec in $scenarios; do
 	esac
 	start=$SECONDS
 	if KPS_IN_CLUSTER=1 KPS_KUBECONFIG="$kubeconfig" KPS_KIND_NODE_IP="$node_ip" KPS_KIND_HOST_IP="$host_ip" \
-		KPS_CHARTS="$chart_src" KPS_CHART_VERSION="$version" KPS_IMAGE_REGISTRY=kps.local KPS_IMAGE_TAG="$version" \
+		KPS_CHARTS="$chart_src" KPS_CHART_VERSION="$version" KPS_IMAGE_REGISTRY=kps.local KPS_IMAGE_TAG="$image_tag" \
 		KPS_HELM="$helm" KPS_KUBE_BIN_DIR="$kube_bins" \
 		cargo test -q -p e2e --test scenarios -- --exact "$test_path" --nocapture >"$work/$n.log" 2>&1; then
 		log "[$n] $test_path: passed in $((SECONDS - start)) s"

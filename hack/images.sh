@@ -101,6 +101,10 @@ for arch in $arches; do
     -p karpenter-scaleway -p emsim -p talos-sim --bins >&2
   cp "target/$t/release/karpenter-scaleway" "target/$t/release/emsim" "$out/"
   cp "target/$t/release/talos-sim" "$out/talos-sim/"
+  # The release profile keeps line tables (backtraces on the host); the images drop
+  # them, as the Dockerfiles' build stage does (CARGO_PROFILE_RELEASE_STRIP=debuginfo).
+  strip_bin=strip; [ "$arch" = arm64 ] && strip_bin=aarch64-linux-gnu-strip
+  "$strip_bin" --strip-debug "$out/karpenter-scaleway" "$out/emsim" "$out/talos-sim/talos-sim"
   (cd bridge && CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFLAGS="-mod=readonly -buildvcs=false" \
     go build -ldflags "-s -w" -o "$root/$out/karpenter-bridge" ./cmd/karpenter-bridge) >&2
 done
@@ -145,11 +149,11 @@ for spec in karpenter-scaleway:controller karpenter-bridge:bridge emsim:emsim ta
     image="$registry/$name:$tag"
     [ "$arch" != "$host_arch" ] && image="$image-$arch"
     echo "images: $image (linux/$arch) from $dir/Dockerfile" >&2
-    # The static base where the Dockerfile has distroless/static (controller, bridge);
-    # emsim and talos-sim keep scratch. Test binaries: the glibc base for the Rust ones.
+    # The static base where the Dockerfile has distroless/static (controller, bridge,
+    # talos-sim); emsim keeps scratch. Test binaries: the glibc base for the Rust ones.
     base_args=()
     case "$name" in
-      karpenter-scaleway|karpenter-bridge) base_args=(--build-arg "BASE_IMAGE=kps.local/static:nonroot-$arch") ;;
+      karpenter-scaleway|karpenter-bridge|talos-sim) base_args=(--build-arg "BASE_IMAGE=kps.local/static:nonroot-$arch") ;;
     esac
     if [ -n "$rust_base" ] && [ "$name" != karpenter-bridge ]; then
       base_args=(--build-arg "BASE_IMAGE=$rust_base")
