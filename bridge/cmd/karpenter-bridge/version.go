@@ -6,7 +6,7 @@ import (
 )
 
 // version is the release's one version (the workspace version in Cargo.toml,
-// the charts' version and appVersion, the images' tag); hack/version-check.sh
+// the charts' version and appVersion, the images' tag); hack/version-check.py
 // fails when it differs from them.
 const version = "0.1.0"
 
