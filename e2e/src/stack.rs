@@ -390,31 +390,11 @@ impl Stack {
         .await?;
 
         // The Talos image, served like a mirror of Image Factory.
-        let image_path = opts.work_dir.join("metal-amd64.raw.xz");
-        let made = tokio::task::spawn_blocking({
-            let talos_sim = bins.rust("talos-sim");
-            let (version, size) = (opts.talos_version.clone(), opts.image_size.clone());
-            let work_root = work_root(&opts.work_dir);
-            move || cached_image(&talos_sim, &work_root, &version, &size)
-        })
-        .await??;
-        link_or_copy(&made, &image_path)?;
-        let image_payload_sha256 = image_payload_sha256(&image_path)?;
-        let image = ImageServer::start_with_rate(&image_path, opts.image_bytes_per_second).await?;
-
+        let (image, image_payload_sha256) =
+            serve_image(&opts, &bins, std::net::Ipv4Addr::LOCALHOST.into()).await?;
         // The operator's part: an SSH key registered in IAM, whose private half
         // goes into a Secret the NodeClass references.
-        let seed: [u8; 32] = rand::random();
-        let key = russh::keys::PrivateKey::from(
-            russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed),
-        );
-        let public = key.public_key().to_openssh()?;
-        let private = key
-            .to_openssh(russh::keys::ssh_key::LineEnding::LF)?
-            .to_string();
-        let ssh_key_id = emsim
-            .create_ssh_key(SECRET_KEY, PROJECT_ID, "karpenter-rescue", &public)
-            .await?;
+        let (ssh_key_id, private) = register_rescue_key(&emsim).await?;
 
         // Namespaces, CRDs, Secrets.
         let ns: Api<Namespace> = Api::all(client.clone());
@@ -933,6 +913,44 @@ spec:
             p.stop(Duration::from_secs(5));
         }
     }
+}
+
+/// The Talos image of `opts` (made once per work root by talos-sim, then
+/// linked into the stack's work dir), served on `ip`; and its payload's sha256.
+async fn serve_image(
+    opts: &StackOptions,
+    bins: &Binaries,
+    ip: std::net::IpAddr,
+) -> Result<(ImageServer, String)> {
+    let image_path = opts.work_dir.join("metal-amd64.raw.xz");
+    let made = tokio::task::spawn_blocking({
+        let talos_sim = bins.rust("talos-sim");
+        let (version, size) = (opts.talos_version.clone(), opts.image_size.clone());
+        let work_root = work_root(&opts.work_dir);
+        move || cached_image(&talos_sim, &work_root, &version, &size)
+    })
+    .await??;
+    link_or_copy(&made, &image_path)?;
+    let sha256 = image_payload_sha256(&image_path)?;
+    let image = ImageServer::start_on(&image_path, opts.image_bytes_per_second, ip).await?;
+    Ok((image, sha256))
+}
+
+/// A fresh Ed25519 key registered in emsim's IAM as `karpenter-rescue`:
+/// its id, and the private half in OpenSSH form (a secret of the run).
+async fn register_rescue_key(emsim: &EmsimAdmin) -> Result<(String, String)> {
+    let seed: [u8; 32] = rand::random();
+    let key = russh::keys::PrivateKey::from(
+        russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed),
+    );
+    let public = key.public_key().to_openssh()?;
+    let private = key
+        .to_openssh(russh::keys::ssh_key::LineEnding::LF)?
+        .to_string();
+    let id = emsim
+        .create_ssh_key(SECRET_KEY, PROJECT_ID, "karpenter-rescue", &public)
+        .await?;
+    Ok((id, private))
 }
 
 /// emsim's seeded Instance catalog with Talos images of `version` and of

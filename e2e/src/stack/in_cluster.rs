@@ -389,34 +389,8 @@ impl super::Stack {
         )
         .await?;
 
-        let image_path = opts.work_dir.join("metal-amd64.raw.xz");
-        let made = tokio::task::spawn_blocking({
-            let talos_sim = bins.rust("talos-sim");
-            let (version, size) = (opts.talos_version.clone(), opts.image_size.clone());
-            let work_root = super::work_root(&opts.work_dir);
-            move || super::cached_image(&talos_sim, &work_root, &version, &size)
-        })
-        .await??;
-        super::link_or_copy(&made, &image_path)?;
-        let image_payload_sha256 = super::image_payload_sha256(&image_path)?;
-        let image = crate::image::ImageServer::start_on(
-            &image_path,
-            opts.image_bytes_per_second,
-            ic.host_ip,
-        )
-        .await?;
-
-        let seed: [u8; 32] = rand::random();
-        let key = russh::keys::PrivateKey::from(
-            russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed),
-        );
-        let public = key.public_key().to_openssh()?;
-        let private = key
-            .to_openssh(russh::keys::ssh_key::LineEnding::LF)?
-            .to_string();
-        let ssh_key_id = emsim
-            .create_ssh_key(SECRET_KEY, PROJECT_ID, "karpenter-rescue", &public)
-            .await?;
+        let (image, image_payload_sha256) = super::serve_image(&opts, &bins, ic.host_ip).await?;
+        let (ssh_key_id, private) = super::register_rescue_key(&emsim).await?;
 
         // The CRDs, from the karpenter-crd chart.
         ic.helm_install(

@@ -167,19 +167,24 @@ impl Stack {
             .filter(|h| !h.is_empty()))
     }
 
+    /// `/metrics` of the release's one Pod, from the Service port `port`
+    /// (a stack in a cluster).
+    async fn in_cluster_metrics(&self, i: usize, port: &str) -> Result<String> {
+        ensure!(i == 0, "a stack in a cluster has one replica");
+        super::in_cluster::get_through_service(
+            &self.client,
+            super::NAMESPACE,
+            super::in_cluster::RELEASE,
+            port,
+            "/metrics",
+        )
+        .await
+    }
+
     /// The provider's `/metrics` of replica `i`.
     pub async fn provider_metrics(&self, i: usize) -> Result<String> {
         if self.opts.in_cluster.is_some() {
-            // The one Pod of the release, through its Service.
-            ensure!(i == 0, "a stack in a cluster has one replica");
-            return super::in_cluster::get_through_service(
-                &self.client,
-                super::NAMESPACE,
-                super::in_cluster::RELEASE,
-                "http-provider",
-                "/metrics",
-            )
-            .await;
+            return self.in_cluster_metrics(i, "http-provider").await;
         }
         let url = self.replica(i)?.provider_metrics_url()?;
         let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
@@ -190,16 +195,7 @@ impl Stack {
     /// Karpenter core's `/metrics` of replica `i`.
     pub async fn bridge_metrics(&self, i: usize) -> Result<String> {
         if self.opts.in_cluster.is_some() {
-            // The one Pod of the release, through its Service.
-            ensure!(i == 0, "a stack in a cluster has one replica");
-            return super::in_cluster::get_through_service(
-                &self.client,
-                super::NAMESPACE,
-                super::in_cluster::RELEASE,
-                "http-metrics",
-                "/metrics",
-            )
-            .await;
+            return self.in_cluster_metrics(i, "http-metrics").await;
         }
         let url = self.replica(i)?.bridge_metrics_url()?;
         let (status, text) = http_get(&url).await.with_context(|| format!("GET {url}"))?;
