@@ -48,6 +48,21 @@ pub enum FaultSpec {
     ListMissingPage(ListMissingPage),
     ListTotalCount(ListTotalCount),
     OutOfStockAfterPoweron(PoweronMatch),
+    PrivateNetworkAttachError(AttachMatch),
+}
+
+/// Which Elastic Metal attachments end in `error`; absent fields match
+/// anything.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachMatch {
+    /// Private Network id or name (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
 }
 
 /// Which Instance poweron calls a poweron fault applies to; absent fields
@@ -183,6 +198,7 @@ impl FaultSpec {
             FaultSpec::ListMissingPage(l) => l.count,
             FaultSpec::ListTotalCount(l) => l.count,
             FaultSpec::OutOfStockAfterPoweron(p) => p.count,
+            FaultSpec::PrivateNetworkAttachError(a) => a.count,
         }
     }
 
@@ -194,6 +210,7 @@ impl FaultSpec {
             FaultSpec::ListMissingPage(l) => l.count.as_mut(),
             FaultSpec::ListTotalCount(l) => l.count.as_mut(),
             FaultSpec::OutOfStockAfterPoweron(p) => p.count.as_mut(),
+            FaultSpec::PrivateNetworkAttachError(a) => a.count.as_mut(),
         }
     }
 
@@ -203,7 +220,8 @@ impl FaultSpec {
             FaultSpec::Http(_)
             | FaultSpec::ListMissingPage(_)
             | FaultSpec::ListTotalCount(_)
-            | FaultSpec::OutOfStockAfterPoweron(_) => None,
+            | FaultSpec::OutOfStockAfterPoweron(_)
+            | FaultSpec::PrivateNetworkAttachError(_) => None,
             FaultSpec::OutOfStockAfterOrder(m) | FaultSpec::StuckDelivery(m) => {
                 Some((m.offer.as_deref(), m.zone.as_deref()))
             }
@@ -344,6 +362,17 @@ impl Faults {
                 }
             }
             FaultSpec::OutOfStockAfterOrder(_) | FaultSpec::StuckDelivery(_) => {}
+            FaultSpec::PrivateNetworkAttachError(a) => {
+                if let Some(zone) = a.zone.as_deref()
+                    && !zones.contains(&zone)
+                {
+                    return Err(ApiError::invalid(
+                        "zone",
+                        "constraint",
+                        format!("unknown zone {zone}, expected one of {}", zones.join(", ")),
+                    ));
+                }
+            }
             FaultSpec::OutOfStockAfterPoweron(p) => {
                 if let Some(zone) = p.zone.as_deref()
                     && !INSTANCE_ZONES.contains(&zone)
@@ -469,7 +498,8 @@ impl Faults {
                 FaultSpec::Http(_)
                 | FaultSpec::ListMissingPage(_)
                 | FaultSpec::ListTotalCount(_)
-                | FaultSpec::OutOfStockAfterPoweron(_) => {
+                | FaultSpec::OutOfStockAfterPoweron(_)
+                | FaultSpec::PrivateNetworkAttachError(_) => {
                     unreachable!("order faults only")
                 }
             };
@@ -483,7 +513,8 @@ impl Faults {
                 FaultSpec::Http(_)
                 | FaultSpec::ListMissingPage(_)
                 | FaultSpec::ListTotalCount(_)
-                | FaultSpec::OutOfStockAfterPoweron(_) => {}
+                | FaultSpec::OutOfStockAfterPoweron(_)
+                | FaultSpec::PrivateNetworkAttachError(_) => {}
             }
             fired.push(index);
         }
@@ -503,6 +534,27 @@ impl Faults {
                     .as_deref()
                     .is_none_or(|t| t.eq_ignore_ascii_case(commercial_type))
                     && p.zone.as_deref().is_none_or(|z| z == zone)
+            }
+            _ => false,
+        });
+        match index {
+            Some(index) => {
+                self.fire(index);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a `private_network_attach_error` fault fires on an attachment
+    /// of network `pn_id` (named `pn_name`) in `zone` (the oldest matching one).
+    pub fn take_attach(&mut self, pn_id: &str, pn_name: &str, zone: &str) -> bool {
+        let index = self.active.iter().position(|f| match &f.spec {
+            FaultSpec::PrivateNetworkAttachError(a) => {
+                a.private_network
+                    .as_deref()
+                    .is_none_or(|p| p == pn_id || p.eq_ignore_ascii_case(pn_name))
+                    && a.zone.as_deref().is_none_or(|z| z == zone)
             }
             _ => false,
         });

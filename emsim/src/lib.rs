@@ -13,6 +13,7 @@ pub mod events;
 pub mod faults;
 pub mod instance;
 pub mod model;
+pub mod pn;
 pub mod ratelimit;
 pub mod sim;
 pub mod ssh_key;

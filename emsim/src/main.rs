@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use emsim::catalog::Catalog;
 use emsim::instance::InstanceCatalog;
+use emsim::pn::{PnFile, PnTimings};
 use emsim::sim::IpRange;
 use emsim::state::{DEFAULT_PROJECT_ID, DEFAULT_SECRET_KEY};
 use emsim::timings::{Profile, Span, TimingOverrides};
@@ -77,6 +78,18 @@ struct Args {
     /// (`45-75`; default 10).
     #[arg(long, env = "EMSIM_VM_BOOT_SECONDS", value_parser = str::parse::<Span>)]
     vm_boot_seconds: Option<Span>,
+    /// Private Networks (JSON or YAML `{private_networks: [{name, region,
+    /// subnets, ...}]}`) present from the start and after every reset.
+    #[arg(long, env = "EMSIM_PRIVATE_NETWORKS")]
+    private_networks: Option<PathBuf>,
+    /// Simulated seconds an Elastic Metal Private Network attachment stays
+    /// `attaching` (default 10).
+    #[arg(long, env = "EMSIM_PN_ATTACH_SECONDS", default_value_t = PnTimings::default().attach)]
+    pn_attach_seconds: f64,
+    /// Simulated seconds an attachment stays `detaching` before it is gone
+    /// (default 5).
+    #[arg(long, env = "EMSIM_PN_DETACH_SECONDS", default_value_t = PnTimings::default().detach)]
+    pn_detach_seconds: f64,
 }
 
 impl Args {
@@ -111,6 +124,19 @@ async fn main() -> anyhow::Result<()> {
     };
     let instance_types = instance_catalog.types.len();
     let timings = args.timing_overrides();
+    let private_networks = match &args.private_networks {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            PnFile::parse(&text).with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    let pn_timings = PnTimings {
+        attach: args.pn_attach_seconds,
+        detach: args.pn_detach_seconds,
+        ..PnTimings::default()
+    };
     let shown = |span: Option<Span>| span.map_or_else(|| "catalog".into(), |s| s.to_string());
     let state = AppState::new(Config {
         time_scale: args.time_scale,
@@ -124,6 +150,8 @@ async fn main() -> anyhow::Result<()> {
         instance_catalog,
         sim_start: None,
         timings,
+        private_networks,
+        pn_timings,
     })?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

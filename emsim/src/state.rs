@@ -15,6 +15,7 @@ use crate::counters::Counters;
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::instance::{InstanceCatalog, InstanceTimings};
+use crate::pn::{PnSpec, PnTimings, PnWorld};
 use crate::ratelimit::RateLimiter;
 use crate::sim::{IpRange, Timings, World, WorldConfig};
 use crate::timings::TimingOverrides;
@@ -41,6 +42,11 @@ pub struct Config {
     /// Durations replacing the catalogs' (`--timings real`, `--boot-seconds`...);
     /// none by default.
     pub timings: TimingOverrides,
+    /// Private Networks present from the start and after every reset
+    /// (`--private-networks FILE`); none by default.
+    pub private_networks: Vec<PnSpec>,
+    /// Attach, detach and private NIC sync durations.
+    pub pn_timings: PnTimings,
 }
 
 pub const DEFAULT_SECRET_KEY: &str = "11111111-1111-4111-8111-111111111111";
@@ -60,6 +66,8 @@ impl Default for Config {
             instance_catalog: InstanceCatalog::seeded(),
             sim_start: None,
             timings: TimingOverrides::default(),
+            private_networks: Vec::new(),
+            pn_timings: PnTimings::default(),
         }
     }
 }
@@ -110,7 +118,29 @@ impl AppState {
         let wake = Arc::new(Notify::new());
         let mut catalog = config.catalog;
         catalog.apply(&config.timings);
-        let world = World::with_instances(
+        let sim_start = config.sim_start.unwrap_or_else(Utc::now);
+        for (what, s) in [
+            ("attach", config.pn_timings.attach),
+            ("detach", config.pn_timings.detach),
+            ("private NIC sync", config.pn_timings.nic_sync),
+        ] {
+            if !(s.is_finite() && s >= 0.0) {
+                anyhow::bail!("the Private Network {what} time must be a non-negative number");
+            }
+        }
+        let organization_id = config
+            .organization_id
+            .clone()
+            .unwrap_or_else(|| config.project_id.clone());
+        let pn = PnWorld::new(
+            config.private_networks,
+            config.seed,
+            &organization_id,
+            &config.project_id,
+            config.pn_timings,
+            sim_start,
+        )?;
+        let mut world = World::with_instances(
             WorldConfig {
                 seed: config.seed,
                 organization_id: config
@@ -127,8 +157,9 @@ impl AppState {
             config.instance_catalog,
             wake.clone(),
         );
+        world.install_private_networks(pn);
         Ok(Self(Arc::new(Shared {
-            clock: SimClock::new(config.time_scale, config.sim_start.unwrap_or_else(Utc::now)),
+            clock: SimClock::new(config.time_scale, sim_start),
             world: Mutex::new(world),
             counters: Mutex::default(),
             faults: Mutex::new(Faults::new(config.seed)),

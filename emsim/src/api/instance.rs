@@ -146,7 +146,7 @@ pub struct CreateBody {
 }
 
 fn server_body(world: &crate::sim::World, record: &VmRecord) -> serde_json::Value {
-    json!({ "server": world.instance().server_wire(record) })
+    json!({ "server": world.vm_wire(record) })
 }
 
 fn uuid_field(name: &str, value: &str) -> Result<(), ApiError> {
@@ -303,7 +303,7 @@ pub async fn list_servers(
         .servers_in(&zone)
         .into_iter()
         .filter(|s| matches(s, &params, &tags, &ids))
-        .map(|s| instance.server_wire(s))
+        .map(|s| world.vm_wire(s))
         .collect();
     if order == "creation_date_desc" {
         servers.reverse();

@@ -88,7 +88,7 @@ async fn servers(State(state): State<AppState>, params: Params) -> Json<Value> {
         .into_iter()
         .filter(|s| include_deleted || s.deleted_at.is_none())
         .map(|s: &VmRecord| AdminVm {
-            server: instance.server_wire(s),
+            server: world.vm_wire(s),
             address: s.address.to_string(),
             powered_on: s.is_on(),
             pending: s.pending.as_ref(),

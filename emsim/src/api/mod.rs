@@ -3,11 +3,16 @@
 
 mod admin;
 mod baremetal;
+mod baremetal_pn;
 mod block;
 pub mod extract;
 mod iam;
 mod instance;
 mod instance_admin;
+mod instance_pn;
+mod ipam;
+mod pn_admin;
+mod vpc;
 
 use std::time::Instant;
 
@@ -28,6 +33,9 @@ pub const HELD_STATUS: u16 = 0;
 const ZONE: &str = "/baremetal/v1/zones/{zone}";
 const INSTANCE: &str = "/instance/v1/zones/{zone}";
 const BLOCK: &str = "/block/v1/zones/{zone}";
+const BAREMETAL_V3: &str = "/baremetal/v3/zones/{zone}";
+const VPC: &str = "/vpc/v2/regions/{region}";
+const IPAM: &str = "/ipam/v1/regions/{region}";
 
 /// The simulated API endpoints, one entry per method and path template. The
 /// same list names the endpoints for counters and faults.
@@ -142,7 +150,57 @@ fn api_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
         ),
     ];
     routes.extend(instance_routes());
+    routes.extend(private_network_routes());
     routes
+}
+
+fn private_network_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
+    let attachments = format!("{BAREMETAL_V3}/servers/{{server_id}}/private-networks");
+    let nics = format!("{INSTANCE}/servers/{{server_id}}/private_nics");
+    vec![
+        (
+            "GET",
+            format!("{VPC}/private-networks"),
+            get(vpc::list_private_networks),
+        ),
+        (
+            "GET",
+            format!("{VPC}/private-networks/{{private_network_id}}"),
+            get(vpc::get_private_network),
+        ),
+        ("GET", format!("{IPAM}/ips"), get(ipam::list_ips)),
+        ("POST", format!("{IPAM}/ips"), post(ipam::book_ip)),
+        ("GET", format!("{IPAM}/ips/{{ip_id}}"), get(ipam::get_ip)),
+        (
+            "DELETE",
+            format!("{IPAM}/ips/{{ip_id}}"),
+            delete(ipam::release_ip),
+        ),
+        ("POST", attachments.clone(), post(baremetal_pn::attach)),
+        ("PUT", attachments.clone(), put(baremetal_pn::set)),
+        (
+            "DELETE",
+            format!("{attachments}/{{private_network_id}}"),
+            delete(baremetal_pn::detach),
+        ),
+        (
+            "GET",
+            format!("{BAREMETAL_V3}/server-private-networks"),
+            get(baremetal_pn::list),
+        ),
+        ("GET", nics.clone(), get(instance_pn::list)),
+        ("POST", nics.clone(), post(instance_pn::create)),
+        (
+            "GET",
+            format!("{nics}/{{private_nic_id}}"),
+            get(instance_pn::get),
+        ),
+        (
+            "DELETE",
+            format!("{nics}/{{private_nic_id}}"),
+            delete(instance_pn::delete),
+        ),
+    ]
 }
 
 fn instance_routes() -> Vec<(&'static str, String, MethodRouter<AppState>)> {
@@ -272,7 +330,8 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/_emsim/clock", get(admin::clock))
         .route("/_emsim/clock/advance", post(admin::advance_clock))
-        .merge(instance_admin::routes());
+        .merge(instance_admin::routes())
+        .merge(pn_admin::routes());
 
     api.merge(admin).fallback(not_found).with_state(state)
 }

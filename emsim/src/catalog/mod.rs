@@ -150,6 +150,11 @@ struct OfferSpec {
     tags: Vec<String>,
     #[serde(default = "default_true")]
     enable: bool,
+    /// Euros per hour (hourly offer) of the `private_network` option in the
+    /// offer's `options`; the monthly twin's is 730 times that, per month.
+    /// Default 0 (INFERENCE: no recorded price).
+    #[serde(default)]
+    private_network_price_per_hour: f64,
 }
 
 fn default_stock() -> Stock {
@@ -278,7 +283,11 @@ fn expand(spec: &OfferSpec) -> anyhow::Result<Vec<CatalogOffer>> {
             subscription_period: "hourly".into(),
             operation_path: String::new(),
             fee: Money::eur(0.0),
-            options: vec![],
+            options: vec![private_network_option(
+                zone,
+                "hourly",
+                spec.private_network_price_per_hour,
+            )],
             private_bandwidth: spec.bandwidth,
             shared_bandwidth: true,
             tags: spec.tags.clone(),
@@ -302,6 +311,11 @@ fn expand(spec: &OfferSpec) -> anyhow::Result<Vec<CatalogOffer>> {
                 // The monthly commitment is billed one month up front.
                 fee: Money::eur(monthly),
                 monthly_offer_id: None,
+                options: vec![private_network_option(
+                    zone,
+                    "monthly",
+                    spec.private_network_price_per_hour * 730.0,
+                )],
                 ..base.clone()
             };
             out.push(params(base));
@@ -311,6 +325,25 @@ fn expand(spec: &OfferSpec) -> anyhow::Result<Vec<CatalogOffer>> {
         }
     }
     Ok(out)
+}
+
+/// The offer's `private_network` option (`OfferOptionOffer`): available,
+/// not included (`enabled: false`), added with `POST
+/// .../servers/{id}/options/{option_id}`; its id is the zone's option's.
+fn private_network_option(zone: &str, period: &str, price: f64) -> serde_json::Value {
+    let option = extras::options(zone)
+        .into_iter()
+        .find(|o| o.kind.private_network.is_some())
+        .expect("the zone's options include the Private Network");
+    serde_json::json!({
+        "id": option.id,
+        "name": option.name,
+        "enabled": false,
+        "subscription_period": period,
+        "price": Money::eur(price),
+        "manageable": option.manageable,
+        "private_network": option.kind.private_network,
+    })
 }
 
 fn offer_id(zone: &str, name: &str, period: &str) -> String {

@@ -284,7 +284,7 @@ pub struct Server {
     pub maintenances: Vec<String>,
     pub allowed_actions: Vec<&'static str>,
     pub placement_group: Option<Ref>,
-    pub private_nics: Vec<String>,
+    pub private_nics: Vec<crate::pn::PrivateNic>,
     pub zone: String,
     pub filesystems: Vec<String>,
     pub end_of_service: bool,

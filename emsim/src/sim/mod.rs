@@ -7,6 +7,7 @@ mod ips;
 mod server;
 mod ssh_keys;
 mod world_extras;
+mod world_pn;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::events::{Cause, Event, EventKind};
 use crate::faults::{Faults, Order};
 use crate::instance::{InstanceCatalog, InstanceTimings, InstanceWorld};
 use crate::model::{self, RescueServer};
+use crate::pn::{PnTimings, PnWorld};
 use crate::timings::DEFAULT_BOOT;
 
 /// Simulated durations of the quick power transitions, in seconds. From the
@@ -139,6 +141,8 @@ pub struct World {
     wake: Arc<Notify>,
     /// The Instance API's servers, volumes and IPs.
     instance: InstanceWorld,
+    /// Private Networks, IPAM addresses, attachments and private NICs.
+    pn: PnWorld,
 }
 
 impl World {
@@ -160,8 +164,18 @@ impl World {
             &config.project_id,
         );
         instance.timings = config.instance_timings;
+        let pn = PnWorld::new(
+            Vec::new(),
+            config.seed,
+            &config.organization_id,
+            &config.project_id,
+            PnTimings::default(),
+            SimTime::UNIX_EPOCH,
+        )
+        .expect("no seeds to refuse");
         let mut world = Self {
             instance,
+            pn,
             rng: StdRng::seed_from_u64(config.seed),
             ips: IpPool::new(config.ip_range),
             stock: HashMap::new(),
@@ -217,6 +231,7 @@ impl World {
         self.ips = IpPool::new(self.config.ip_range);
         self.restore_catalog_state();
         self.instance.reset();
+        self.pn.reset(now);
     }
 
     // ----- instances -----
@@ -542,6 +557,7 @@ impl World {
             ));
         }
         let delete = self.config.timings.delete;
+        self.pn.server_deleting(now, id);
         let server = self.servers.get_mut(id).expect("checked above");
         server.status = Status::Deleting;
         server.updated_at = now;
@@ -604,6 +620,12 @@ impl World {
             self.fire(&id, at);
         }
         self.instance.advance(now, &mut self.ips);
+        let (servers, vms) = (&self.servers, &self.instance.servers);
+        self.pn.advance(
+            now,
+            |id| servers.contains_key(id),
+            |id| vms.contains_key(id),
+        );
         for server in self.servers.values_mut() {
             if let Some(install) = server.install.as_mut() {
                 let elapsed = (now - install.started_at).as_seconds_f64();
@@ -623,6 +645,7 @@ impl World {
             .values()
             .filter_map(|s| s.pending.as_ref().map(|p| p.at))
             .chain(self.instance.next_deadline())
+            .chain(self.pn.next_deadline())
             .min()
     }
 

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod pn;
+
 use std::time::Duration;
 
 use emsim::catalog::Catalog;
