@@ -87,6 +87,7 @@ async fn private_nics_sync_list_and_delete() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers["x-total-count"], "2");
     assert!(headers["link"].to_str().unwrap().contains("rel=\"last\""));
+    assert_eq!(page["total_count"], 2);
     assert_eq!(page["private_nics"].as_array().unwrap().len(), 1);
     assert_eq!(page["private_nics"][0]["id"], second["private_nic"]["id"]);
     let (_, headers, tagged) = nics(&sim, &vm, "tags=k8s").await;
@@ -181,5 +182,6 @@ async fn private_nic_refusals_and_links() {
     assert_eq!(status, StatusCode::CREATED);
     let (_, headers, page) = nics(&sim, &vm, "").await;
     assert_eq!(headers["x-total-count"], "1");
+    assert_eq!(page["total_count"], 1);
     assert_eq!(page["private_nics"], json!([]));
 }

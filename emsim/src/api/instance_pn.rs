@@ -94,7 +94,9 @@ pub async fn list(
         .collect();
     let (items, total) = page.slice(nics);
     Ok(paged(
-        json!({ "private_nics": items }),
+        // Unlike the servers' list, the SDK reads this one's total from the
+        // body (`ListPrivateNICsResponse` has no header hook), so both carry it.
+        json!({ "private_nics": items, "total_count": total }),
         total,
         page,
         &format!("/servers/{id}/private_nics"),

@@ -192,7 +192,7 @@ impl PnWorld {
         let Some((subnet, address)) = found else {
             // INFERENCE: the real answer to an exhausted subnet is unknown.
             return Err(ApiError::PreconditionFailed {
-                precondition: "resource_exhausted".into(),
+                precondition: "unknown_precondition".into(),
                 help_message: "no address left in the Private Network's subnets".into(),
             });
         };
