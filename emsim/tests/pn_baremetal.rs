@@ -101,6 +101,12 @@ async fn attach_needs_the_option_then_settles_and_detaches() {
 
     let (status, body) = sim.post(&path, json!({"private_network_id": prod})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "twice: {body}");
+    let (status, body) = delete(&sim, &format!("{ZONE_URL}/servers/{id}/options/{option}")).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "the option stays while attached: {body}"
+    );
     let (status, body) = delete(&sim, &format!("{path}/{prod}")).await;
     assert_eq!(
         status,

@@ -182,6 +182,18 @@ impl World {
                 resource_id: option_id.into(),
             });
         }
+        let is_private_network = record
+            .options
+            .iter()
+            .any(|o| o.id == option_id && o.kind.private_network.is_some());
+        if is_private_network && !self.pn.attachments_of(id).is_empty() {
+            // INFERENCE: the real refusal is not recorded; the option cannot
+            // go while the server is on a Private Network.
+            return Err(ApiError::message(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Private Networks are attached to the server",
+            ));
+        }
         let server = self.servers.get_mut(id).expect("checked above");
         server.options.retain(|o| o.id != option_id);
         server.updated_at = now;
