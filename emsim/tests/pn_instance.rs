@@ -66,6 +66,8 @@ async fn private_nics_sync_list_and_delete() {
         StatusCode::BAD_REQUEST,
         "the same network twice: {body}"
     );
+    // The second NIC is newer (the clock only moves by `advance`).
+    advance(&sim, 1.0).await;
     let (_, booked) = book(&sim, &dev, Some("127.81.0.5"), &[]).await;
     let (status, second) = sim
         .post(
