@@ -147,7 +147,7 @@ func TestElasticMetalPrivateNetworksThroughTheSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spn.Status != baremetalv3.ServerPrivateNetworkStatusAttaching || spn.Vlan == nil || len(spn.IpamIPIDs) != 1 {
+	if spn.Status != baremetalv3.ServerPrivateNetworkStatusAttaching || spn.Vlan != nil || len(spn.IpamIPIDs) != 1 {
 		t.Fatalf("attachment %+v", spn)
 	}
 	if _, err := pnAPI.AddServerPrivateNetwork(&baremetalv3.PrivateNetworkAPIAddServerPrivateNetworkRequest{
@@ -166,9 +166,12 @@ func TestElasticMetalPrivateNetworksThroughTheSDK(t *testing.T) {
 		t.Fatalf("settled %+v", settled)
 	}
 	for _, s := range settled {
-		if s.Status != baremetalv3.ServerPrivateNetworkStatusAttached {
-			t.Fatalf("status %s", s.Status)
+		if s.Status != baremetalv3.ServerPrivateNetworkStatusAttached || s.Vlan == nil {
+			t.Fatalf("settled %+v", s)
 		}
+	}
+	if *settled[0].Vlan == *settled[1].Vlan {
+		t.Fatalf("one VLAN for two networks: %d", *settled[0].Vlan)
 	}
 	all, err := pnAPI.ListServerPrivateNetworks(&baremetalv3.PrivateNetworkAPIListServerPrivateNetworksRequest{
 		PageSize: scw.Uint32Ptr(1), OrderBy: baremetalv3.ListServerPrivateNetworksRequestOrderByCreatedAtDesc,

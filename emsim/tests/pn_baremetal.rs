@@ -79,7 +79,7 @@ async fn attach_needs_the_option_then_settles_and_detaches() {
     assert_eq!(spn["status"], "attaching");
     assert_eq!(spn["server_id"], id.as_str());
     assert_eq!(spn["private_network_id"], prod.as_str());
-    let vlan = spn["vlan"].as_u64().expect("a VLAN");
+    assert_eq!(spn["vlan"], json!(null), "no VLAN until attached");
     let ip_id = spn["ipam_ip_ids"][0].as_str().unwrap().to_string();
     let (_, ip) = sim.get(&format!("{IPAM}/ips/{ip_id}")).await;
     assert_eq!(ip["address"], "127.80.0.2/24");
@@ -123,7 +123,7 @@ async fn attach_needs_the_option_then_settles_and_detaches() {
     assert_eq!(list["total_count"], 1);
     let attached = &list["server_private_networks"][0];
     assert_eq!(attached["status"], "attached");
-    assert_eq!(attached["vlan"], vlan);
+    let vlan = attached["vlan"].as_u64().expect("a VLAN once attached");
     assert_ne!(attached["updated_at"], spn["updated_at"]);
 
     let (status, body) = delete(&sim, &format!("{path}/{prod}")).await;
@@ -141,8 +141,10 @@ async fn attach_needs_the_option_then_settles_and_detaches() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // Attached again: the same VLAN.
-    let (_, again) = sim.post(&path, json!({"private_network_id": prod})).await;
-    assert_eq!(again["vlan"], vlan);
+    sim.post(&path, json!({"private_network_id": prod})).await;
+    advance(&sim, 10.0).await;
+    let list = attachments(&sim, &format!("server_id={id}")).await;
+    assert_eq!(list["server_private_networks"][0]["vlan"], vlan);
 }
 
 #[tokio::test]
@@ -315,26 +317,26 @@ async fn set_lists_and_pages() {
         attachments(&sim, "project_id=33333333-3333-4333-8333-333333333333").await["total_count"],
         0
     );
-    // The same network: the same VLAN on both servers; another network another.
-    let vlans: Vec<(String, u64)> = all["server_private_networks"]
+    // VLANs differ on one server and on one network.
+    let vlans: Vec<(String, String, u64)> = all["server_private_networks"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| {
             (
+                s["server_id"].as_str().unwrap().into(),
                 s["private_network_id"].as_str().unwrap().into(),
                 s["vlan"].as_u64().unwrap(),
             )
         })
         .collect();
-    let prod_vlans: Vec<u64> = vlans
-        .iter()
-        .filter(|(p, _)| *p == prod)
-        .map(|(_, v)| *v)
-        .collect();
-    let dev_vlan = vlans.iter().find(|(p, _)| *p == dev).unwrap().1;
-    assert_eq!(prod_vlans[0], prod_vlans[1]);
-    assert_ne!(prod_vlans[0], dev_vlan);
+    for (n, x) in vlans.iter().enumerate() {
+        for y in &vlans[n + 1..] {
+            if x.0 == y.0 || x.1 == y.1 {
+                assert_ne!(x.2, y.2, "{x:?} {y:?}");
+            }
+        }
+    }
 
     // PUT with only `dev`: `prod` detaches.
     let (status, body) = put(
@@ -410,12 +412,13 @@ async fn admin_links_tell_talos_sim_what_to_configure() {
     let sim = start().await;
     let prod = pn_id(&sim, "prod").await;
     let id = em_server(&sim, "node-g", true).await;
-    let (_, spn) = sim
+    let (status, _) = sim
         .post(
             &format!("{V3}/servers/{id}/private-networks"),
             json!({"private_network_id": prod}),
         )
         .await;
+    assert_eq!(status, StatusCode::OK);
     let (_, server) = sim.get(&format!("{ZONE_URL}/servers/{id}")).await;
     let address = server["ips"]
         .as_array()
@@ -442,7 +445,7 @@ async fn admin_links_tell_talos_sim_what_to_configure() {
         assert_eq!(servers[0]["mac_address"], em_mac(&id));
         let link = &servers[0]["links"][0];
         assert_eq!(link["status"], "attaching");
-        assert_eq!(link["vlan"], spn["vlan"]);
+        assert_eq!(link["vlan"], json!(null), "none until attached");
         assert_eq!(link["address"], "127.80.0.2/24");
         assert_eq!(link["subnet"], "127.80.0.0/24");
         assert_eq!(link["subnets"], json!(["127.80.0.0/24"]));
@@ -457,6 +460,16 @@ async fn admin_links_tell_talos_sim_what_to_configure() {
         )
         .await;
     assert_eq!(body["servers"][0]["links"][0]["status"], "attached");
+    let list = attachments(&sim, &format!("server_id={id}")).await;
+    assert_eq!(
+        body["servers"][0]["links"][0]["vlan"],
+        list["server_private_networks"][0]["vlan"]
+    );
+    assert!(
+        list["server_private_networks"][0]["vlan"]
+            .as_u64()
+            .is_some()
+    );
     let (_, records) = sim
         .admin(Method::GET, "/_emsim/private-network-records", None)
         .await;

@@ -102,7 +102,7 @@ async fn networks_are_seeded_through_the_admin_api_until_reset() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert!(body["vlan"].as_u64().is_some());
+    assert_eq!(body["subnets"][0]["subnet"], "127.82.0.0/24");
     let (_, list) = sim.get("/vpc/v2/regions/nl-ams/private-networks").await;
     assert_eq!(list["total_count"], 1);
     for bad in [

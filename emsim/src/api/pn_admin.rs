@@ -29,9 +29,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 fn admin_network(n: &PnRecord) -> Value {
-    let mut value = json!(n.to_wire());
-    value["vlan"] = json!(n.vlan);
-    value
+    json!(n.to_wire())
 }
 
 async fn list_networks(State(state): State<AppState>) -> Json<Value> {
@@ -59,9 +57,9 @@ struct Link {
     private_network_name: String,
     /// Elastic Metal: the attachment's status; Instance: the NIC's state.
     status: &'static str,
-    /// Elastic Metal: the VLAN on the server's NIC.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    vlan: Option<u32>,
+    /// Elastic Metal: the VLAN on the server's NIC (null until attached).
+    #[serde(skip_serializing_if = "is_instance")]
+    vlan: Option<Option<u32>>,
     /// Instance: the private NIC's MAC (Elastic Metal: the server's NIC,
     /// in the server's `mac_address`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,6 +120,10 @@ fn link(
     )
 }
 
+fn is_instance(vlan: &Option<Option<u32>>) -> bool {
+    vlan.is_none()
+}
+
 fn all_links(world: &World) -> Vec<ServerLinks> {
     let pn = world.pn();
     let mut out = Vec::new();
@@ -140,7 +142,7 @@ fn all_links(world: &World) -> Vec<ServerLinks> {
                     private_network_id: a.private_network_id.clone(),
                     private_network_name: name,
                     status: a.status.as_str(),
-                    vlan: Some(a.vlan),
+                    vlan: Some(a.to_wire().vlan),
                     mac_address: None,
                     private_nic_id: None,
                     ipam_ip_id,

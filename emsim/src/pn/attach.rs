@@ -163,6 +163,7 @@ impl PnWorld {
         for ip in &ids {
             self.set_resource(now, ip, Some(server.resource()));
         }
+        let vlan = self.vlan_for(&server.id, &pn);
         let network = &self.networks[&pn];
         let record = AttachmentRecord {
             id: String::new(),
@@ -170,7 +171,7 @@ impl PnWorld {
             server_id: server.id.clone(),
             private_network_id: pn.clone(),
             project_id: network.project_id.clone(),
-            vlan: network.vlan,
+            vlan,
             status: AttachStatus::Attaching,
             created_at: now,
             updated_at: now,

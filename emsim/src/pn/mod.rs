@@ -174,9 +174,6 @@ pub struct PnRecord {
     pub dhcp_enabled: bool,
     pub subnets: Vec<SubnetRecord>,
     pub created_at: SimTime,
-    /// The VLAN id of every Elastic Metal attachment to this network: one per
-    /// network, distinct across networks, kept across detach and attach.
-    pub vlan: u32,
 }
 
 fn derived_id(kind: &str, a: &str, b: &str) -> String {
@@ -186,8 +183,8 @@ fn derived_id(kind: &str, a: &str, b: &str) -> String {
         .to_string()
 }
 
-/// First VLAN id handed out (INFERENCE: real ids are opaque numbers).
-const FIRST_VLAN: u32 = 100;
+/// VLAN ids handed out (INFERENCE: real ids are opaque numbers).
+const VLANS: std::ops::RangeInclusive<u32> = 100..=4094;
 
 pub struct PnWorld {
     seeds: Vec<PnSpec>,
@@ -199,7 +196,9 @@ pub struct PnWorld {
     pub(crate) ips: BTreeMap<String, IpRecord>,
     pub(crate) attachments: BTreeMap<String, AttachmentRecord>,
     pub(crate) nics: BTreeMap<String, NicRecord>,
-    next_vlan: u32,
+    /// The VLAN of each (server, network) pair ever attached, kept across
+    /// detach and re-attach until the server goes.
+    vlans: BTreeMap<(String, String), u32>,
     rng: StdRng,
 }
 
@@ -223,7 +222,7 @@ impl PnWorld {
             ips: BTreeMap::new(),
             attachments: BTreeMap::new(),
             nics: BTreeMap::new(),
-            next_vlan: FIRST_VLAN,
+            vlans: BTreeMap::new(),
             rng: StdRng::seed_from_u64(seed ^ RNG_SALT),
         };
         for spec in &seeds {
@@ -242,7 +241,7 @@ impl PnWorld {
         self.ips.clear();
         self.attachments.clear();
         self.nics.clear();
-        self.next_vlan = FIRST_VLAN;
+        self.vlans.clear();
         self.rng = StdRng::seed_from_u64(self.seed ^ RNG_SALT);
         for spec in self.seeds.clone() {
             self.add_network(spec, now).expect("seeds were checked");
@@ -305,8 +304,6 @@ impl PnWorld {
                 cidr,
             });
         }
-        let vlan = self.next_vlan;
-        self.next_vlan += 1;
         let record = PnRecord {
             vpc_id: spec
                 .vpc_id
@@ -320,9 +317,8 @@ impl PnWorld {
             dhcp_enabled: spec.dhcp_enabled,
             subnets,
             created_at: now,
-            vlan,
         };
-        tracing::info!(private_network_id = %id, name = %record.name, region = %record.region, vlan, "private network added");
+        tracing::info!(private_network_id = %id, name = %record.name, region = %record.region, "private network added");
         Ok(self.networks.entry(id).or_insert(record))
     }
 
@@ -377,6 +373,28 @@ impl PnWorld {
         for id in gone {
             self.drop_nic(&id, now);
         }
+        self.vlans.retain(|(server, _), _| live_em(server));
+    }
+
+    /// The VLAN of `server` on network `pn`: the one it had, or the lowest
+    /// id used neither by the server's other networks nor by the network's
+    /// other servers (so it is unique on the server and on the network).
+    pub(crate) fn vlan_for(&mut self, server: &str, pn: &str) -> u32 {
+        let key = (server.to_string(), pn.to_string());
+        if let Some(vlan) = self.vlans.get(&key) {
+            return *vlan;
+        }
+        let taken: std::collections::BTreeSet<u32> = self
+            .vlans
+            .iter()
+            .filter(|((s, p), _)| s == server || p == pn)
+            .map(|(_, v)| *v)
+            .collect();
+        let vlan = VLANS.clone().find(|v| !taken.contains(v)).expect(
+            "a server joins at most 8 networks; a network has fewer than 3995 servers here",
+        );
+        self.vlans.insert(key, vlan);
+        vlan
     }
 }
 

@@ -73,9 +73,6 @@ fn seeds_are_checked_and_ids_stable() {
     let b = world();
     assert_eq!(pn_id(&a, "prod"), pn_id(&b, "prod"));
     assert_ne!(pn_id(&a, "prod"), pn_id(&a, "dev"));
-    let vlans: Vec<u32> = a.networks().map(|n| n.vlan).collect();
-    assert_eq!(vlans.len(), 2);
-    assert_ne!(vlans[0], vlans[1]);
     let overlapping = vec![spec("a", "127.80.0.0/24"), spec("b", "127.80.0.0/25")];
     assert!(PnWorld::new(overlapping, 0, PROJECT, PROJECT, PnTimings::default(), t0()).is_err());
     let mut bad = spec("x", "127.82.0.0/24");
@@ -250,4 +247,41 @@ fn reset_keeps_the_seeds_only() {
     w.reset(t0());
     assert_eq!(w.networks().count(), 2);
     assert_eq!(pn_id(&w, "prod"), before);
+}
+
+#[test]
+fn vlans_are_unique_per_server_and_per_network_and_stable() {
+    let mut w = world();
+    let (prod, dev) = (pn_id(&w, "prod"), pn_id(&w, "dev"));
+    let attach = |w: &mut PnWorld, id: &str, pn: &str| {
+        let req = AttachRequest {
+            private_network_id: pn.into(),
+            ipam_ip_ids: vec![],
+            fails: false,
+        };
+        w.attach(t0(), &server(id), req).unwrap().vlan
+    };
+    let a_prod = attach(&mut w, "a", &prod);
+    let a_dev = attach(&mut w, "a", &dev);
+    let b_prod = attach(&mut w, "b", &prod);
+    let b_dev = attach(&mut w, "b", &dev);
+    assert_ne!(a_prod, a_dev, "two networks of one server");
+    assert_ne!(a_prod, b_prod, "two servers of one network");
+    assert_ne!(b_prod, b_dev);
+    assert_ne!(a_dev, b_dev);
+    w.advance(t0() + secs(10.0), |_| true, |_| true);
+    assert_eq!(w.attachments_of("a")[0].to_wire().vlan, Some(a_prod));
+    w.detach(t0() + secs(10.0), "a", &prod).unwrap();
+    w.advance(t0() + secs(20.0), |_| true, |_| true);
+    assert_eq!(attach(&mut w, "a", &prod), a_prod, "kept across re-attach");
+    // Null while attaching.
+    assert_eq!(
+        w.attachments_of("a")
+            .iter()
+            .find(|x| x.private_network_id == prod)
+            .unwrap()
+            .to_wire()
+            .vlan,
+        None
+    );
 }

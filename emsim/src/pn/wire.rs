@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{AttachmentRecord, IpRecord, NicRecord, PnRecord};
+use super::{AttachStatus, AttachmentRecord, IpRecord, NicRecord, PnRecord};
 use crate::clock::format_time;
 use crate::instance::wire::instance_time;
 
@@ -155,7 +155,13 @@ impl AttachmentRecord {
             project_id: self.project_id.clone(),
             server_id: self.server_id.clone(),
             private_network_id: self.private_network_id.clone(),
-            vlan: Some(self.vlan),
+            // Null until attached (the SDK's `Vlan *uint32`): a client must
+            // not configure a VLAN the switch does not carry yet.
+            vlan: matches!(
+                self.status,
+                AttachStatus::Attached | AttachStatus::Detaching
+            )
+            .then_some(self.vlan),
             status: self.status.as_str(),
             created_at: format_time(self.created_at),
             updated_at: format_time(self.updated_at),
