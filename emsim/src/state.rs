@@ -139,6 +139,7 @@ impl AppState {
             &config.project_id,
             config.pn_timings,
             sim_start,
+            Some(config.ip_range.cidr()),
         )?;
         let mut world = World::with_instances(
             WorldConfig {

@@ -109,6 +109,7 @@ async fn networks_are_seeded_through_the_admin_api_until_reset() {
         json!({"name": "y", "region": "nl-ams", "subnets": ["127.82.0.0/25"]}),
         json!({"name": "y", "region": "nl-ams", "subnets": ["127.83.0.1/24"]}),
         json!({"name": "y", "region": "mars", "subnets": ["127.84.0.0/24"]}),
+        json!({"name": "y", "region": "nl-ams", "subnets": ["127.77.0.0/24"]}),
         json!({"name": "y", "region": "nl-ams", "subnets": []}),
         json!({"name": "y", "region": "nl-ams", "subnets": ["127.85.0.0/24"], "colour": 1}),
     ] {

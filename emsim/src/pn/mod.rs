@@ -200,10 +200,14 @@ pub struct PnWorld {
     /// detach and re-attach until the server goes.
     vlans: BTreeMap<(String, String), u32>,
     rng: StdRng,
+    /// The servers' public addresses (`--ip-range`): no subnet may overlap
+    /// it, or a private address could be a server's public one.
+    public: Option<Cidr>,
 }
 
 impl PnWorld {
-    /// Checks the seeds; `now` dates the seeded networks.
+    /// Checks the seeds; `now` dates the seeded networks; `public` is the
+    /// servers' address range, which no subnet may overlap.
     pub fn new(
         seeds: Vec<PnSpec>,
         seed: u64,
@@ -211,6 +215,7 @@ impl PnWorld {
         project: &str,
         timings: PnTimings,
         now: SimTime,
+        public: Option<(Ipv4Addr, u8)>,
     ) -> anyhow::Result<Self> {
         let mut world = Self {
             seeds: Vec::new(),
@@ -224,6 +229,7 @@ impl PnWorld {
             nics: BTreeMap::new(),
             vlans: BTreeMap::new(),
             rng: StdRng::seed_from_u64(seed ^ RNG_SALT),
+            public: public.map(|(network, prefix)| Cidr { network, prefix }),
         };
         for spec in &seeds {
             world
@@ -298,6 +304,13 @@ impl PnWorld {
                 });
             if overlaps {
                 return Err(format!("subnet {cidr} overlaps another network's"));
+            }
+            if let Some(public) = self.public
+                && (public.contains(cidr.network) || cidr.contains(public.network))
+            {
+                return Err(format!(
+                    "subnet {cidr} overlaps the servers' public range {public}"
+                ));
             }
             subnets.push(SubnetRecord {
                 id: derived_id("subnet", &id, &cidr.to_string()),

@@ -28,6 +28,7 @@ fn world() -> PnWorld {
         PROJECT,
         PnTimings::default(),
         t0(),
+        Some(("127.77.0.0".parse().unwrap(), 16)),
     )
     .unwrap()
 }
@@ -74,10 +75,32 @@ fn seeds_are_checked_and_ids_stable() {
     assert_eq!(pn_id(&a, "prod"), pn_id(&b, "prod"));
     assert_ne!(pn_id(&a, "prod"), pn_id(&a, "dev"));
     let overlapping = vec![spec("a", "127.80.0.0/24"), spec("b", "127.80.0.0/25")];
-    assert!(PnWorld::new(overlapping, 0, PROJECT, PROJECT, PnTimings::default(), t0()).is_err());
+    assert!(
+        PnWorld::new(
+            overlapping,
+            0,
+            PROJECT,
+            PROJECT,
+            PnTimings::default(),
+            t0(),
+            None
+        )
+        .is_err()
+    );
     let mut bad = spec("x", "127.82.0.0/24");
     bad.region = "us-east".into();
-    assert!(PnWorld::new(vec![bad], 0, PROJECT, PROJECT, PnTimings::default(), t0()).is_err());
+    assert!(
+        PnWorld::new(
+            vec![bad],
+            0,
+            PROJECT,
+            PROJECT,
+            PnTimings::default(),
+            t0(),
+            None
+        )
+        .is_err()
+    );
 }
 
 #[test]
@@ -244,6 +267,11 @@ fn reset_keeps_the_seeds_only() {
     let mut w = world();
     let before = pn_id(&w, "prod");
     w.add_network(spec("extra", "127.90.0.0/24"), t0()).unwrap();
+    assert!(
+        w.add_network(spec("public", "127.77.5.0/24"), t0())
+            .is_err(),
+        "inside the servers' public range"
+    );
     w.reset(t0());
     assert_eq!(w.networks().count(), 2);
     assert_eq!(pn_id(&w, "prod"), before);

@@ -16,6 +16,11 @@ pub struct IpRange {
 }
 
 impl IpRange {
+    /// Network address and prefix length.
+    pub fn cidr(&self) -> (Ipv4Addr, u8) {
+        (Ipv4Addr::from(self.network), self.prefix)
+    }
+
     /// First and last host handed out.
     fn hosts(&self) -> (u32, u32) {
         let size = 1u64 << (32 - u32::from(self.prefix));

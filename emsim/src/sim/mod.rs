@@ -171,6 +171,7 @@ impl World {
             &config.project_id,
             PnTimings::default(),
             SimTime::UNIX_EPOCH,
+            Some(config.ip_range.cidr()),
         )
         .expect("no seeds to refuse");
         let mut world = Self {
