@@ -313,3 +313,28 @@ fn vlans_are_unique_per_server_and_per_network_and_stable() {
         None
     );
 }
+
+#[test]
+fn the_seed_file_parses_and_refuses_unknown_fields() {
+    let specs = PnFile::parse(
+        "private_networks:\n  - name: prod\n    region: fr-par\n    subnets: [127.80.0.0/24]\n    tags: [k8s]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        specs,
+        vec![spec("prod", "127.80.0.0/24")]
+            .into_iter()
+            .map(|mut s| {
+                s.tags = vec!["k8s".into()];
+                s
+            })
+            .collect::<Vec<_>>()
+    );
+    assert!(specs[0].dhcp_enabled);
+    assert!(
+        PnFile::parse(
+            "private_networks:\n  - name: x\n    region: fr-par\n    subnets: []\n    colour: red\n"
+        )
+        .is_err()
+    );
+}
