@@ -112,6 +112,10 @@ pub enum Api {
     Iam,
     Instance,
     Block,
+    /// VPC v2 (Private Networks), regional.
+    Vpc,
+    /// IPAM v1 (private addresses), regional.
+    Ipam,
 }
 
 /// How long a call may wait for its turn when the client is paced.
@@ -231,6 +235,10 @@ pub(super) enum Paging {
     /// Instance: `per_page`, no `total_count` in the body, only the
     /// `X-Total-Count` header.
     HeaderTotal,
+    /// Instance lists whose SDK response type carries a `total_count`
+    /// (`private_nics`): `per_page`, the body's `total_count` or else the
+    /// `X-Total-Count` header; both present and different is inconsistent.
+    BodyOrHeaderTotal,
 }
 
 impl ScalewayClient {
@@ -455,7 +463,7 @@ impl ScalewayClient {
         let path = req.path;
         let size_param = match paging {
             Paging::BodyTotal => "page_size",
-            Paging::HeaderTotal => "per_page",
+            Paging::HeaderTotal | Paging::BodyOrHeaderTotal => "per_page",
         };
         let mut items: Vec<T> = Vec::new();
         let mut expected: Option<u64> = None;
@@ -474,6 +482,24 @@ impl ScalewayClient {
                     .ok_or_else(|| inconsistent(path, "answer without total_count"))?,
                 Paging::HeaderTotal => header_total(&reply.headers)
                     .ok_or_else(|| inconsistent(path, "answer without X-Total-Count"))?,
+                Paging::BodyOrHeaderTotal => {
+                    let body_total = body.get("total_count").and_then(Value::as_u64);
+                    match (body_total, header_total(&reply.headers)) {
+                        (Some(b), Some(h)) if b != h => {
+                            return Err(inconsistent(
+                                path,
+                                "total_count and X-Total-Count disagree",
+                            ));
+                        }
+                        (Some(t), _) | (None, Some(t)) => t,
+                        (None, None) => {
+                            return Err(inconsistent(
+                                path,
+                                "answer without total_count or X-Total-Count",
+                            ));
+                        }
+                    }
+                }
             };
             if *expected.get_or_insert(total) != total {
                 return Err(inconsistent(path, "the total changed while paging"));

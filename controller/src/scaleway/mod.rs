@@ -1,5 +1,7 @@
 //! The Scaleway APIs this provider calls: Elastic Metal and IAM here, the
-//! Instance and Block APIs in [`instance`]. For each, the domain model of the
+//! Instance and Block APIs in [`instance`], the Private Network surface
+//! (VPC, IPAM, Elastic Metal attachments, Instance private NICs) in
+//! [`private_network`]. For each, the domain model of the
 //! calls made, the narrow trait that the real client, the unit-test fake and
 //! (over HTTP) emsim all satisfy, and the error classification every caller
 //! matches on. One [`ScalewayClient`] implements every trait on the shared
@@ -16,6 +18,7 @@ mod http;
 pub mod instance;
 mod model;
 pub mod pacer;
+pub mod private_network;
 pub mod telemetry;
 
 pub use errors::classify;

@@ -2,7 +2,17 @@
 //! sends them (`facts/scaleway-api.md`). Unknown fields are ignored so that new
 //! API fields never break decoding.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A field the API may send as `null` (Go's nil slices and maps) decoded as
+/// its default: `#[serde(default, deserialize_with = "...nullable")]`.
+pub(crate) fn nullable<'de, D, T>(de: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(de)?.unwrap_or_default())
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -171,9 +181,19 @@ pub struct Offer {
     pub tags: Vec<String>,
     #[serde(default)]
     pub zone: String,
+    /// The options this offer can be sold with (private network, public
+    /// bandwidth, licenses...), each with its price.
+    #[serde(default, deserialize_with = "nullable")]
+    pub options: Vec<OfferOption>,
 }
 
 impl Offer {
+    /// The option that gives a server of this offer access to Private
+    /// Networks (the one carrying a `private_network` field).
+    pub fn private_network_option(&self) -> Option<&OfferOption> {
+        self.options.iter().find(|o| o.private_network.is_some())
+    }
+
     /// A monthly offer (the "twin" of an hourly one): `price_per_hour` is
     /// null and the first month is paid up front as `fee`.
     pub fn is_monthly(&self) -> bool {
@@ -251,4 +271,76 @@ pub struct SshKey {
     pub project_id: String,
     #[serde(default)]
     pub disabled: bool,
+}
+
+/// `{bandwidth_in_bps}` of a `private_network` option.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PrivateNetworkOption {
+    #[serde(default)]
+    pub bandwidth_in_bps: u64,
+}
+
+/// One entry of `Offer.options` (`OfferOptionOffer`): an option the offer can
+/// be sold with. Exactly one kind field is set; only `private_network` is
+/// read here, the others (`license`, `public_bandwidth`, `remote_access`,
+/// `certification`) are ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfferOption {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    /// Included in the offer by default (no need to add it).
+    #[serde(default)]
+    pub enabled: bool,
+    /// `hourly`, `monthly` or `unknown_subscription_period`.
+    #[serde(default)]
+    pub subscription_period: String,
+    #[serde(default)]
+    pub price: Option<Money>,
+    /// May be added to or removed from a server.
+    #[serde(default)]
+    pub manageable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<PrivateNetworkOption>,
+}
+
+/// Status of an option on a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OptionStatus {
+    #[default]
+    OptionStatusUnknown,
+    OptionStatusEnable,
+    OptionStatusEnabling,
+    OptionStatusDisabling,
+    OptionStatusError,
+    /// A status this client does not know yet.
+    #[serde(other)]
+    Other,
+}
+
+/// One entry of `Server.options` (`ServerOption`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerOption {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub status: OptionStatus,
+    #[serde(default)]
+    pub manageable: bool,
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<PrivateNetworkOption>,
+}
+
+impl ServerOption {
+    /// The option is on (or being turned on): nothing to add.
+    pub fn is_on(&self) -> bool {
+        matches!(
+            self.status,
+            OptionStatus::OptionStatusEnable | OptionStatus::OptionStatusEnabling
+        )
+    }
 }

@@ -113,6 +113,8 @@ impl Api {
             Api::Iam => "iam",
             Api::Instance => "instance",
             Api::Block => "block",
+            Api::Vpc => "vpc",
+            Api::Ipam => "ipam",
         }
     }
 }
