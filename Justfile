@@ -53,7 +53,7 @@ talos-config:
 # Regenerate the renderer's base configs (one per supported Talos minor; throwaway
 # secrets; install/driver_tests.rs names the v1.13 file's cluster.token id)
 talos-testdata: talos-config
-    for v in v1.11 v1.12 v1.13; do \
+    for v in v1.11 v1.12 v1.13 v1.14; do \
         { echo "# talos-config gen -cluster-name demo -endpoint https://10.0.0.1:6443 -talos-version $v -kubernetes-version 1.35.0"; \
           echo "# (Talos machinery's generate package, what \`talosctl gen config\` runs): throwaway secrets, test data only."; \
           {{cache}}/bin/talos-config gen -cluster-name demo -endpoint https://10.0.0.1:6443 -talos-version $v -kubernetes-version 1.35.0; \

@@ -16,7 +16,7 @@
 // validator, because an older Talos refuses documents that newer machinery
 // accepts (1.11: `"HostnameConfig" "v1alpha1": not registered`; 1.12 the
 // network kinds 1.13 added, e.g. `"KubeSpanConfig" "v1alpha1": not
-// registered`).
+// registered`; 1.13 the kinds 1.14 added, e.g. `"SysctlConfig"`).
 //
 // Exit status: 0 valid (warnings, if any, on stdout, one per line); 1 invalid;
 // 2 the config does not load; 3 usage or I/O error. On 1 and 2, stderr holds
