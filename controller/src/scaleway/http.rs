@@ -238,7 +238,7 @@ pub(super) enum Paging {
     /// Instance lists whose SDK response type carries a `total_count`
     /// (`private_nics`): `per_page`, the body's `total_count` or else the
     /// `X-Total-Count` header; both present and different is inconsistent.
-    BodyOrHeaderTotal,
+    BodyOrHeader,
 }
 
 impl ScalewayClient {
@@ -463,7 +463,7 @@ impl ScalewayClient {
         let path = req.path;
         let size_param = match paging {
             Paging::BodyTotal => "page_size",
-            Paging::HeaderTotal | Paging::BodyOrHeaderTotal => "per_page",
+            Paging::HeaderTotal | Paging::BodyOrHeader => "per_page",
         };
         let mut items: Vec<T> = Vec::new();
         let mut expected: Option<u64> = None;
@@ -482,7 +482,7 @@ impl ScalewayClient {
                     .ok_or_else(|| inconsistent(path, "answer without total_count"))?,
                 Paging::HeaderTotal => header_total(&reply.headers)
                     .ok_or_else(|| inconsistent(path, "answer without X-Total-Count"))?,
-                Paging::BodyOrHeaderTotal => {
+                Paging::BodyOrHeader => {
                     let body_total = body.get("total_count").and_then(Value::as_u64);
                     match (body_total, header_total(&reply.headers)) {
                         (Some(b), Some(h)) if b != h => {

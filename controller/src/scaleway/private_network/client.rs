@@ -357,7 +357,7 @@ impl InstancePrivateNics for ScalewayClient {
             &path,
         );
         let nics: Vec<PrivateNic> = self
-            .list_all(req, Paging::BodyOrHeaderTotal, "private_nics")
+            .list_all(req, Paging::BodyOrHeader, "private_nics")
             .await?;
         // A NIC of another server would be attached to the wrong node.
         Ok(nics

@@ -468,9 +468,11 @@ async fn detach_deletes_and_a_404_is_already_gone() {
     c.detach_private_network(ZONE, "srv", "pn-1").await.unwrap();
 }
 
+type Check = fn(&ApiError) -> bool;
+
 #[tokio::test]
 async fn a_detach_refused_is_reported_by_class() {
-    let cases: Vec<(u16, Value, fn(&ApiError) -> bool)> = vec![
+    let cases: Vec<(u16, Value, Check)> = vec![
         (
             409,
             json!({"type": "transient_state", "message": "resource is in a transient state",

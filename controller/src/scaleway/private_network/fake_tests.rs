@@ -253,7 +253,7 @@ async fn detaching_releases_the_address_ipam_gave_and_keeps_a_booked_one() {
         .attach_private_network(ZONE, "srv", &pn.id, std::slice::from_ref(&booked.id))
         .await
         .unwrap();
-    assert_eq!(a.ipam_ip_ids, [booked.id.clone()]);
+    assert_eq!(a.ipam_ip_ids, std::slice::from_ref(&booked.id));
     let auto = fake
         .attach_private_network(ZONE, "srv", &other.id, &[])
         .await
@@ -372,7 +372,7 @@ async fn a_private_nic_syncs_then_is_available_with_its_mac_and_address() {
     assert_eq!(resource.kind, IpResourceType::InstancePrivateNic);
     assert_eq!(
         fake.list_private_nics(ZONE, "vm").await.unwrap(),
-        [nic.clone()]
+        std::slice::from_ref(&nic)
     );
 
     fake.delete_private_nic(ZONE, "vm", &nic.id).await.unwrap();
