@@ -17,6 +17,11 @@
 //! With `--nodeclass-file`, `--base-config-file` and `--nodeclaim-file` it
 //! reads no cluster at all: CI renders configs this way and validates them
 //! with Talos' machinery (talos-sim/conformance).
+//!
+//! A node's Private Network link is known only once its server is attached
+//! (the VLAN id or the private NIC's MAC, the IPAM address): `--private-vlan`
+//! or `--private-mac`, with `--private-address` and `--private-subnet`, say
+//! which link to render.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,7 +44,7 @@ use crate::provider::nodeclaim::{self, NodeClaimView};
 use crate::provider::vm::{self, VmPlacement};
 use crate::provider::{ClassSecrets, MachineId, Placement, install_spec, parse_machine_id};
 use crate::scaleway::instance::USER_DATA_KEY;
-use crate::talos::render_machine_config;
+use crate::talos::{PrivateLink, render_machine_config};
 
 /// A locally administered, unicast MAC: obviously not a real NIC's.
 pub const PLACEHOLDER_MAC: &str = "02:00:00:00:00:01";
@@ -71,6 +76,7 @@ impl NodeClassKind {
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("claim").required(true).args(["nodeclaim", "nodeclaim_file"])))]
 #[command(group(ArgGroup::new("class").required(true).args(["nodeclass", "nodeclass_file"])))]
+#[command(group(ArgGroup::new("private_link").args(["private_vlan", "private_mac"])))]
 pub struct RenderConfigArgs {
     /// The NodeClass (ScalewayElasticMetalNodeClass or
     /// ScalewayInstanceNodeClass, see `--kind`) whose base machine config and
@@ -117,6 +123,49 @@ pub struct RenderConfigArgs {
     /// Print secrets (machine and cluster keys and tokens) instead of `<redacted>`.
     #[arg(long)]
     pub show_secrets: bool,
+    /// Renders a Private Network link on the primary NIC: the VLAN id of the
+    /// server's attachment (Elastic Metal only).
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u32).range(1..=4094), conflicts_with = "private_mac")]
+    pub private_vlan: Option<u32>,
+    /// Renders a Private Network link on a private NIC of this MAC address
+    /// (Instance only).
+    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    pub private_mac: Option<String>,
+    /// The node's private address with the subnet's prefix length (e.g.
+    /// 172.16.0.7/22). Default: DHCP on the private link.
+    #[arg(long, value_name = "CIDR", requires = "private_link")]
+    pub private_address: Option<String>,
+    /// A subnet of the Private Network (repeatable): the kubelet's node IP is
+    /// taken from them unless `--public-node-ip`.
+    #[arg(long, value_name = "CIDR", requires = "private_link")]
+    pub private_subnet: Vec<String>,
+    /// Keep the public address as the Node's InternalIP (the NodeClass's
+    /// `privateNetwork.nodeIP: Public`).
+    #[arg(long, requires = "private_link")]
+    pub public_node_ip: bool,
+}
+
+impl RenderConfigArgs {
+    /// The Private Network link the flags describe, if any, for a node of `kind`.
+    pub fn private_link(&self, kind: ClassKind) -> Result<Option<PrivateLink>, String> {
+        match (kind, &self.private_vlan, &self.private_mac) {
+            (_, None, None) => return Ok(None),
+            (ClassKind::ElasticMetal, _, Some(_)) => {
+                return Err("--private-mac applies to Instances only: an Elastic Metal server reaches a Private Network through a VLAN on its NIC (--private-vlan)".into());
+            }
+            (ClassKind::Instance, Some(_), _) => {
+                return Err("--private-vlan applies to Elastic Metal only: an Instance reaches a Private Network through a private NIC of its own (--private-mac)".into());
+            }
+            _ => {}
+        }
+        Ok(Some(PrivateLink {
+            vlan: self.private_vlan,
+            mac: self.private_mac.clone(),
+            address: self.private_address.clone(),
+            subnets: self.private_subnet.clone(),
+            internal_ip: !self.public_node_ip,
+        }))
+    }
 }
 
 fn parse_disk(text: &str) -> Result<String, String> {
@@ -173,6 +222,8 @@ pub struct RenderRequest<'a> {
     pub zone: Option<&'a str>,
     pub disk: Option<&'a str>,
     pub mac: &'a str,
+    /// The node's Private Network link (`--private-vlan`).
+    pub private_link: Option<&'a PrivateLink>,
     pub show_secrets: bool,
 }
 
@@ -185,6 +236,8 @@ pub struct VmRenderRequest<'a> {
     /// The commercial type (`--offer`).
     pub commercial_type: Option<&'a str>,
     pub zone: Option<&'a str>,
+    /// The node's Private Network link (`--private-mac`).
+    pub private_link: Option<&'a PrivateLink>,
     pub show_secrets: bool,
 }
 
@@ -357,12 +410,14 @@ pub fn render(req: &RenderRequest<'_>) -> Result<String, RenderConfigError> {
     )
     .map_err(RenderConfigError::NodeClass)?;
     let disk = resolve_disk(req, &view, &offer);
-    let settings = install::node_settings(&spec, &disk, req.mac);
+    let mut settings = install::node_settings(&spec, &disk, req.mac);
+    settings.private_network = req.private_link.cloned();
     let config = render_machine_config(spec.base_machine_config.expose(), &settings)?;
-    let first = format!(
+    let mut first = format!(
         "# Machine config of NodeClaim {} ({} in {}, disk /dev/{disk}, primary NIC {}).\n",
         view.name, placement.offer_name, placement.zone, req.mac
     );
+    describe_private_link(&mut first, req.private_link);
     finish(first, launched.is_some(), &config, req.show_secrets)
 }
 
@@ -384,23 +439,45 @@ pub fn render_vm(req: &VmRenderRequest<'_>) -> Result<String, RenderConfigError>
         // The type's hardware is not read here; the header says so.
         kubelet_reservations: None,
     };
-    let settings = vm::node_settings(
+    let mut settings = vm::node_settings(
         &view,
         req.class,
         &placement,
         &Secret::new(PLACEHOLDER_TOKEN),
     );
+    settings.private_network = req.private_link.cloned();
     let config = render_machine_config(req.base_config.expose(), &settings)?;
     let mut first = format!(
         "# Machine config of NodeClaim {} (Instance {} in {}), as the VM reads it from its user data key {USER_DATA_KEY}.\n",
         view.name, commercial_type, placement.zone
     );
+    describe_private_link(&mut first, req.private_link);
     if req.class.public_ip == PublicIpMode::None {
         first.push_str(
             "# publicIp: none: Talos' scaleway platform runs no DHCP without a public IPv4, so the network must come from the NodeClass's patches.\n",
         );
     }
     finish(first, launched.is_some(), &config, req.show_secrets)
+}
+
+/// One header line naming the Private Network link rendered, if any.
+fn describe_private_link(out: &mut String, link: Option<&PrivateLink>) {
+    let Some(link) = link else {
+        return;
+    };
+    let address = link.address.as_deref().unwrap_or("DHCP");
+    let node_ip = if link.internal_ip {
+        format!(
+            "private (kubelet nodeIP.validSubnets {})",
+            link.subnets.join(", ")
+        )
+    } else {
+        "public".to_string()
+    };
+    out.push_str(&format!(
+        "# Private Network link {} ({address}); the Node's InternalIP: {node_ip}.\n",
+        link.link_name()
+    ));
 }
 
 /// The header (what is a placeholder, what is not shown) and the config,
@@ -450,7 +527,16 @@ const SECRET_PATHS: &[&[&str]] = &[
 
 /// Maps whose keys are user data (label names, file paths), not field names:
 /// a label called `token` is not a secret.
-const FREE_FORM_MAPS: &[&str] = &["nodeLabels", "nodeAnnotations", "nodeTaints", "extraArgs"];
+/// (`labels`, `annotations`, `taints`: Talos 1.14's `KubeNodeConfig`.)
+const FREE_FORM_MAPS: &[&str] = &[
+    "nodeLabels",
+    "nodeAnnotations",
+    "nodeTaints",
+    "extraArgs",
+    "labels",
+    "annotations",
+    "taints",
+];
 
 /// A field name that holds key material or a credential wherever it appears
 /// (Talos documents and user patches alike). A bare `key` is only secret next
@@ -682,6 +768,7 @@ pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
             "--disk and --mac apply to Elastic Metal only: a VM runs the image it was created from and has one NIC (eth0)"
         );
     }
+    let private_link = args.private_link(kind).map_err(anyhow::Error::msg)?;
     let name = args.nodeclass.as_deref();
     let class = match kind {
         ClassKind::ElasticMetal => {
@@ -739,6 +826,7 @@ pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
             zone: args.zone.as_deref(),
             disk: args.disk.as_deref(),
             mac: &args.mac,
+            private_link: private_link.as_ref(),
             show_secrets: args.show_secrets,
         })?,
         Class::Instance(c) => render_vm(&VmRenderRequest {
@@ -747,6 +835,7 @@ pub async fn run(args: RenderConfigArgs) -> anyhow::Result<()> {
             base_config: base,
             commercial_type: args.offer.as_deref(),
             zone: args.zone.as_deref(),
+            private_link: private_link.as_ref(),
             show_secrets: args.show_secrets,
         })?,
     };

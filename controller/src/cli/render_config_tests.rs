@@ -95,6 +95,7 @@ fn request<'a>(claim: &'a Value, class: &'a NodeClassSpec, base: &str) -> Render
         zone: None,
         disk: None,
         mac: PLACEHOLDER_MAC,
+        private_link: None,
         show_secrets: false,
     }
 }
@@ -473,6 +474,7 @@ fn vm_request<'a>(
         base_config: Secret::new(base),
         commercial_type: None,
         zone: None,
+        private_link: None,
         show_secrets: false,
     }
 }
@@ -735,3 +737,6 @@ fn the_kind_flag_is_parsed() {
     assert_eq!(args.kind, None);
     assert!(parse_args(&["--nodeclass", "vms", "--nodeclaim", "x", "--kind", "vm"]).is_err());
 }
+
+#[path = "render_config_pn_tests.rs"]
+mod private_network;

@@ -712,5 +712,7 @@ pub fn node_settings(spec: &InstallSpec, disk: &str, mac: &str) -> NodeSettings 
         patches: spec.machine_config_patches.clone(),
         bootstrap_token: spec.bootstrap_token.expose().to_string(),
         kubelet_reservations: spec.kubelet_reservations,
+        // Wired by the Private Network provider work (issue 27).
+        private_network: None,
     }
 }

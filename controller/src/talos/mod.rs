@@ -4,11 +4,15 @@
 //! The trait and the renderer import no gRPC types; `grpc` is the tonic adapter.
 
 mod grpc;
+mod private_network;
 pub mod render;
 pub mod yaml;
 
 pub use grpc::GrpcTalos;
-pub use render::{NodeSettings, PRIMARY_LINK_ALIAS, RenderError, Taint, render_machine_config};
+pub use private_network::PRIVATE_LINK_ALIAS;
+pub use render::{
+    NodeSettings, PRIMARY_LINK_ALIAS, PrivateLink, RenderError, Taint, render_machine_config,
+};
 
 use async_trait::async_trait;
 

@@ -8,6 +8,11 @@
 //! Talos 1.12 and later, with a `LinkAliasConfig` naming the primary NIC; in
 //! `machine.network.hostname` for a base config of Talos 1.11 or older, which
 //! knows neither document kind.
+//! Talos 1.14's `talosctl gen config` also moved the node's Kubernetes settings
+//! and the install target out of the v1alpha1 document (`KubeNodeConfig`,
+//! `KubeletConfig`, `UnattendedInstallConfig`): each setting goes where the base
+//! keeps it (see [`Place`]). A Private Network link ([`PrivateLink`]) becomes
+//! network documents (`private_network.rs`).
 //! A pure function: no I/O, and the output holds secrets from the base config,
 //! so callers never log it.
 
@@ -17,6 +22,8 @@ use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::catalog::KubeletReservations;
+
+pub use super::private_network::PrivateLink;
 
 /// The alias given to the primary NIC (selected by its MAC address) so that
 /// NodeClass patches can configure it whatever name Talos gives the link.
@@ -55,6 +62,8 @@ pub struct NodeSettings {
     /// offer's capacity, so the Node's allocatable is what Karpenter was
     /// promised. `None` leaves the base config's (or Talos') defaults.
     pub kubelet_reservations: Option<KubeletReservations>,
+    /// The node's link to a Private Network; `None`: the public network only.
+    pub private_network: Option<PrivateLink>,
 }
 
 impl std::fmt::Debug for NodeSettings {
@@ -69,6 +78,7 @@ impl std::fmt::Debug for NodeSettings {
             .field("patches", &self.patches.len())
             .field("bootstrap_token", &"<redacted>")
             .field("kubelet_reservations", &self.kubelet_reservations)
+            .field("private_network", &self.private_network)
             .finish()
     }
 }
@@ -87,6 +97,17 @@ pub enum RenderError {
     /// Not `[a-z0-9]{6}.[a-z0-9]{16}`; the message never quotes the token.
     #[error("the node's bootstrap token is not of the form [a-z0-9]{{6}}.[a-z0-9]{{16}}")]
     InvalidBootstrapToken,
+    /// The base config (and patches) is of Talos 1.11 or older: its network
+    /// is configured in the deprecated v1alpha1 `machine.network.interfaces`,
+    /// which the renderer never writes.
+    #[error(
+        "Private Networks need a base machine config of Talos 1.12 or later (multi-document network configuration); this one is of Talos 1.11 or older: regenerate it with a newer talosctl gen config, or add its `kind: HostnameConfig` document (`auto: stable`)"
+    )]
+    PrivateNetworkNeedsTalos112,
+    /// The node's Private Network link is inconsistent (a bug of the caller,
+    /// or an address IPAM returned in an unexpected form).
+    #[error("private network link: {0}")]
+    InvalidPrivateLink(String),
 }
 
 /// Checks the `<id>.<secret>` form the API server's bootstrap authenticator
@@ -151,7 +172,8 @@ fn parse_documents(text: &str) -> Result<Vec<Document>, String> {
 }
 
 /// Document kinds of Talos' multi-document network config, which Talos 1.12
-/// introduced (1.13 added the last five): a config that holds one is for a
+/// introduced (1.13 added `VRFConfig` to `KubeSpanConfig`, 1.14 the last
+/// three): a config that holds one is for a
 /// node that knows `HostnameConfig` and `LinkAliasConfig`. Talos 1.11 refuses
 /// any of them (`"HostnameConfig" "v1alpha1": not registered`).
 const MULTIDOC_NETWORK_KINDS: &[&str] = &[
@@ -175,6 +197,9 @@ const MULTIDOC_NETWORK_KINDS: &[&str] = &[
     "RoutingRuleConfig",
     "TCPProbeConfig",
     "KubeSpanConfig",
+    "VethConfig",
+    "HTTPProbeConfig",
+    "BGPInstanceConfig",
 ];
 
 /// Where the node's static hostname goes, chosen from the shape of the base
@@ -292,9 +317,19 @@ pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, 
                 Document::V1Alpha1(_) => None,
             },
         )));
-    apply_node_settings(&mut machine_config, node).map_err(RenderError::InvalidBase)?;
+    let private_docs = match &node.private_network {
+        Some(_) if form == HostnameForm::V1Alpha1 => {
+            return Err(RenderError::PrivateNetworkNeedsTalos112);
+        }
+        Some(link) => link.documents(&node.primary_mac)?,
+        None => Vec::new(),
+    };
+    apply_node_settings(&mut machine_config, &mut typed, node).map_err(RenderError::InvalidBase)?;
     form.apply(&mut machine_config, &mut typed, node)
         .map_err(RenderError::InvalidBase)?;
+    for doc in private_docs {
+        upsert_typed(&mut typed, doc);
+    }
 
     for doc in patches.into_iter().flatten() {
         match doc {
@@ -303,7 +338,7 @@ pub fn render_machine_config(base: &str, node: &NodeSettings) -> Result<String, 
                 let id = Document::identity(&doc);
                 typed.retain(|d| Document::identity(d) != id);
             }
-            Document::Typed(doc) => upsert_typed(&mut typed, doc),
+            Document::Typed(doc) => merge_typed(&mut typed, doc),
         }
     }
     // Set last, after the patches: each node joins with its own token, never
@@ -354,6 +389,17 @@ fn link_alias_config(mac: &str) -> Mapping {
     doc
 }
 
+/// A typed patch document is merged into the document of the same kind and
+/// name, as Talos' strategic merge patches do (a Talos 1.14 `KubeletConfig`
+/// patch keeps the node's `provider-id`), or added when there is none.
+fn merge_typed(docs: &mut Vec<Mapping>, doc: Mapping) {
+    let id = Document::identity(&doc);
+    match docs.iter().position(|d| Document::identity(d) == id) {
+        Some(i) => merge(&mut docs[i], doc),
+        None => docs.push(doc),
+    }
+}
+
 fn upsert_typed(docs: &mut Vec<Mapping>, doc: Mapping) {
     let id = Document::identity(&doc);
     match docs.iter().position(|d| Document::identity(d) == id) {
@@ -383,21 +429,80 @@ fn mapping_at<'a>(root: &'a mut Mapping, path: &[&str]) -> Result<&'a mut Mappin
     Ok(current)
 }
 
-fn apply_node_settings(config: &mut Mapping, node: &NodeSettings) -> Result<(), String> {
-    let labels = mapping_at(config, &["machine", "nodeLabels"])?;
+/// Where a node setting goes: under `path` of the base's typed document of
+/// `kind` when the base has one (Talos 1.14 writes them, and refuses the
+/// v1alpha1 field next to it, e.g. "kubelet config is already set in v1alpha1
+/// config (.machine.kubelet)"), else at `v1alpha1` in the v1alpha1 document.
+struct Place {
+    kind: &'static str,
+    path: &'static [&'static str],
+    v1alpha1: &'static [&'static str],
+}
+
+const LABELS: Place = Place {
+    kind: "KubeNodeConfig",
+    path: &["labels"],
+    v1alpha1: &["machine", "nodeLabels"],
+};
+const NODE_IP: Place = Place {
+    kind: "KubeNodeConfig",
+    path: &["nodeIP"],
+    v1alpha1: &["machine", "kubelet", "nodeIP"],
+};
+const KUBELET_ARGS: Place = Place {
+    kind: "KubeletConfig",
+    path: &["extraArgs"],
+    v1alpha1: &["machine", "kubelet", "extraArgs"],
+};
+/// KubeletConfiguration fields: `config` of the document, `extraConfig` of
+/// the v1alpha1 kubelet.
+const KUBELET_CONFIG: Place = Place {
+    kind: "KubeletConfig",
+    path: &["config"],
+    v1alpha1: &["machine", "kubelet", "extraConfig"],
+};
+const UNATTENDED_INSTALL: &str = "UnattendedInstallConfig";
+
+impl Place {
+    fn get<'a>(
+        &self,
+        config: &'a mut Mapping,
+        typed: &'a mut [Mapping],
+    ) -> Result<&'a mut Mapping, String> {
+        match typed_doc(typed, self.kind) {
+            Some(doc) => {
+                mapping_at(doc, self.path).map_err(|e| format!("{} document: {e}", self.kind))
+            }
+            None => mapping_at(config, self.v1alpha1),
+        }
+    }
+}
+
+fn typed_doc<'a>(typed: &'a mut [Mapping], kind: &str) -> Option<&'a mut Mapping> {
+    typed
+        .iter_mut()
+        .find(|doc| !is_delete(doc) && Document::identity(doc).0 == Some(kind))
+}
+
+fn apply_node_settings(
+    config: &mut Mapping,
+    typed: &mut [Mapping],
+    node: &NodeSettings,
+) -> Result<(), String> {
+    let labels = LABELS.get(config, typed)?;
     for (key, value) in &node.labels {
         labels.insert(key.as_str().into(), value.as_str().into());
     }
 
-    let extra_args = mapping_at(config, &["machine", "kubelet", "extraArgs"])?;
+    let extra_args = KUBELET_ARGS.get(config, typed)?;
     extra_args.insert("provider-id".into(), node.provider_id.as_str().into());
 
-    let extra_config = mapping_at(config, &["machine", "kubelet", "extraConfig"])?;
+    let extra_config = KUBELET_CONFIG.get(config, typed)?;
     let mut taints: Vec<Value> = match extra_config.remove("registerWithTaints") {
         Some(Value::Sequence(existing)) => existing,
         Some(Value::Null) | None => Vec::new(),
         Some(_) => {
-            return Err("machine.kubelet.extraConfig.registerWithTaints is not a list".to_string());
+            return Err("the kubelet's registerWithTaints is not a list".to_string());
         }
     };
     for taint in &node.register_taints {
@@ -430,13 +535,40 @@ fn apply_node_settings(config: &mut Mapping, node: &NodeSettings) -> Result<(), 
         }
     }
 
+    // The Node's InternalIP: the private address, whichever the kubelet finds
+    // in the network's subnets.
+    if let Some(link) = node.private_network.as_ref().filter(|l| l.internal_ip) {
+        let subnets = link
+            .subnets
+            .iter()
+            .map(|s| Value::from(s.as_str()))
+            .collect();
+        NODE_IP
+            .get(config, typed)?
+            .insert("validSubnets".into(), Value::Sequence(subnets));
+    }
+
     // A VM boots the image it was created from: Talos is installed already
     // and there is no disk to name, so the base config's install section stays.
     if !node.install_disk.is_empty() {
-        let install = mapping_at(config, &["machine", "install"])?;
-        install.insert("disk".into(), format!("/dev/{}", node.install_disk).into());
-        // A selector would compete with the disk we just wrote the image to.
-        install.shift_remove("diskSelector");
+        let disk = format!("/dev/{}", node.install_disk);
+        match typed_doc(typed, UNATTENDED_INSTALL) {
+            // Talos 1.14 selects the install disk with a CEL expression.
+            Some(doc) => {
+                mapping_at(doc, &["provisioning", "diskSelector"])
+                    .map_err(|e| format!("{UNATTENDED_INSTALL} document: {e}"))?
+                    .insert(
+                        "match".into(),
+                        format!("disk.dev_path == \"{disk}\"").into(),
+                    );
+            }
+            None => {
+                let install = mapping_at(config, &["machine", "install"])?;
+                install.insert("disk".into(), disk.into());
+                // A selector would compete with the disk we just wrote the image to.
+                install.shift_remove("diskSelector");
+            }
+        }
     }
     Ok(())
 }

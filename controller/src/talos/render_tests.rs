@@ -3,6 +3,7 @@ use super::*;
 /// Worker configs as `talosctl gen config` of each supported Talos minor
 /// writes them (`just talos-testdata`).
 const BASE: &str = include_str!("testdata/worker-v1.13.yaml");
+const BASE_V1_14: &str = include_str!("testdata/worker-v1.14.yaml");
 const BASE_V1_12: &str = include_str!("testdata/worker-v1.12.yaml");
 const BASE_V1_11: &str = include_str!("testdata/worker-v1.11.yaml");
 /// `cluster.token` of BASE: the shared token no node may join with.
@@ -42,6 +43,7 @@ fn node() -> NodeSettings {
         patches: vec![],
         bootstrap_token: "k8s0a1.0123456789abcdef".into(),
         kubelet_reservations: None,
+        private_network: None,
     }
 }
 
@@ -235,8 +237,9 @@ fn yaml11_boolean_look_alikes_are_quoted_in_the_output() {
     let out = render_machine_config(BASE, &n).expect("renders");
     assert!(out.contains("example.com/enabled: 'yes'\n"), "{out}");
     assert!(out.contains("net.ipv4.ip_forward: 'on'\n"), "{out}");
+    // (The patch is merged into the node's HostnameConfig: its keys first.)
     assert!(
-        out.contains("kind: HostnameConfig\nauto: 'off'\nhostname: custom\n"),
+        out.contains("kind: HostnameConfig\nhostname: custom\nauto: 'off'\n"),
         "{out}"
     );
     // Booleans stay booleans.
@@ -551,5 +554,85 @@ fn a_vm_keeps_the_base_install_section_and_gets_no_link_alias() {
             &["machine", "kubelet", "extraArgs", "provider-id"]
         ),
         &Value::from("scaleway://instance/fr-par-2/vm-1")
+    );
+}
+
+/// The typed document of `kind` in a rendered config.
+fn typed<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"].as_str() == Some(kind))
+        .unwrap_or_else(|| panic!("no {kind} document"))
+}
+
+#[test]
+fn a_talos_1_14_base_gets_the_node_settings_in_its_documents() {
+    let out = render_machine_config(BASE_V1_14, &reserved_node()).expect("renders");
+    let docs = docs(&out);
+    let machine = &docs[0]["machine"];
+    // Talos 1.14 refuses these next to KubeletConfig, KubeNodeConfig and
+    // UnattendedInstallConfig documents.
+    for key in ["kubelet", "nodeLabels", "install"] {
+        assert!(machine.get(key).is_none(), "machine.{key} written");
+    }
+    let kubelet = typed(&docs, "KubeletConfig");
+    assert_eq!(
+        kubelet["extraArgs"]["provider-id"],
+        yaml("scaleway://baremetal/fr-par-2/srv-1")
+    );
+    assert_eq!(
+        kubelet["config"]["registerWithTaints"]
+            .as_sequence()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(kubelet["config"]["maxPods"], yaml("110"));
+    assert!(kubelet["config"].get("kubeReserved").is_some());
+    // The base's own fields stay.
+    assert!(
+        kubelet["image"]
+            .as_str()
+            .unwrap()
+            .starts_with("ghcr.io/siderolabs/kubelet:")
+    );
+    assert_eq!(
+        typed(&docs, "KubeNodeConfig")["labels"]["karpenter.sh/nodepool"],
+        yaml("default")
+    );
+    assert_eq!(
+        typed(&docs, "UnattendedInstallConfig")["provisioning"]["diskSelector"]["match"],
+        yaml("disk.dev_path == \"/dev/nvme0n1\"")
+    );
+    assert_eq!(
+        typed(&docs, "HostnameConfig")["hostname"],
+        yaml("default-abc12")
+    );
+    assert_eq!(
+        at(&docs[0], &["cluster", "token"]),
+        &yaml("k8s0a1.0123456789abcdef")
+    );
+}
+
+#[test]
+fn a_typed_patch_is_merged_into_the_document_of_its_kind_and_name() {
+    let mut n = node();
+    n.patches = vec![
+        "apiVersion: v1alpha1\nkind: KubeletConfig\nextraArgs:\n  rotate-server-certificates: 'true'\nconfig:\n  maxPods: 250\n".into(),
+    ];
+    let out = render_machine_config(BASE_V1_14, &n).expect("renders");
+    let docs = docs(&out);
+    let kubelet = typed(&docs, "KubeletConfig");
+    assert_eq!(
+        kubelet["extraArgs"],
+        yaml(
+            "{provider-id: 'scaleway://baremetal/fr-par-2/srv-1', rotate-server-certificates: 'true'}"
+        )
+    );
+    assert_eq!(kubelet["config"]["maxPods"], yaml("250"));
+    assert!(kubelet.get("image").is_some());
+    assert_eq!(
+        docs.iter()
+            .filter(|d| d["kind"].as_str() == Some("KubeletConfig"))
+            .count(),
+        1
     );
 }

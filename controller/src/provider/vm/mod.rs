@@ -133,6 +133,8 @@ pub fn node_settings(
         patches: class.machine_config_patches.clone(),
         bootstrap_token: bootstrap_token.expose().to_string(),
         kubelet_reservations: placement.kubelet_reservations,
+        // Wired by the Private Network provider work (issue 27).
+        private_network: None,
     }
 }
 
