@@ -183,6 +183,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let scaleway = Arc::new(scw.client().context("building the Scaleway client")?);
     let instance_api: Arc<dyn Instance> = scaleway.clone();
     let block_api: Arc<dyn Block> = scaleway.clone();
+    let networks_api: Arc<dyn karpenter_scaleway::scaleway::private_network::PrivateNetworks> =
+        scaleway.clone();
     let api: Arc<dyn ElasticMetal> = scaleway;
     let client = kube::Client::try_default()
         .await
@@ -217,7 +219,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let nodeclasses = NodeClassController::new(
         client.clone(),
         api.clone(),
+        networks_api.clone(),
         scw.project_id.clone(),
+        zones.clone(),
         catalog.clone(),
         is_leader.clone(),
     );
@@ -231,6 +235,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let instance_classes = InstanceNodeClassController::new(
         client.clone(),
         instance_api.clone(),
+        networks_api.clone(),
         scw.project_id.clone(),
         instance_zones.clone(),
         is_leader.clone(),

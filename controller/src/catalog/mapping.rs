@@ -21,12 +21,7 @@ pub struct Excluded {
 }
 
 /// `fr-par-2` → `fr-par`.
-pub fn region_of(zone: &str) -> &str {
-    match zone.rsplit_once('-') {
-        Some((region, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => region,
-        _ => zone,
-    }
-}
+pub use crate::scaleway::private_network::region_of;
 
 /// The Kubernetes architecture of an offer, from its CPU model and tags. Talos
 /// ships amd64 and arm64 images only, so anything else (the RISC-V `labs`

@@ -66,6 +66,7 @@ fn class() -> NodeClassSpec {
         machine_config_patches: vec![],
         tags: vec![],
         standby: None,
+        private_network: None,
     }
 }
 
@@ -450,6 +451,7 @@ fn vm_class() -> InstanceNodeClassSpec {
             "machine:\n  sysctls:\n    vm.max_map_count: \"262144\"\n".into(),
         ],
         tags: vec![],
+        private_network: None,
     }
 }
 

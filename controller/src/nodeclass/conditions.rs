@@ -75,6 +75,8 @@ pub struct Observations {
     /// One entry per architecture checked; empty when the URL template does
     /// not resolve.
     pub image: Vec<ImageArch>,
+    /// `spec.privateNetwork` judged (`None` when it is not set).
+    pub private_network: Option<super::Resolution>,
 }
 
 /// A condition before timestamps: what changed is decided on these fields.
@@ -120,7 +122,7 @@ pub fn compute(
 ) -> Vec<Condition> {
     let template = image_template_verdict(spec);
     let template_ok = template.status == "True";
-    let verdicts = vec![
+    let mut verdicts = vec![
         credentials_verdict(&observed.ssh_key),
         ssh_key_verdict(spec, observed),
         secrets_verdict(spec, observed),
@@ -129,6 +131,9 @@ pub fn compute(
         image_reachable_verdict(template_ok, &observed.image),
         image_verified_verdict(spec, template_ok, &observed.image),
     ];
+    if let Some(resolution) = &observed.private_network {
+        verdicts.push(super::private_network_verdict(resolution));
+    }
     finish(verdicts, generation, previous, now)
 }
 

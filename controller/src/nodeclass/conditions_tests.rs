@@ -31,6 +31,7 @@ fn spec() -> NodeClassSpec {
         machine_config_patches: vec![],
         tags: vec![],
         standby: None,
+        private_network: None,
     }
 }
 
@@ -59,6 +60,7 @@ fn all_good() -> Observations {
         private_key_content: Some(PrivateKeyCheck::Public(PUBLIC.into())),
         machine_config_content: Some(Ok(())),
         image: image(Probe::Reachable, None),
+        private_network: None,
     }
 }
 
@@ -346,4 +348,49 @@ fn readiness_is_a_verdict_only_for_the_generation_it_judged() {
     let c = compute(&spec(), Some(4), &obs, &[], "T1");
     assert_eq!(readiness_at(&c, Some(4)), Readiness::NotReady);
     assert_eq!(readiness_at(&c, Some(5)), Readiness::Unknown);
+}
+
+fn resolved() -> crate::nodeclass::Resolution {
+    crate::nodeclass::Resolution::Resolved(vec![crate::nodeclass::ResolvedPrivateNetwork {
+        region: "fr-par".into(),
+        id: "11111111-1111-4111-8111-111111111111".into(),
+        name: "prod".into(),
+        vpc_id: "vpc".into(),
+        subnets: vec!["172.16.0.0/22".into()],
+    }])
+}
+
+#[test]
+fn private_network_ready_is_there_only_with_a_selection_and_gates_ready() {
+    use crate::nodeclass::{PRIVATE_NETWORK_READY, Resolution};
+    let without = compute(&spec(), Some(1), &all_good(), &[], "T1");
+    assert!(without.iter().all(|c| c.type_ != PRIVATE_NETWORK_READY));
+
+    let mut obs = all_good();
+    obs.private_network = Some(resolved());
+    let ok = compute(&spec(), Some(1), &obs, &[], "T1");
+    assert_eq!(get(&ok, PRIVATE_NETWORK_READY).status, "True");
+    assert!(is_ready(&ok));
+
+    obs.private_network = Some(Resolution::Invalid {
+        reason: "PrivateNetworkAmbiguous",
+        message: "2 Private Networks match".into(),
+    });
+    let bad = compute(&spec(), Some(1), &obs, &ok, "T2");
+    assert_eq!(get(&bad, PRIVATE_NETWORK_READY).status, "False");
+    assert!(!is_ready(&bad));
+    assert_eq!(get(&bad, READY).reason, "PrivateNetworkAmbiguous");
+    assert_eq!(
+        get(&bad, READY).message,
+        "PrivateNetworkReady: 2 Private Networks match"
+    );
+
+    // A failed lookup keeps the verdict of the same generation.
+    obs.private_network = Some(Resolution::Unknown {
+        reason: "PrivateNetworkLookupFailed",
+        message: "503".into(),
+    });
+    let kept = compute(&spec(), Some(1), &obs, &ok, "T3");
+    assert_eq!(get(&kept, PRIVATE_NETWORK_READY).status, "True");
+    assert!(is_ready(&kept));
 }

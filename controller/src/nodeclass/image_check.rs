@@ -262,6 +262,14 @@ mod tests {
     use wiremock::matchers::{method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
+    /// reqwest is built without a default rustls provider: install the one
+    /// the binary installs, rather than depend on another test having done
+    /// it first in this process.
+    fn http_client() -> reqwest::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::new()
+    }
+
     fn payload() -> Vec<u8> {
         (0..300_000u32)
             .flat_map(|i| (i % 251).to_le_bytes())
@@ -294,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_decompressed_image_is_compared_with_the_pinned_sha256() {
-        let http = reqwest::Client::new();
+        let http = http_client();
         let raw = payload();
         for (file, body) in [("metal.raw.xz", xz(&raw)), ("metal.raw.zst", zst(&raw))] {
             let (_server, url) = serving(file, body).await;
@@ -318,7 +326,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_truncated_or_missing_image_is_a_failure_not_a_mismatch() {
-        let http = reqwest::Client::new();
+        let http = http_client();
         let raw = payload();
         let mut cut = xz(&raw);
         cut.truncate(cut.len() / 2);
@@ -335,7 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn probe_classifies_answers() {
-        let http = reqwest::Client::new();
+        let http = http_client();
         let server = MockServer::start().await;
         for (p, status) in [
             ("/ok", 200),

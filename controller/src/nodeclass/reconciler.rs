@@ -31,6 +31,7 @@ use super::{
     image_check, resolve_image_url,
 };
 use crate::catalog::{self, CatalogStore, ClassKind, ClassView};
+use crate::scaleway::private_network::PrivateNetworks;
 use crate::scaleway::{ApiError, ElasticMetal};
 
 type NodeClass = ScalewayElasticMetalNodeClass;
@@ -63,7 +64,11 @@ impl ReconcileError {
 struct Context {
     client: Client,
     api: Arc<dyn ElasticMetal>,
+    /// VPC and IPAM: `spec.privateNetwork`.
+    networks: Arc<dyn PrivateNetworks>,
     project_id: String,
+    /// The provider's zones: those of a NodeClass that names none.
+    zones: Vec<String>,
     catalog: Arc<CatalogStore>,
     store: Store<NodeClass>,
     /// For the image checks (no Scaleway credentials on it).
@@ -81,7 +86,9 @@ impl NodeClassController {
     pub fn new(
         client: Client,
         api: Arc<dyn ElasticMetal>,
+        networks: Arc<dyn PrivateNetworks>,
         project_id: String,
+        zones: Vec<String>,
         catalog: Arc<CatalogStore>,
         is_leader: IsLeader,
     ) -> Self {
@@ -103,7 +110,9 @@ impl NodeClassController {
         let ctx = Arc::new(Context {
             client,
             api,
+            networks,
             project_id,
+            zones,
             catalog,
             store: controller.store(),
             http,
@@ -308,13 +317,19 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
         .as_ref()
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
+    let previous_networks = nc
+        .status
+        .as_ref()
+        .map(|s| s.private_networks.clone())
+        .unwrap_or_default();
     let key_ref = &spec.rescue_ssh_key.private_key_secret_ref;
     let config_ref = &spec.machine_config_secret_ref;
-    let ((private_key, key_bytes), (machine_config, config_bytes), ssh_key, image) = futures::join!(
+    let ((private_key, key_bytes), (machine_config, config_bytes), ssh_key, image, network) = futures::join!(
         read_secret(&ctx.client, key_ref),
         read_secret(&ctx.client, config_ref),
         check_ssh_key(&ctx, &spec.rescue_ssh_key.iam_key_id),
         check_image(&ctx, &nc, &previous),
+        check_private_network(&ctx, spec),
     );
     let observed = Observations {
         ssh_key,
@@ -330,13 +345,19 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
             )
         }),
         image,
+        private_network: network,
     };
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let next = conditions::compute(spec, nc.metadata.generation, &observed, &previous, &now);
+    let networks = observed
+        .private_network
+        .as_ref()
+        .map(|r| super::status_networks(r, &previous_networks))
+        .unwrap_or_default();
     let ready = conditions::is_ready(&next);
-    if next != previous {
+    if next != previous || networks != previous_networks {
         let api: Api<NodeClass> = Api::all(ctx.client.clone());
-        let patch = json!({ "status": { "conditions": next } });
+        let patch = json!({ "status": { "conditions": next, "privateNetworks": networks } });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(ReconcileError::PatchStatus)?;
@@ -367,6 +388,21 @@ async fn reconcile(nc: Arc<NodeClass>, ctx: Arc<Context>) -> Result<Action, Reco
     } else {
         REQUEUE_NOT_READY
     }))
+}
+
+/// `spec.privateNetwork` judged against the VPC and IPAM of the regions of
+/// the NodeClass's zones (the provider's zones when it names none).
+async fn check_private_network(ctx: &Context, spec: &NodeClassSpec) -> Option<super::Resolution> {
+    let selector = spec.private_network.as_ref()?;
+    let zones = if spec.zones.is_empty() {
+        ctx.zones.clone()
+    } else {
+        spec.zones.clone()
+    };
+    let observed =
+        super::observe_private_network(ctx.networks.as_ref(), selector, &zones, &ctx.project_id)
+            .await;
+    Some(super::resolve_private_network(selector, &observed))
 }
 
 /// (URL, sha256) of every architecture a NodeClass pins.
@@ -412,7 +448,9 @@ mod tests {
         Arc::new(Context {
             client: Client::try_from(config).expect("kube client"),
             api,
+            networks: Arc::new(crate::scaleway::private_network::fake::FakePrivateNetworks::new()),
             project_id: "project".into(),
+            zones: vec!["fr-par-2".into()],
             catalog: CatalogStore::new(Duration::from_secs(60)),
             store,
             http: reqwest::Client::new(),

@@ -69,6 +69,10 @@ pub struct NodeClassSpec {
     /// Karpenter as `reserved` capacity (docs/standby.md). Absent = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standby: Option<Standby>,
+    /// The customer's Private Network the servers join, as a VLAN on their
+    /// NIC (docs/nodeclass.md, "Private Networks"). Absent = public network only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<super::PrivateNetworkSelector>,
 }
 
 /// Standby servers of a NodeClass: one pool per offer and zone.
@@ -309,6 +313,9 @@ pub struct NodeClassStatus {
     /// by the leading provider; `karpenter-scaleway plan` prints it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planner: Vec<PlannerStatus>,
+    /// The Private Network `spec.privateNetwork` resolved to, per region.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub private_networks: Vec<super::ResolvedPrivateNetwork>,
 }
 
 /// What the demand planner decided for one standby pool, and why.

@@ -46,6 +46,7 @@ fn spec() -> NodeClassSpec {
         ],
         tags: vec!["team=infra".into()],
         standby: None,
+        private_network: None,
     }
 }
 

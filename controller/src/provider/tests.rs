@@ -211,6 +211,7 @@ pub(crate) fn node_class_spec() -> NodeClassSpec {
         machine_config_patches: vec!["machine: {}".into()],
         tags: vec!["team=infra".into()],
         standby: None,
+        private_network: None,
     }
 }
 

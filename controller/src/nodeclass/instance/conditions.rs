@@ -68,6 +68,8 @@ pub struct Observations {
     pub machine_config: SecretCheck,
     /// `None` when the machine config could not be read.
     pub machine_config_content: Option<Result<(), Problem>>,
+    /// `spec.privateNetwork` judged (`None` when it is not set).
+    pub private_network: Option<crate::nodeclass::Resolution>,
 }
 
 /// The whole status: the conditions and the resolved images. `previous` is
@@ -81,15 +83,22 @@ pub fn compute(
     now: &str,
 ) -> InstanceNodeClassStatus {
     let images = resolved_images(generation, observed, previous);
-    let verdicts = vec![
+    let mut verdicts = vec![
         credentials_verdict(observed),
         image_verdict(observed, &images),
         security_group_verdict(spec, observed),
         machine_config_verdict(&spec.machine_config_secret_ref, observed),
     ];
+    let mut private_networks = Vec::new();
+    if let Some(resolution) = &observed.private_network {
+        verdicts.push(crate::nodeclass::private_network_verdict(resolution));
+        private_networks =
+            crate::nodeclass::status_networks(resolution, &previous.private_networks);
+    }
     InstanceNodeClassStatus {
         conditions: finish(verdicts, generation, &previous.conditions, now),
         images,
+        private_networks,
     }
 }
 

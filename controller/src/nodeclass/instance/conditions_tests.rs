@@ -34,6 +34,7 @@ fn spec(zones: &[&str]) -> InstanceNodeClassSpec {
         },
         machine_config_patches: vec![],
         tags: vec![],
+        private_network: None,
     }
 }
 
@@ -103,6 +104,7 @@ async fn observe(api: &FakeInstance, spec: &InstanceNodeClassSpec, config: &str)
             &spec.machine_config_patches,
             "Secret karpenter/talos key \"worker.yaml\"",
         )),
+        private_network: None,
     }
 }
 
@@ -421,8 +423,50 @@ fn no_zone_at_all_is_said() {
         security_group: None,
         machine_config: SecretCheck::Present,
         machine_config_content: Some(Ok(())),
+        private_network: None,
     };
     let s = status(&spec, &observed);
     assert_eq!(cond(&s, IMAGE_RESOLVED).reason, "NoZone");
     assert_eq!(cond(&s, READY).status, "False");
+}
+
+#[tokio::test]
+async fn the_private_network_status_follows_the_resolution() {
+    use crate::nodeclass::{PRIVATE_NETWORK_READY, Resolution, ResolvedPrivateNetwork};
+    let api = fake();
+    let spec = spec(&[PAR]);
+    let mut observed = observe(&api, &spec, WORKER).await;
+    let network = ResolvedPrivateNetwork {
+        region: "fr-par".into(),
+        id: "11111111-1111-4111-8111-111111111111".into(),
+        name: "prod".into(),
+        vpc_id: "vpc".into(),
+        subnets: vec!["172.16.0.0/22".into()],
+    };
+    observed.private_network = Some(Resolution::Resolved(vec![network.clone()]));
+    let resolved = status(&spec, &observed);
+    assert_eq!(cond(&resolved, PRIVATE_NETWORK_READY).status, "True");
+    assert_eq!(resolved.private_networks, vec![network.clone()]);
+    // Serialized even when empty, so the status merge patch clears it.
+    let empty = status(&spec, &observe(&api, &spec, WORKER).await);
+    assert_eq!(
+        serde_json::to_value(&empty).unwrap()["privateNetworks"],
+        serde_json::json!([])
+    );
+
+    observed.private_network = Some(Resolution::Unknown {
+        reason: "PrivateNetworkLookupFailed",
+        message: "503".into(),
+    });
+    let kept = compute(&spec, Some(1), &observed, &resolved, NOW);
+    assert_eq!(kept.private_networks, vec![network]);
+    assert_eq!(cond(&kept, PRIVATE_NETWORK_READY).status, "True");
+
+    observed.private_network = Some(Resolution::Invalid {
+        reason: "PrivateNetworkNotFound",
+        message: "no Private Network".into(),
+    });
+    let gone = compute(&spec, Some(1), &observed, &resolved, NOW);
+    assert!(gone.private_networks.is_empty());
+    assert_eq!(cond(&gone, READY).reason, "PrivateNetworkNotFound");
 }

@@ -32,6 +32,7 @@ use crate::nodeclass::reconciler::{IsLeader, read_secret};
 use crate::nodeclass::{ReconcileError, content_check};
 use crate::provider::vm::{InstanceClassRecord, InstanceClasses};
 use crate::scaleway::instance::Instance;
+use crate::scaleway::private_network::PrivateNetworks;
 
 type NodeClass = ScalewayInstanceNodeClass;
 
@@ -42,6 +43,8 @@ const REQUEUE_STANDBY: Duration = Duration::from_secs(5);
 struct Context {
     client: Client,
     api: Arc<dyn Instance>,
+    /// VPC and IPAM: `spec.privateNetwork`.
+    networks: Arc<dyn PrivateNetworks>,
     project_id: String,
     /// The zones the provider serves: those of a NodeClass without `zones`.
     zones: Vec<String>,
@@ -230,6 +233,7 @@ impl InstanceNodeClassController {
     pub fn new(
         client: Client,
         api: Arc<dyn Instance>,
+        networks: Arc<dyn PrivateNetworks>,
         project_id: String,
         zones: Vec<String>,
         is_leader: IsLeader,
@@ -239,6 +243,7 @@ impl InstanceNodeClassController {
             ctx: Arc::new(Context {
                 client: client.clone(),
                 api,
+                networks,
                 project_id,
                 zones,
                 is_leader,
@@ -323,10 +328,24 @@ fn zones_of(ctx: &Context, spec: &InstanceNodeClassSpec) -> Vec<String> {
 async fn observe(ctx: &Context, spec: &InstanceNodeClassSpec) -> Observations {
     let zones = zones_of(ctx, spec);
     let config_ref = &spec.machine_config_secret_ref;
-    let ((machine_config, bytes), images, security_group) = futures::join!(
+    let private_network = async {
+        let selector = spec.private_network.as_ref()?;
+        let observed = crate::nodeclass::observe_private_network(
+            ctx.networks.as_ref(),
+            selector,
+            &zones,
+            &ctx.project_id,
+        )
+        .await;
+        Some(crate::nodeclass::resolve_private_network(
+            selector, &observed,
+        ))
+    };
+    let ((machine_config, bytes), images, security_group, private_network) = futures::join!(
         read_secret(&ctx.client, config_ref),
         lookup_images(ctx.api.as_ref(), spec, &zones, &ctx.project_id),
         check_security_group(ctx.api.as_ref(), spec, &zones),
+        private_network,
     );
     let place = format!(
         "Secret {}/{} key {:?}",
@@ -339,6 +358,7 @@ async fn observe(ctx: &Context, spec: &InstanceNodeClassSpec) -> Observations {
         machine_config,
         machine_config_content: bytes
             .map(|b| content_check::check_machine_config(&b, &spec.machine_config_patches, &place)),
+        private_network,
     }
 }
 

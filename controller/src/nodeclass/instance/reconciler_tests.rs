@@ -165,6 +165,7 @@ async fn a_controller_told_the_kind_is_not_served_returns_and_calls_nothing() {
     let controller = InstanceNodeClassController::new(
         kube_client(&kube.uri()),
         api.clone(),
+        Arc::new(crate::scaleway::private_network::fake::FakePrivateNetworks::new()),
         "proj".into(),
         vec!["fr-par-2".into()],
         Arc::new(|| true),
@@ -231,6 +232,7 @@ async fn a_standby_checks_nothing_and_a_leader_writes_conditions_and_images() {
     let ctx = Arc::new(Context {
         client: kube_client(&kube.uri()),
         api: api.clone(),
+        networks: Arc::new(crate::scaleway::private_network::fake::FakePrivateNetworks::new()),
         project_id: "proj".into(),
         zones: vec![],
         is_leader: Arc::new(move || is_leader.load(Ordering::SeqCst)),
@@ -301,6 +303,7 @@ fn create_sees_a_class_ready_only_for_its_current_generation_with_its_images() {
             id: "img".into(),
             name: "talos".into(),
         }],
+        private_networks: Vec::new(),
     });
     assert_eq!(
         record(&nc).readiness,

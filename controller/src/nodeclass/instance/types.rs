@@ -90,6 +90,11 @@ pub struct InstanceNodeClassSpec {
         validation = Rule::new(TAGS_NOT_RESERVED).message(TAGS_NOT_RESERVED_MESSAGE)
     )]
     pub tags: Vec<String>,
+    /// The customer's Private Network the VMs join, through a private NIC of
+    /// their own (docs/instance-nodeclass.md, "Private Networks"). Absent =
+    /// public network only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<crate::nodeclass::PrivateNetworkSelector>,
 }
 
 /// Which Instance images the VMs boot: either `ids` (one per zone and
@@ -215,6 +220,11 @@ pub struct InstanceNodeClassStatus {
     /// gets no VM.
     #[serde(default)]
     pub images: Vec<ResolvedImage>,
+    /// The Private Network `spec.privateNetwork` resolved to, per region.
+    /// Always written (empty when unset), so that the status merge patch
+    /// clears it when the selection goes.
+    #[serde(default)]
+    pub private_networks: Vec<crate::nodeclass::ResolvedPrivateNetwork>,
 }
 
 /// The image a (zone, architecture) resolved to.

@@ -70,6 +70,7 @@ fn spec() -> InstanceNodeClassSpec {
         },
         machine_config_patches: vec![],
         tags: vec!["team=ml".into()],
+        private_network: None,
     }
 }
 
