@@ -131,8 +131,17 @@ class Bump(Tree):
     def bump(self, *args):
         return run(BUMP, "--root", str(self.root), *args)
 
+    def set_unreleased(self, body):
+        """Makes the copy's Unreleased section exactly `body`, whatever the
+        repository's own Unreleased section holds today."""
+        path = self.root / "CHANGELOG.md"
+        text = path.read_text()
+        start = text.index("## [Unreleased]\n") + len("## [Unreleased]\n")
+        end = text.index("\n## [", start) + 1
+        path.write_text(text[:start] + body + "\n" + text[end:])
+
     def test_sets_every_place_and_moves_unreleased_under_the_new_heading(self):
-        self.edit("CHANGELOG.md", "## [Unreleased]\n", "## [Unreleased]\n\n### Fixed\n\n- something\n")
+        self.set_unreleased("\n### Fixed\n\n- something\n")
         lock_before = (self.root / "Cargo.lock").read_text()
         result = self.bump("1.2.3-rc.1", "--date", "2030-01-02")
         self.assertEqual(result.returncode, 0, result.stderr)
