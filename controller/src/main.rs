@@ -291,6 +291,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         rescue: Arc::new(RusshShell::default()),
         talos: Arc::new(GrpcTalos::default()),
         nodes: Arc::new(KubeNodes::new(client.clone(), token_port.clone())),
+        networks: Some(networks_api.clone()),
         settings: install_settings.clone(),
     }));
     let engine_settings = install_settings;
@@ -331,6 +332,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         rescue: Arc::new(RusshShell::default()),
         talos: Arc::new(GrpcTalos::default()),
         nodes: standby_port.clone(),
+        networks: Some(networks_api.clone()),
         settings: engine_settings.clone(),
     }));
     // Installs in progress for /metrics, both engines together.
@@ -377,6 +379,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         // List proves absence against the NodeClaims (never a partial list).
         .with_node_claims(Arc::new(node_claims.clone()))
+        // Attachments, private NICs and their addresses.
+        .with_private_networks(networks_api.clone())
         // Orders an idle sibling can take are refused during a disruption.
         .with_churn_guard(Arc::new(
             karpenter_scaleway::churn::hold::KubeSiblingNodes::new(client.clone()),

@@ -307,6 +307,7 @@ fn slow_world(timeline: &Timeline, hide_rescue_user: bool) -> (InstallEngine, Ar
             inner: nodes.clone(),
             timeline: timeline.clone(),
         }),
+        networks: None,
         settings: InstallSettings {
             poll_interval: Duration::from_secs(10),
             probe_interval: Duration::from_secs(2),

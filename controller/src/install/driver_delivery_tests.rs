@@ -146,6 +146,7 @@ fn engine_paced(em: Arc<TimedDeliveries>, status_read_spacing: Option<Duration>)
             talos,
             ..Default::default()
         }),
+        networks: None,
         settings: InstallSettings {
             poll_interval: Duration::from_secs(10),
             probe_interval: Duration::from_secs(2),

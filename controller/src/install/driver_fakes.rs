@@ -404,6 +404,7 @@ pub fn world_with(rescue: FakeRescue, talos: FakeTalos, always_ready: bool) -> W
         rescue: rescue.clone(),
         talos: talos.clone(),
         nodes: nodes.clone(),
+        networks: None,
         settings,
     });
     World {

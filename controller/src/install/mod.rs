@@ -487,6 +487,9 @@ pub struct EngineDeps {
     pub rescue: Arc<dyn RescueShell>,
     pub talos: Arc<dyn TalosMaintenance>,
     pub nodes: Arc<dyn NodePort>,
+    /// Private Network attachments and their IPAM addresses, for installs
+    /// whose spec names a network; `None` where none is served.
+    pub networks: Option<Arc<dyn crate::scaleway::private_network::PrivateNetworks>>,
     pub settings: InstallSettings,
 }
 

@@ -46,6 +46,11 @@ fn record(name: &str, nc: &ScalewayElasticMetalNodeClass) -> NodeClassRecord {
         readiness: nc.status.as_ref().map_or(Readiness::Unknown, |s| {
             readiness_at(&s.conditions, nc.metadata.generation)
         }),
+        private_networks: nc
+            .status
+            .as_ref()
+            .map(|s| s.private_networks.clone())
+            .unwrap_or_default(),
     }
 }
 

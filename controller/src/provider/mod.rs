@@ -23,6 +23,7 @@ use crate::catalog::CatalogStore;
 use crate::install::{InstallEngine, InstallSpec, Progress, Secret, Taint};
 pub use crate::nodeclass::conditions::Readiness;
 use crate::nodeclass::{NodeClassSpec, SecretKeyRef};
+use crate::scaleway::private_network::PrivateNetworks;
 use crate::scaleway::{ApiError, ElasticMetal, Server};
 
 pub use create::{
@@ -186,6 +187,9 @@ pub struct NodeClassRecord {
     pub spec: NodeClassSpec,
     /// The root `Ready` condition, for the current generation.
     pub readiness: Readiness,
+    /// What `spec.privateNetwork` resolved to, per region
+    /// (`status.privateNetworks`); empty without a network.
+    pub private_networks: Vec<crate::nodeclass::ResolvedPrivateNetwork>,
 }
 
 impl NodeClassRecord {
@@ -406,6 +410,10 @@ pub struct Provider {
     /// What Reboot reads and writes besides the machine
     /// ([`Provider::with_reboots`]); without it Reboot refuses.
     reboots: Option<RebootPorts>,
+    /// Private Networks (VPC, IPAM, attachments, private NICs)
+    /// ([`Provider::with_private_networks`]); without it a NodeClass that
+    /// selects a network cannot be served.
+    networks: Option<Arc<dyn PrivateNetworks>>,
 }
 
 /// `list` in each of `zones` at once; the first error fails the whole.
@@ -451,7 +459,15 @@ impl Provider {
             planner: None,
             siblings: None,
             reboots: None,
+            networks: None,
         }
+    }
+
+    /// Serves NodeClasses with `spec.privateNetwork`: attachments, private
+    /// NICs and their addresses are made and released through these clients.
+    pub fn with_private_networks(mut self, networks: Arc<dyn PrivateNetworks>) -> Self {
+        self.networks = Some(networks);
+        self
     }
 
     /// Serves Reboot: the NodeClaim its replay record goes on, the Events,

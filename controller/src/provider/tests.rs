@@ -248,6 +248,7 @@ pub(crate) fn fixture() -> Fixture {
             name: "default".into(),
             spec: node_class_spec(),
             readiness: Readiness::Ready,
+            private_networks: Vec::new(),
         },
     );
     {

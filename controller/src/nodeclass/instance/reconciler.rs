@@ -105,6 +105,7 @@ fn record(nc: &NodeClass) -> InstanceClassRecord {
         spec: nc.spec.clone(),
         readiness,
         images: status.images,
+        private_networks: status.private_networks,
     }
 }
 

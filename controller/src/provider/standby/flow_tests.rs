@@ -154,6 +154,7 @@ fn set_pools(f: &Fixture, pools: Vec<StandbyPool>) {
             name: CLASS.into(),
             spec,
             readiness: crate::provider::Readiness::Ready,
+            private_networks: Vec::new(),
         },
     );
 }

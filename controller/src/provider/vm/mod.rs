@@ -39,6 +39,9 @@ pub struct InstanceClassRecord {
     pub images: Vec<ResolvedImage>,
     /// The root `Ready` condition, for the current generation.
     pub readiness: crate::nodeclass::conditions::Readiness,
+    /// What `spec.privateNetwork` resolved to, per region
+    /// (`status.privateNetworks`); empty without a network.
+    pub private_networks: Vec<crate::nodeclass::ResolvedPrivateNetwork>,
 }
 
 impl InstanceClassRecord {

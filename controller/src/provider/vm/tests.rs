@@ -85,6 +85,7 @@ fn record(spec: InstanceNodeClassSpec) -> InstanceClassRecord {
             name: "talos-v1.13.9".into(),
         }],
         readiness: crate::nodeclass::conditions::Readiness::Ready,
+        private_networks: Vec::new(),
     }
 }
 
