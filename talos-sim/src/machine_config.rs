@@ -2,11 +2,19 @@
 //! maintenance mode would: validates what Talos validates for the parts the
 //! simulator relies on, and extracts what the kubelet stand-in needs.
 //! Error messages follow Talos' wording and never quote secret values.
+//! Node settings are read from the v1alpha1 document or from Talos 1.14's
+//! typed documents (`kube`); the network documents of a Private Network link
+//! are read by `network`.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_yaml_ng::Value;
+
+pub mod kube;
+pub mod network;
+
+pub use network::NetworkConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taint {
@@ -52,7 +60,7 @@ pub struct NodeConfig {
     pub node_annotations: BTreeMap<String, String>,
     /// `machine.nodeTaints`, applied by Talos itself after registration.
     pub node_taints: Vec<Taint>,
-    /// `machine.kubelet.extraConfig.registerWithTaints`, applied by the
+    /// `registerWithTaints` of the kubelet's configuration, applied by the
     /// kubelet when it creates its Node.
     pub register_with_taints: Vec<Taint>,
     pub provider_id: Option<String>,
@@ -61,7 +69,16 @@ pub struct NodeConfig {
     pub system_reserved: BTreeMap<String, String>,
     pub kube_reserved: BTreeMap<String, String>,
     pub eviction_hard: BTreeMap<String, String>,
+    /// `machine.install.disk`, or the disk of `UnattendedInstallConfig`'s
+    /// `disk.dev_path == "..."` selector.
     pub install_disk: Option<String>,
+    /// `machine.install.image` or `UnattendedInstallConfig.installer.image`.
+    pub install_image: Option<String>,
+    /// `nodeIP.validSubnets` (`machine.kubelet.nodeIP` or `KubeNodeConfig`):
+    /// the kubelet's InternalIP is the node's address in them.
+    pub node_ip_subnets: Vec<String>,
+    /// The network documents talos-sim plays (Private Network links).
+    pub network: NetworkConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,10 +102,23 @@ fn multierror(errors: &[String]) -> String {
 
 const V1ALPHA1_KEYS: [&str; 5] = ["version", "debug", "persist", "machine", "cluster"];
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+/// Typed documents a config holds at most one of (per name).
+const SINGLETONS: [&str; 10] = [
+    "HostnameConfig",
+    "KubeNodeConfig",
+    "KubeletConfig",
+    "UnattendedInstallConfig",
+    "KubeClusterConfig",
+    "KubeAPIServerCAConfig",
+    "LinkAliasConfig",
+    "VLANConfig",
+    "LinkConfig",
+    "DHCPv4Config",
+];
 
 pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
     let mut v1alpha1 = None;
-    let mut hostname_doc = None;
+    let mut typed: Vec<(String, Value)> = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(yaml) {
         let value = Value::deserialize(document).map_err(|e| ConfigError::Decode(e.to_string()))?;
         if value.is_null() {
@@ -103,14 +133,17 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
                     "unknown apiVersion {api:?} for kind {kind:?}"
                 )));
             }
-            if kind == "HostnameConfig" {
-                if hostname_doc.is_some() {
-                    return Err(ConfigError::Decode(
-                        "duplicate document: HostnameConfig".into(),
-                    ));
-                }
-                hostname_doc = Some(value.clone());
+            // Documents without a name are one per config; named ones
+            // (links, aliases) one per name.
+            let name = text(map.get("name"));
+            if SINGLETONS.contains(&kind)
+                && typed
+                    .iter()
+                    .any(|(k, v)| k == kind && text(v.get("name")) == name)
+            {
+                return Err(ConfigError::Decode(format!("duplicate document: {kind}")));
             }
+            typed.push((kind.to_string(), value.clone()));
         } else if map.contains_key("version") {
             if v1alpha1.is_some() {
                 return Err(ConfigError::Decode("duplicate v1alpha1 document".into()));
@@ -145,22 +178,19 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
             "machine instructions are required".into(),
         ]));
     }
-    check_cluster(&root["cluster"], &mut config, &mut errors);
+    check_cluster(&root["cluster"], &typed, &mut config, &mut errors);
     check_machine(machine, &root["cluster"], &mut errors);
 
-    config.hostname = hostname(hostname_doc.as_ref(), machine, &mut errors);
-    config.node_labels = string_map(&machine["nodeLabels"], "machine.nodeLabels", &mut errors);
+    config.hostname = hostname(kube::find(&typed, "HostnameConfig"), machine, &mut errors);
+    let node = kube::node_source(machine, &typed, &mut errors);
+    config.node_labels = string_map(node.labels, node.labels_field, &mut errors);
     for (k, v) in &config.node_labels {
         if let Err(e) = validate_label(k, v) {
             errors.push(format!("invalid machine node labels: {e}"));
         }
     }
-    config.node_annotations = string_map(
-        &machine["nodeAnnotations"],
-        "machine.nodeAnnotations",
-        &mut errors,
-    );
-    for (key, val) in string_map(&machine["nodeTaints"], "machine.nodeTaints", &mut errors) {
+    config.node_annotations = string_map(node.annotations, node.annotations_field, &mut errors);
+    for (key, val) in string_map(node.taints, node.taints_field, &mut errors) {
         let (value, effect) = val.split_once(':').unwrap_or(("", val.as_str()));
         if !TAINT_EFFECTS.contains(&effect) {
             errors.push(format!(
@@ -173,25 +203,37 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
             effect: effect.to_string(),
         });
     }
+    config.node_ip_subnets = node_ip_subnets(node.node_ip, &mut errors);
 
-    let kubelet = &machine["kubelet"];
-    config.kubelet_image = text(kubelet.get("image")).map(str::to_string);
-    config.provider_id = match kubelet["extraArgs"].get("provider-id") {
+    let kubelet = kube::kubelet_source(machine, &typed, &mut errors);
+    config.kubelet_image = kubelet.image.map(str::to_string);
+    config.provider_id = match kubelet.extra_args.get("provider-id") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Sequence(list)) => list.first().and_then(Value::as_str).map(str::to_string),
         Some(_) => {
-            errors.push("machine.kubelet.extraArgs.provider-id must be a string".into());
+            errors.push(format!(
+                "{}.provider-id must be a string",
+                kubelet.extra_args_field
+            ));
             None
         }
     };
-    let extra = &kubelet["extraConfig"];
-    config.register_with_taints = register_taints(&extra["registerWithTaints"], &mut errors);
+    let extra = kubelet.config;
+    config.register_with_taints = register_taints(
+        &extra["registerWithTaints"],
+        kubelet.config_field,
+        &mut errors,
+    );
     config.max_pods = extra.get("maxPods").and_then(Value::as_u64);
     config.system_reserved = string_map(&extra["systemReserved"], "systemReserved", &mut errors);
     config.kube_reserved = string_map(&extra["kubeReserved"], "kubeReserved", &mut errors);
     config.eviction_hard = string_map(&extra["evictionHard"], "evictionHard", &mut errors);
-    config.install_disk = text(machine["install"].get("disk")).map(str::to_string);
+    (config.install_disk, config.install_image) = kube::install(machine, &typed, &mut errors);
+
+    for (kind, doc) in &typed {
+        config.network.read(kind, doc, &mut errors);
+    }
 
     if errors.is_empty() {
         Ok(config)
@@ -200,16 +242,41 @@ pub fn parse(yaml: &str) -> Result<NodeConfig, ConfigError> {
     }
 }
 
+/// `nodeIP.validSubnets`: CIDRs or addresses, `!` excluding (Talos'
+/// `KubeNodeConfig` validation wording).
+fn node_ip_subnets(node_ip: &Value, errors: &mut Vec<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in node_ip["validSubnets"]
+        .as_sequence()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let cidr = entry.as_str().unwrap_or("");
+        let bare = cidr.strip_prefix('!').unwrap_or(cidr);
+        if network::is_prefix(bare) || bare.parse::<std::net::IpAddr>().is_ok() {
+            out.push(cidr.to_string());
+        } else {
+            errors.push(format!("nodeIP subnet is not valid: {cidr:?}"));
+        }
+    }
+    out
+}
+
 fn text(v: Option<&Value>) -> Option<&str> {
     v.and_then(Value::as_str)
 }
 
-fn check_cluster(cluster: &Value, config: &mut NodeConfig, errors: &mut Vec<String>) {
+fn check_cluster(
+    cluster: &Value,
+    typed: &kube::Typed,
+    config: &mut NodeConfig,
+    errors: &mut Vec<String>,
+) {
     if !cluster.is_mapping() {
         errors.push("cluster instructions are required".into());
         return;
     }
-    match text(cluster["controlPlane"].get("endpoint")) {
+    match kube::endpoint(cluster, typed) {
         None => errors.push("cluster controlplane endpoint is required".into()),
         Some(endpoint) => match reqwest::Url::parse(endpoint) {
             Ok(url) if url.scheme() == "https" && url.host_str().is_some() => {
@@ -226,9 +293,7 @@ fn check_cluster(cluster: &Value, config: &mut NodeConfig, errors: &mut Vec<Stri
             .push("cluster.token is not a valid bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})".into()),
         Some(token) => config.bootstrap_token = Some(Sensitive::new(token)),
     }
-    config.cluster_ca_crt = text(cluster["ca"].get("crt"))
-        .filter(|c| !c.is_empty())
-        .map(str::to_string);
+    config.cluster_ca_crt = kube::cluster_ca(cluster, typed);
 }
 
 fn check_machine(machine: &Value, cluster: &Value, errors: &mut Vec<String>) {
@@ -261,12 +326,6 @@ fn check_machine(machine: &Value, cluster: &Value, errors: &mut Vec<String>) {
             "issuing Kubernetes API CA key is not allowed on non-controlplane nodes (.cluster.ca)"
                 .into(),
         );
-    }
-    let install = &machine["install"];
-    if !install.is_mapping() {
-        errors.push("install instructions are required in \"metal\" mode".into());
-    } else if install.get("disk").is_none() && install.get("diskSelector").is_none() {
-        errors.push("either install disk or diskSelector should be defined".into());
     }
 }
 
@@ -325,10 +384,10 @@ fn string_map(v: &Value, field: &str, errors: &mut Vec<String>) -> BTreeMap<Stri
     out
 }
 
-fn register_taints(v: &Value, errors: &mut Vec<String>) -> Vec<Taint> {
+fn register_taints(v: &Value, field: &str, errors: &mut Vec<String>) -> Vec<Taint> {
     let Some(list) = v.as_sequence() else {
         if !v.is_null() {
-            errors.push("machine.kubelet.extraConfig.registerWithTaints must be a list".into());
+            errors.push(format!("{field}.registerWithTaints must be a list"));
         }
         return Vec::new();
     };

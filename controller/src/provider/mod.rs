@@ -6,6 +6,7 @@
 mod create;
 mod drift;
 mod lifecycle;
+pub mod network;
 pub mod nodeclaim;
 pub mod reboot;
 mod repair;
