@@ -396,6 +396,9 @@ pub fn render(req: &RenderRequest<'_>) -> Result<String, RenderConfigError> {
         // The offer's hardware is not read here (no Scaleway API call); the
         // header says what Create adds.
         kubelet_reservations: None,
+        // The link is given by the --private-* flags (the attachment's VLAN
+        // and address are the API's to know).
+        network: None,
     };
     let spec = install_spec(
         &view,

@@ -170,6 +170,14 @@ impl Driver<'_> {
                 .await;
             }
         }
+        // A server to attach resumes its attachment first (found again by
+        // listing, never requested twice) before the rescue boot.
+        if plan.private_network.is_some()
+            && (state.phase, state.step) == (Phase::Ready, Step::RebootRescue)
+        {
+            state.step = Step::AttachNetwork;
+            action = Action::EnsureNetwork;
+        }
         self.save(&state).await;
         plan.delivery = self.expected(Wait::Delivery, &plan, &state);
         if let Some(w) = plan.delivery {
@@ -478,8 +486,28 @@ impl Driver<'_> {
                     Err(elapsed) => Observation::TalosDown(TalosError::Unavailable(elapsed)),
                 }
             }
+            Action::EnsureNetwork => {
+                let call = super::network::ensure_attached(
+                    deps.elastic_metal.as_ref(),
+                    deps.networks.as_deref(),
+                    self.spec,
+                );
+                match bounded(settings.call_timeout, call).await {
+                    Ok(seen) => seen,
+                    Err(elapsed) => api_failed("attach", ApiError::Unavailable(elapsed)),
+                }
+            }
             Action::ApplyConfig { host, disk, mac } => {
-                let settings_for_node = node_settings(self.spec, disk, mac);
+                let mut settings_for_node = node_settings(self.spec, disk, mac);
+                let link = super::network::private_link(deps.networks.as_deref(), self.spec);
+                settings_for_node.private_network = match bounded(settings.call_timeout, link).await
+                {
+                    Ok(Ok(link)) => link,
+                    Ok(Err(observation)) => return observation,
+                    Err(elapsed) => {
+                        return api_failed("private network", ApiError::Unavailable(elapsed));
+                    }
+                };
                 let config = match render_machine_config(
                     self.spec.base_machine_config.expose(),
                     &settings_for_node,

@@ -26,6 +26,10 @@ pub use super::resume::resume;
 pub enum Step {
     /// Polling the server until it is delivered (`ready`).
     AwaitDelivery,
+    /// Delivered, with a Private Network to join: attaching the server and
+    /// waiting for the attachment to be `attached` before the rescue boot
+    /// (the VLAN id is known from then on).
+    AttachNetwork,
     /// The rescue reboot call is in flight.
     RebootRescue,
     /// The rescue reboot was refused for now; polling until the server is `ready`.
@@ -165,12 +169,29 @@ pub enum Observation {
     NodeInitialized,
     /// The node's bootstrap token is deleted (or was already).
     TokenReleased,
+    /// Where the server's attachment to its Private Network stands.
+    Network(NetworkSeen),
+}
+
+/// The server's attachment to the NodeClass's Private Network, as
+/// [`Action::EnsureNetwork`] found (or made) it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkSeen {
+    /// Requested, not attached yet.
+    Attaching,
+    /// Attached: the VLAN rides the server's NIC.
+    Attached,
+    /// The attachment failed or cannot be made; waiting will not help.
+    Failed(String),
 }
 
 /// The one thing to do next, due at [`Transition::due`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     PollServer,
+    /// Attach the server to its Private Network unless it is (idempotent:
+    /// the attachments are listed first), and report where it stands.
+    EnsureNetwork,
     RebootRescue,
     /// Is the rescue system up yet? An SSH login that is closed at once: its
     /// host key is not trusted and nothing runs on it, because only the API
@@ -384,6 +405,10 @@ fn transition(
 
     match (state.step, obs) {
         (Step::AwaitDelivery, Observation::Server(server)) => match server.status {
+            ServerStatus::Ready if plan.private_network.is_some() => (
+                go(state, Phase::Ready, Step::AttachNetwork, now),
+                Action::EnsureNetwork,
+            ),
             ServerStatus::Ready => (
                 go(state, Phase::Ready, Step::RebootRescue, now),
                 Action::RebootRescue,
@@ -406,6 +431,23 @@ fn transition(
             | Step::RetryRebootNormal,
             Observation::ApiFailed(_),
         ) => (state.clone(), Action::PollServer),
+
+        (Step::AttachNetwork, Observation::Network(NetworkSeen::Attached)) => {
+            (stay(state, Step::RebootRescue), Action::RebootRescue)
+        }
+        (
+            Step::AttachNetwork,
+            Observation::Network(NetworkSeen::Attaching) | Observation::ApiFailed(_),
+        ) => (stay(state, Step::AttachNetwork), Action::EnsureNetwork),
+        (Step::AttachNetwork, Observation::Network(NetworkSeen::Failed(why))) => fail(
+            state,
+            now,
+            format!(
+                "the server could not join Private Network {}: {why}",
+                plan.private_network.as_deref().unwrap_or("?")
+            ),
+            FailureClass::PrivateNetwork,
+        ),
 
         (Step::RebootRescue, Observation::Rebooted) => {
             // A new rescue boot has new host keys: trust starts over.
@@ -711,6 +753,9 @@ fn transition(
             let action = probe(&next);
             (next, action)
         }
+        // Reading the server's attachment and address for the config failed:
+        // the API's failure budget decides.
+        (Step::ApplyConfig, Observation::ApiFailed(_)) => (state.clone(), apply(state)),
         (Step::ApplyConfig, Observation::ConfigInvalid(msg)) => fail(
             state,
             now,

@@ -93,6 +93,11 @@ pub(super) fn due(
             (_, Step::AwaitDelivery) => return delivery_read(plan, next.since, now),
             _ => plan.poll_interval,
         },
+        // Right after delivery: attach now; then the status polls' cadence.
+        Action::EnsureNetwork => match before.step {
+            Step::AttachNetwork => plan.poll_interval,
+            _ => at_once,
+        },
         Action::ProbeSsh { .. } => plan.probe_interval,
         // The API just reported the server up in rescue: log in now. A retry
         // (refused, or the session was lost) waits one probe interval.

@@ -36,6 +36,11 @@ pub fn phase_message(plan: &Plan, state: &State) -> Option<String> {
             "ready: rebooting server {} into rescue mode again (return {}/{}) with SSH key {}",
             plan.server_id, state.rescue_returns, plan.rescue_returns, plan.rescue_ssh_key_id
         ),
+        Phase::Ready if state.step == super::Step::AttachNetwork => format!(
+            "ready: server {} is delivered; attaching it to Private Network {}",
+            plan.server_id,
+            plan.private_network.as_deref().unwrap_or("?")
+        ),
         Phase::Ready => format!(
             "ready: server {} is delivered; rebooting into rescue mode with SSH key {}",
             plan.server_id, plan.rescue_ssh_key_id

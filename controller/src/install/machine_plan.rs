@@ -48,6 +48,8 @@ pub struct Plan {
     pub rescue_ssh_key_id: String,
     /// Where the install ends (a node, or a standby server).
     pub target: crate::install::Target,
+    /// The Private Network the server joins after delivery, by id.
+    pub private_network: Option<String>,
 }
 
 impl Plan {
@@ -86,6 +88,7 @@ impl Plan {
             node_name: spec.node_name.clone(),
             rescue_ssh_key_id: spec.rescue_ssh_key_id.clone(),
             target: spec.target,
+            private_network: spec.private_network.as_ref().map(|n| n.id.clone()),
         })
     }
 
@@ -139,6 +142,8 @@ pub enum FailureClass {
     Image,
     /// The Elastic Metal API refused a call, or failed too many times in a row.
     Api,
+    /// The server could not be attached to its Private Network.
+    PrivateNetwork,
     /// The rescue system could not be used (disk, NIC, key, commands).
     Rescue,
     /// The rescue host key changed within one rescue boot.
@@ -151,7 +156,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, for series written at 0 before their first count.
-    pub const ALL: [FailureClass; 12] = [
+    pub const ALL: [FailureClass; 13] = [
         FailureClass::OutOfStock,
         FailureClass::ServerStatus,
         FailureClass::ServerGone,
@@ -160,6 +165,7 @@ impl FailureClass {
         FailureClass::ImageAttempts,
         FailureClass::Image,
         FailureClass::Api,
+        FailureClass::PrivateNetwork,
         FailureClass::Rescue,
         FailureClass::HostKey,
         FailureClass::Config,
@@ -176,6 +182,7 @@ impl FailureClass {
             FailureClass::ImageAttempts => "image_attempts",
             FailureClass::Image => "image",
             FailureClass::Api => "api",
+            FailureClass::PrivateNetwork => "private_network",
             FailureClass::Rescue => "rescue",
             FailureClass::HostKey => "host_key",
             FailureClass::Config => "config",

@@ -45,6 +45,7 @@ fn plan() -> Plan {
         node_name: "default-abc12".into(),
         target: crate::install::Target::Node,
         rescue_ssh_key_id: "key-1".into(),
+        private_network: None,
     }
 }
 
@@ -604,6 +605,7 @@ fn every_failure_class_is_an_install_outcome_once() {
         | FailureClass::ImageAttempts
         | FailureClass::Image
         | FailureClass::Api
+        | FailureClass::PrivateNetwork
         | FailureClass::Rescue
         | FailureClass::HostKey
         | FailureClass::Config
@@ -611,7 +613,7 @@ fn every_failure_class_is_an_install_outcome_once() {
     };
     assert_eq!(
         FailureClass::ALL.iter().map(|c| listed(*c)).sum::<usize>(),
-        12
+        13
     );
     let outcomes: Vec<&str> = crate::install::InstallEngine::outcomes().collect();
     let unique: std::collections::BTreeSet<&str> = outcomes.iter().copied().collect();
@@ -619,3 +621,6 @@ fn every_failure_class_is_an_install_outcome_once() {
     assert_eq!(outcomes.len(), 2 + FailureClass::ALL.len());
     assert!(unique.contains("joined") && unique.contains("standby") && unique.contains("host_key"));
 }
+
+#[path = "machine_network_tests.rs"]
+mod network;

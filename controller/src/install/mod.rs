@@ -17,6 +17,7 @@ mod driver_fakes;
 mod driver_tests;
 pub mod history;
 pub mod machine;
+mod network;
 mod resume;
 #[cfg(test)]
 mod tests_support;
@@ -125,6 +126,9 @@ pub struct InstallSpec {
     pub kubelet_reservations: Option<crate::catalog::KubeletReservations>,
     /// Where the install ends: a node, or a standby server.
     pub target: Target,
+    /// The Private Network the server joins (attached after delivery, its
+    /// VLAN and address rendered into the config); `None` without one.
+    pub private_network: Option<crate::provider::network::NodeNetwork>,
 }
 
 /// Where an install ends.
@@ -715,7 +719,8 @@ pub fn node_settings(spec: &InstallSpec, disk: &str, mac: &str) -> NodeSettings 
         patches: spec.machine_config_patches.clone(),
         bootstrap_token: spec.bootstrap_token.expose().to_string(),
         kubelet_reservations: spec.kubelet_reservations,
-        // Wired by the Private Network provider work (issue 27).
+        // Read from the server's attachment when the config is rendered
+        // (`network.rs`).
         private_network: None,
     }
 }

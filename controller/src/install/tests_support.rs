@@ -52,5 +52,6 @@ pub fn spec(image_url: &str) -> InstallSpec {
             nvidia_gpus: 0,
         })),
         target: super::Target::Node,
+        private_network: None,
     }
 }

@@ -75,6 +75,9 @@ pub struct Placement {
     /// so that the Node's allocatable keeps the catalog's promise. `None`
     /// when the hardware is unknown (`render-config` without a catalog).
     pub kubelet_reservations: Option<KubeletReservations>,
+    /// The Private Network the node joins in `zone`
+    /// ([`super::network::node_network`]); `None` without one.
+    pub network: Option<super::network::NodeNetwork>,
 }
 
 impl Placement {
@@ -86,6 +89,7 @@ impl Placement {
             arch: it.arch.clone(),
             type_labels: it.node_labels(zone),
             kubelet_reservations: Some(KubeletReservations::for_capacity(&it.capacity)),
+            network: None,
         }
     }
 }
@@ -131,6 +135,7 @@ pub fn install_spec(
         bootstrap_token,
         kubelet_reservations: placement.kubelet_reservations,
         target: crate::install::Target::Node,
+        private_network: placement.network.clone(),
     })
 }
 
@@ -189,6 +194,20 @@ pub(super) fn node_registration(
         taints,
         owner_uid: view.uid.clone(),
     }
+}
+
+/// The Private Network a node of `class` in `zone` joins; a selector with no
+/// network resolved in the zone's region is the NodeClass's to fix.
+pub(super) fn class_network(
+    class: &NodeClassRecord,
+    zone: &str,
+) -> Result<Option<super::network::NodeNetwork>, ProviderError> {
+    super::network::node_network(
+        class.spec.private_network.as_ref(),
+        &class.private_networks,
+        zone,
+    )
+    .map_err(ProviderError::NodeClassNotReady)
 }
 
 /// The taint the node lifecycle controller removes once the kubelet reports Ready.
@@ -287,6 +306,7 @@ impl Provider {
         })?;
         let mut placement = Placement::of(&it, &zone, &server.id);
         placement.type_labels = node_labels.clone();
+        placement.network = class_network(&class, &zone)?;
         let spec = install_spec(&view, &class.spec, &placement, secrets, token)
             .map_err(ProviderError::NodeClassNotReady)?;
         let image_url = spec.image_url.clone();

@@ -721,6 +721,9 @@ impl Provider {
             bootstrap_token: Secret::default(),
             kubelet_reservations: None,
             target: Target::Standby,
+            // Attached while staged, so that an adoption stays fast.
+            private_network: super::super::create::class_network(class, &server.zone)
+                .map_err(|e| e.to_string())?,
         })
     }
 

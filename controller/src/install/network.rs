@@ -1,0 +1,226 @@
+//! The install's side of a Private Network on Elastic Metal: attaching the
+//! delivered server ([`ensure_attached`], the action of
+//! [`Step::AttachNetwork`](super::machine::Step::AttachNetwork)) and reading
+//! back, when the config is rendered, the VLAN id and the address the node's
+//! Talos config brings up ([`private_link`]).
+//!
+//! Nothing of it is persisted: the attachment is found again by listing the
+//! server's attachments, so a resumed install (or an adoption) learns what
+//! it needs from the API, and a second attachment is never requested.
+
+use tracing::{info, warn};
+
+use super::InstallSpec;
+use super::machine::{NetworkSeen, Observation};
+use crate::provider::network::{self, BookedChoiceError, NodeNetwork};
+use crate::scaleway::private_network::{
+    AttachmentFilter, AttachmentStatus, IpFilter, PrivateNetworks, ServerPrivateNetwork,
+};
+use crate::scaleway::{ApiError, ElasticMetal, SubscriptionPeriod};
+use crate::talos::PrivateLink;
+
+/// The server's attachment to `net`, if any (the API refilters by server and
+/// network; several would be an API inconsistency: the first is taken).
+async fn attachment(
+    api: &dyn PrivateNetworks,
+    spec: &InstallSpec,
+    net: &NodeNetwork,
+) -> Result<Option<ServerPrivateNetwork>, ApiError> {
+    let filter = AttachmentFilter {
+        server_id: Some(spec.server_id.clone()),
+        private_network_id: Some(net.id.clone()),
+        project_id: None,
+    };
+    Ok(api
+        .list_server_private_networks(&spec.zone, &filter)
+        .await?
+        .into_iter()
+        .next())
+}
+
+fn seen(a: &ServerPrivateNetwork) -> Observation {
+    Observation::Network(match a.status {
+        AttachmentStatus::Attached => NetworkSeen::Attached,
+        AttachmentStatus::Error => {
+            NetworkSeen::Failed(format!("attachment {} is in status error", a.id))
+        }
+        AttachmentStatus::Locked => NetworkSeen::Failed(format!(
+            "attachment {} is locked (a Scaleway-side hold; see the console)",
+            a.id
+        )),
+        // attaching, detaching or unknown: under way.
+        _ => NetworkSeen::Attaching,
+    })
+}
+
+/// An API error of the attach path: a refusal that retrying cannot mend is
+/// the install's failure, anything else is retried under the API budget.
+fn refused(what: &str, err: ApiError) -> Observation {
+    match err {
+        ApiError::Invalid(m) | ApiError::NotFound(m) | ApiError::Unauthorized(m) => {
+            Observation::Network(NetworkSeen::Failed(format!("{what} refused: {m}")))
+        }
+        other => Observation::ApiFailed(other),
+    }
+}
+
+/// Attaches the server to its network unless an attachment exists, and
+/// reports where the attachment stands. The offer's `private_network`
+/// option is added first when the server lacks it.
+pub(super) async fn ensure_attached(
+    em: &dyn ElasticMetal,
+    api: Option<&dyn PrivateNetworks>,
+    spec: &InstallSpec,
+) -> Observation {
+    let Some(net) = spec.private_network.as_ref() else {
+        return Observation::Network(NetworkSeen::Attached);
+    };
+    let Some(api) = api else {
+        return Observation::Network(NetworkSeen::Failed(
+            "this controller has no Private Network clients configured".into(),
+        ));
+    };
+    match attachment(api, spec, net).await {
+        Ok(Some(a)) => return seen(&a),
+        Ok(None) => {}
+        Err(err) => return Observation::ApiFailed(err),
+    }
+    if let Err(observation) = ensure_option(em, api, spec).await {
+        return observation;
+    }
+    let attached = if net.booked.is_empty() {
+        api.attach_private_network(&spec.zone, &spec.server_id, &net.id, &[])
+            .await
+    } else {
+        // The choice and the attachment that takes the address, together.
+        let _turn = network::BOOKING.lock().await;
+        let ip = match network::choose_booked(api, &net.region, &net.id, &net.booked).await {
+            Ok(ip) => ip,
+            Err(BookedChoiceError::Api(err)) => return Observation::ApiFailed(err),
+            Err(none_free) => {
+                return Observation::Network(NetworkSeen::Failed(none_free.to_string()));
+            }
+        };
+        info!(ipam_ip_id = %ip.id, address = %ip.address, "booked address chosen");
+        api.attach_private_network(
+            &spec.zone,
+            &spec.server_id,
+            &net.id,
+            std::slice::from_ref(&ip.id),
+        )
+        .await
+    };
+    match attached {
+        Ok(a) => {
+            info!(private_network_id = %net.id, attachment = %a.id, status = ?a.status,
+                "attaching the server to its Private Network");
+            seen(&a)
+        }
+        // A lost answer may have attached: the next look lists it.
+        Err(err) => refused("attaching the server", err),
+    }
+}
+
+/// Adds the offer's `private_network` option to the server unless it has it
+/// on (or the offer includes it, or lists none: then the attachment decides).
+/// The option is read from the server's own offer (hourly or monthly), so
+/// its id is the zone's.
+async fn ensure_option(
+    em: &dyn ElasticMetal,
+    api: &dyn PrivateNetworks,
+    spec: &InstallSpec,
+) -> Result<(), Observation> {
+    let options = api
+        .get_server_options(&spec.zone, &spec.server_id)
+        .await
+        .map_err(Observation::ApiFailed)?;
+    if options
+        .iter()
+        .any(|o| o.private_network.is_some() && o.is_on())
+    {
+        return Ok(());
+    }
+    let server = em
+        .get_server(&spec.zone, &spec.server_id)
+        .await
+        .map_err(Observation::ApiFailed)?;
+    let mut offer = None;
+    for period in [SubscriptionPeriod::Hourly, SubscriptionPeriod::Monthly] {
+        let offers = em
+            .list_offers(&spec.zone, period)
+            .await
+            .map_err(Observation::ApiFailed)?;
+        offer = offers.into_iter().find(|o| o.id == server.offer_id);
+        if offer.is_some() {
+            break;
+        }
+    }
+    let Some(option) = offer.as_ref().and_then(|o| o.private_network_option()) else {
+        return Ok(());
+    };
+    if option.enabled || options.iter().any(|o| o.id == option.id && o.is_on()) {
+        return Ok(());
+    }
+    api.add_server_option(&spec.zone, &spec.server_id, &option.id)
+        .await
+        .map_err(|err| refused("adding the private_network server option", err))?;
+    info!(option_id = %option.id, "private_network server option added");
+    Ok(())
+}
+
+/// The node's link for its Talos config: the attachment's VLAN and IPAM
+/// address. `Err` is the observation to report instead of applying: an API
+/// failure (retried), or an attachment that is gone or not attached (the
+/// config would leave the node off its network).
+pub(super) async fn private_link(
+    api: Option<&dyn PrivateNetworks>,
+    spec: &InstallSpec,
+) -> Result<Option<PrivateLink>, Observation> {
+    let Some(net) = spec.private_network.as_ref() else {
+        return Ok(None);
+    };
+    let Some(api) = api else {
+        return Err(Observation::ConfigInvalid(
+            "this controller has no Private Network clients configured".into(),
+        ));
+    };
+    let a = match attachment(api, spec, net).await {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            return Err(Observation::ConfigInvalid(format!(
+                "the server is not attached to Private Network {}",
+                net.id
+            )));
+        }
+        Err(err) => return Err(Observation::ApiFailed(err)),
+    };
+    let (AttachmentStatus::Attached, Some(vlan)) = (a.status, a.vlan) else {
+        return Err(Observation::ConfigInvalid(format!(
+            "the server's attachment {} to Private Network {} is {:?} without a VLAN",
+            a.id, net.id, a.status
+        )));
+    };
+    let ip = match a.ipam_ip_ids.first() {
+        Some(id) => api.get_ip(&net.region, id).await.map(Some),
+        None => {
+            let filter = IpFilter {
+                resource_id: Some(a.id.clone()),
+                private_network_id: Some(net.id.clone()),
+                ..IpFilter::default()
+            };
+            api.list_ips(&net.region, &filter)
+                .await
+                .map(|ips| ips.into_iter().find(|ip| !ip.is_ipv6))
+        }
+    }
+    .map_err(Observation::ApiFailed)?;
+    if ip.is_none() {
+        warn!(attachment = %a.id, "no IPAM address for the attachment; the link takes DHCP");
+    }
+    Ok(Some(network::private_link(
+        net,
+        Some(vlan),
+        None,
+        ip.as_ref(),
+    )))
+}
