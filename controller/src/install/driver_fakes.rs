@@ -380,6 +380,16 @@ pub fn world(rescue: FakeRescue, talos: FakeTalos) -> World {
 }
 
 pub fn world_with(rescue: FakeRescue, talos: FakeTalos, always_ready: bool) -> World {
+    world_of(rescue, talos, always_ready, None)
+}
+
+/// A world whose engine reaches Private Networks through `networks`.
+pub fn world_of(
+    rescue: FakeRescue,
+    talos: FakeTalos,
+    always_ready: bool,
+    networks: Option<Arc<dyn crate::scaleway::private_network::PrivateNetworks>>,
+) -> World {
     let em = Arc::new(FakeElasticMetal::new());
     em.insert_server(delivering_server());
     *talos.em.lock().unwrap() = Some(em.clone());
@@ -404,7 +414,7 @@ pub fn world_with(rescue: FakeRescue, talos: FakeTalos, always_ready: bool) -> W
         rescue: rescue.clone(),
         talos: talos.clone(),
         nodes: nodes.clone(),
-        networks: None,
+        networks,
         settings,
     });
     World {

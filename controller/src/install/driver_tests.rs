@@ -284,6 +284,9 @@ fn secrets_never_print() {
     assert_eq!(format!("{}", s.rescue_private_key), "<redacted>");
 }
 
+#[path = "driver_network_tests.rs"]
+mod network;
+
 #[path = "driver_recovery_tests.rs"]
 mod recovery;
 
