@@ -233,6 +233,11 @@ impl Provider {
                 self.settings.zones.join(",")
             )));
         }
+        // Before anything is ordered: a server that could not join its
+        // network would be billed for nothing.
+        for zone in &zones {
+            class_network(&class, zone)?;
+        }
         let secrets = self.class_secrets(&class.spec).await?;
         let snapshot = self.catalog.snapshot();
         if !snapshot.is_loaded() {

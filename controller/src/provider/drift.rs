@@ -43,9 +43,14 @@ pub enum Component {
     Config,
     /// The install disk selector.
     Disk,
+    /// `spec.privateNetwork`. Present in a stamp only when the NodeClass
+    /// selects a network, so that stamps of NodeClasses without one keep
+    /// their hash (and [`HASH_VERSION`]).
+    Network,
 }
 
 impl Component {
+    /// The components every stamp carries, in comparison order.
     pub const ALL: [Component; 3] = [Component::Image, Component::Config, Component::Disk];
 
     /// The key in the annotation value.
@@ -54,6 +59,7 @@ impl Component {
             Component::Image => "image",
             Component::Config => "config",
             Component::Disk => "disk",
+            Component::Network => "network",
         }
     }
 
@@ -64,6 +70,7 @@ impl Component {
             Component::Image => "ImageDrift",
             Component::Config => "MachineConfigDrift",
             Component::Disk => "DiskSelectorDrift",
+            Component::Network => "PrivateNetworkDrift",
         }
     }
 
@@ -116,6 +123,32 @@ impl Component {
                 Some(name) => json!({ "name": name.strip_prefix("/dev/").unwrap_or(name) }),
                 None => json!({}),
             },
+            // The selection as declared (the id or name and tags, the
+            // address policy and its booked ids, the InternalIP source), not
+            // what it resolved to: a network recreated under the same name is
+            // a change of the cloud, not of the NodeClass.
+            Component::Network => match spec.private_network.as_ref() {
+                Some(pn) => {
+                    let mut v = json!({
+                        "addresses": pn.addresses,
+                        "nodeIP": pn.node_ip,
+                    });
+                    if let Some(id) = &pn.id {
+                        v["id"] = json!(id);
+                    }
+                    if !pn.name.is_empty() {
+                        v["name"] = json!(pn.name);
+                    }
+                    if !pn.tags.is_empty() {
+                        v["tags"] = json!(pn.tags);
+                    }
+                    if !pn.ipam_ip_ids.is_empty() {
+                        v["ipamIpIds"] = json!(pn.ipam_ip_ids);
+                    }
+                    v
+                }
+                None => Value::Null,
+            },
         }
     }
 }
@@ -161,31 +194,42 @@ pub(super) fn short_hash(value: &Value) -> String {
     digest[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The per-component hash, written `image=<h8>,config=<h8>,disk=<h8>`.
+/// The per-component hash, written `image=<h8>,config=<h8>,disk=<h8>`,
+/// then `,network=<h8>` when the NodeClass selects a Private Network.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeClassHash([String; 3]);
+pub struct NodeClassHash([String; 3], Option<String>);
 
 impl NodeClassHash {
     pub fn of(spec: &NodeClassSpec) -> Self {
-        NodeClassHash(Component::ALL.map(|c| short_hash(&c.input(spec))))
+        NodeClassHash(
+            Component::ALL.map(|c| short_hash(&c.input(spec))),
+            spec.private_network
+                .is_some()
+                .then(|| short_hash(&Component::Network.input(spec))),
+        )
     }
 
     /// Reads an annotation value of the current version: every component
     /// exactly once, in any order, nothing else.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut parts: [Option<String>; 3] = Default::default();
+        let mut network: Option<String> = None;
         for item in text.split(',') {
             let (key, hash) = item
                 .split_once('=')
                 .ok_or_else(|| format!("{item:?} is not key=hash"))?;
             let component = Component::ALL
                 .into_iter()
+                .chain([Component::Network])
                 .find(|c| c.key() == key)
                 .ok_or_else(|| format!("unknown component {key:?}"))?;
             if hash.len() != 8 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(format!("{key}: {hash:?} is not 8 hex digits"));
             }
-            let slot = &mut parts[component.index()];
+            let slot = match component {
+                Component::Network => &mut network,
+                other => &mut parts[other.index()],
+            };
             if slot.is_some() {
                 return Err(format!("{key} appears twice"));
             }
@@ -193,7 +237,7 @@ impl NodeClassHash {
         }
         let [image, config, disk] = parts;
         match (image, config, disk) {
-            (Some(i), Some(c), Some(d)) => Ok(NodeClassHash([i, c, d])),
+            (Some(i), Some(c), Some(d)) => Ok(NodeClassHash([i, c, d], network)),
             _ => Err("a component is missing".into()),
         }
     }
@@ -203,6 +247,7 @@ impl NodeClassHash {
         Component::ALL
             .into_iter()
             .find(|c| self.0[c.index()] != current.0[c.index()])
+            .or_else(|| (self.1 != current.1).then_some(Component::Network))
     }
 }
 
@@ -213,6 +258,9 @@ impl fmt::Display for NodeClassHash {
                 f.write_str(",")?;
             }
             write!(f, "{}={}", c.key(), self.0[c.index()])?;
+        }
+        if let Some(network) = &self.1 {
+            write!(f, ",{}={network}", Component::Network.key())?;
         }
         Ok(())
     }

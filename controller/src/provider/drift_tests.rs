@@ -443,3 +443,82 @@ fn restamps_cover_launched_claims_of_another_version_only() {
         ]
     );
 }
+
+fn with_network(selector: crate::nodeclass::PrivateNetworkSelector) -> NodeClassSpec {
+    NodeClassSpec {
+        private_network: Some(selector),
+        ..spec()
+    }
+}
+
+/// The network component is written only for a NodeClass that selects a
+/// network: the pins of [`the_v1_hash_of_a_fixed_spec_is_pinned`] hold for
+/// every NodeClass without one, so no version bump was needed. Values
+/// computed independently (Python, as above).
+#[test]
+fn the_network_component_is_pinned_and_only_present_with_a_network() {
+    use crate::nodeclass::{AddressPolicy, NodeIpSource, PrivateNetworkSelector};
+    let by_name = with_network(PrivateNetworkSelector {
+        name: "prod".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        NodeClassHash::of(&by_name).to_string(),
+        "image=35559a4d,config=a9331f21,disk=3762939b,network=140fa2ab"
+    );
+    let booked = with_network(PrivateNetworkSelector {
+        id: Some("0b7f2c4e-1111-4222-8333-444455556666".into()),
+        addresses: AddressPolicy::Booked,
+        ipam_ip_ids: vec!["11111111-2222-4333-8444-555566667777".into()],
+        node_ip: NodeIpSource::Public,
+        ..Default::default()
+    });
+    let text = NodeClassHash::of(&booked).to_string();
+    assert!(text.ends_with(",network=62d58a27"), "{text}");
+    assert_eq!(NodeClassHash::parse(&text), Ok(NodeClassHash::of(&booked)));
+    assert!(NodeClassHash::parse(&format!("{text},network=62d58a27")).is_err());
+}
+
+#[test]
+fn gaining_losing_or_changing_the_network_drifts_and_nothing_else_does() {
+    use crate::nodeclass::{AddressPolicy, NodeIpSource, PrivateNetworkSelector};
+    let prod = PrivateNetworkSelector {
+        name: "prod".into(),
+        ..Default::default()
+    };
+    let stamped = |s: &NodeClassSpec| stamp(s);
+    let none = spec();
+    let on = with_network(prod.clone());
+    // Unchanged, with or without a network: no drift.
+    assert_eq!(drift(&stamped(&none), &none), Ok(None));
+    assert_eq!(drift(&stamped(&on), &on), Ok(None));
+    // Gained, lost, or selecting another way.
+    assert_eq!(drift(&stamped(&none), &on), Ok(Some(Component::Network)));
+    assert_eq!(drift(&stamped(&on), &none), Ok(Some(Component::Network)));
+    for changed in [
+        PrivateNetworkSelector {
+            name: "staging".into(),
+            ..prod.clone()
+        },
+        PrivateNetworkSelector {
+            node_ip: NodeIpSource::Public,
+            ..prod.clone()
+        },
+        PrivateNetworkSelector {
+            addresses: AddressPolicy::Booked,
+            ipam_ip_ids: vec!["11111111-2222-4333-8444-555566667777".into()],
+            ..prod.clone()
+        },
+    ] {
+        assert_eq!(
+            drift(&stamped(&on), &with_network(changed.clone())),
+            Ok(Some(Component::Network)),
+            "{changed:?}"
+        );
+    }
+    // An image change with a network still names the image first.
+    let mut image = with_network(prod);
+    image.image.version = "v1.14.1".into();
+    assert_eq!(drift(&stamped(&on), &image), Ok(Some(Component::Image)));
+    assert!(karpenter_accepts_reason(Component::Network.drift_reason()));
+}

@@ -570,4 +570,7 @@ impl Provider {
 #[cfg(test)]
 mod churn_guard_tests;
 #[cfg(test)]
+#[path = "network_create_tests.rs"]
+mod network_create_tests;
+#[cfg(test)]
 pub(crate) mod tests;
