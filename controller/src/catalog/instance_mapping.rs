@@ -171,6 +171,7 @@ pub fn vm_instance_types(
                 monthly: None,
                 billing: Billing::Hourly,
                 reservation: None,
+                private_network_per_hour: None,
             };
             offering.bill(Billing::Hourly);
             it.offerings.push(offering);

@@ -206,10 +206,12 @@ pub fn instance_types(
                         price_per_month: m.price_per_month.as_ref()?.as_f64(),
                         enabled: m.enable,
                         stock: m.stock.clone(),
+                        private_network_per_month: option_price(m),
                     })
                 }),
                 billing: Billing::Hourly,
                 reservation: None,
+                private_network_per_hour: option_price(offer),
             };
             offering.bill(Billing::Hourly);
             it.offerings.push(offering);
@@ -231,7 +233,31 @@ pub fn instance_types(
     (types.into_values().collect(), excluded)
 }
 
+/// What the offer's `private_network` option costs per billing period (0
+/// when the offer includes it), `None` when the offer sells none.
+fn option_price(offer: &Offer) -> Option<f64> {
+    let option = offer.private_network_option()?;
+    Some(match (&option.price, option.enabled) {
+        (Some(price), false) => price.as_f64(),
+        _ => 0.0,
+    })
+}
+
 impl Offering {
+    /// EUR per hour the `private_network` option adds under the billing
+    /// priced (the monthly option's price over [`HOURS_PER_MONTH`] under
+    /// monthly billing); 0 when the offer sells none or includes it.
+    pub fn private_network_price(&self) -> f64 {
+        let monthly = self
+            .monthly
+            .as_ref()
+            .and_then(|m| m.private_network_per_month);
+        match (self.billing, monthly) {
+            (Billing::Monthly, Some(per_month)) => per_month / HOURS_PER_MONTH,
+            _ => self.private_network_per_hour.unwrap_or(0.0),
+        }
+    }
+
     /// Prices the offering for `billing` and decides whether it can be
     /// ordered, from the offer's `enable` and `stock` (and its monthly twin's
     /// under monthly billing). A `low` stock is orderable; `empty` is not, nor

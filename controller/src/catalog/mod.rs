@@ -163,6 +163,9 @@ pub struct MonthlyTwin {
     pub enabled: bool,
     /// `empty`, `low` or `available`.
     pub stock: String,
+    /// The monthly offer's `private_network` option, EUR per month (0 when
+    /// included); `None` when it sells none.
+    pub private_network_per_month: Option<f64>,
 }
 
 /// One offer in one zone, as a NodeClass with a given billing sees it.
@@ -188,6 +191,10 @@ pub struct Offering {
     pub billing: Billing,
     /// Set on a `reserved` offering: capacity served by a standby pool.
     pub reservation: Option<OfferingReservation>,
+    /// The hourly offer's `private_network` option, EUR per hour (0 when
+    /// included); `None` when it sells none (Instances: private NICs are
+    /// free). Added to `price` for a NodeClass with a Private Network.
+    pub private_network_per_hour: Option<f64>,
 }
 
 /// A standby pool as a reserved offering.

@@ -98,6 +98,9 @@ pub struct ClassView {
     /// The node's ephemeral storage when the NodeClass, not the type, decides
     /// it (an Instance's root volume size). `None` = the type's own.
     pub ephemeral_storage_bytes: Option<u64>,
+    /// The NodeClass selects a Private Network: Elastic Metal offerings cost
+    /// their `private_network` option too.
+    pub private_network: bool,
 }
 
 impl From<Vec<String>> for ClassView {
@@ -636,6 +639,9 @@ fn view(
             }
             for o in &mut it.offerings {
                 o.bill(billing);
+                if class.private_network {
+                    o.price += o.private_network_price();
+                }
                 let key = (it.name.clone(), o.zone.clone());
                 if let Some(r) = inputs.unavailable.get(&key).filter(|r| r.until > now) {
                     o.available = false;

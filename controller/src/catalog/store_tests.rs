@@ -700,3 +700,78 @@ fn long_reservation_ids_are_hashed_to_a_label_value() {
         super::super::reservation_id(&class, "EM-A115X-SSD", "fr-par-1")
     );
 }
+
+/// The sample offers with the `private_network` option: 0.02 €/h on the
+/// hourly A115X, 10 €/month on its monthly twin; included on the I215E.
+fn offers_with_network_option(zone: &str) -> Vec<Offer> {
+    use crate::scaleway::{Money, OfferOption, PrivateNetworkOption};
+    let option = |price: f64, period: &str, enabled: bool| OfferOption {
+        id: "opt-pn".into(),
+        name: "Private Network".into(),
+        enabled,
+        subscription_period: period.into(),
+        price: Some(Money {
+            currency_code: "EUR".into(),
+            units: price.trunc() as i64,
+            nanos: ((price.fract() * 1e9).round()) as i32,
+        }),
+        manageable: true,
+        private_network: Some(PrivateNetworkOption {
+            bandwidth_in_bps: 1_000_000_000,
+        }),
+    };
+    let mut all = offers(zone);
+    for o in &mut all {
+        o.options = match (o.name.as_str(), o.is_monthly()) {
+            ("EM-A115X-SSD", false) => vec![option(0.02, "hourly", false)],
+            ("EM-A115X-SSD", true) => vec![option(10.0, "monthly", false)],
+            ("EM-I215E-NVME", _) => vec![option(0.05, "hourly", true)],
+            _ => vec![],
+        };
+    }
+    all
+}
+
+#[test]
+fn a_class_with_a_private_network_pays_the_option_where_the_offer_sells_it() {
+    let store = CatalogStore::new(Duration::from_secs(60));
+    let by_zone = BTreeMap::from([(
+        "fr-par-2".to_string(),
+        offers_with_network_option("fr-par-2"),
+    )]);
+    store.set_base(instance_types(&by_zone).0);
+    let networked = |zones: Vec<String>, billing| ClassView {
+        private_network: true,
+        ..ClassView::from((zones, billing))
+    };
+    store.set_node_classes(
+        ClassKind::ElasticMetal,
+        BTreeMap::from([
+            ("plain".to_string(), ClassView::from(vec![])),
+            ("pn".to_string(), networked(vec![], Billing::Hourly)),
+            (
+                "pn-monthly".to_string(),
+                networked(vec![], Billing::Monthly),
+            ),
+        ]),
+    );
+    let s = store.snapshot();
+    let price =
+        |class: &str, name: &str| offering(&s, Some(class), name, "fr-par-2").unwrap().price;
+    assert_eq!(price("plain", "EM-A115X-SSD"), 0.091);
+    assert!(
+        (price("pn", "EM-A115X-SSD") - 0.111).abs() < 1e-12,
+        "{}",
+        price("pn", "EM-A115X-SSD")
+    );
+    let monthly = price("pn-monthly", "EM-A115X-SSD");
+    assert!(
+        (monthly - (32.99 + 10.0) / 730.0).abs() < 1e-12,
+        "{monthly}"
+    );
+    // Included in the offer: nothing added.
+    assert_eq!(
+        price("pn", "EM-I215E-NVME"),
+        price("plain", "EM-I215E-NVME")
+    );
+}

@@ -289,7 +289,10 @@ fn class_view(spec: &NodeClassSpec) -> ClassView {
         super::Billing::Hourly => catalog::Billing::Hourly,
         super::Billing::Monthly => catalog::Billing::Monthly,
     };
-    ClassView::from((spec.zones.clone(), billing))
+    ClassView {
+        private_network: spec.private_network.is_some(),
+        ..ClassView::from((spec.zones.clone(), billing))
+    }
 }
 
 /// Tells the catalog each NodeClass's zones and billing, so that Karpenter
