@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+mod boot_network;
 pub mod disk;
 pub mod faults;
 pub mod follower;
@@ -16,7 +17,9 @@ pub mod kubelet;
 pub mod machine_config;
 pub mod manager;
 pub mod model;
+pub mod network;
 pub mod os;
+pub mod private_links;
 pub mod records;
 pub mod shell;
 pub mod ssh;

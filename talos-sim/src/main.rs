@@ -14,6 +14,7 @@ use talos_sim::image::{self, Compression};
 use talos_sim::instance::metadata::Metadata;
 use talos_sim::manager::Simulator;
 use talos_sim::os::Settings;
+use talos_sim::private_links::PrivateLinks;
 use talos_sim::timings::{Profile, WriteRate};
 use talos_sim::validator::ConfigValidator;
 use talos_sim::{admin, follower};
@@ -69,6 +70,10 @@ struct RunArgs {
     /// in milliseconds.
     #[arg(long, default_value_t = 500)]
     instance_poll_ms: u64,
+    /// How often a configured machine reads its Private Network links
+    /// (`<url>/_emsim/private-links?server=<id>`), in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    private_links_poll_ms: u64,
     /// Timings profile. `default`: disk writes as fast as the host allows
     /// (what the test suites expect). `real`: a real machine's, for runs at
     /// emsim's time scale 1 next to `emsim --timings real`: rescue writes to
@@ -176,6 +181,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         apply_latency: Duration::from_millis(args.apply_latency_ms),
         config_validator,
         metadata: Some(Metadata::new(&emsim_url)?),
+        private_links: Some(PrivateLinks::new(&emsim_url)?),
+        links_poll: Duration::from_millis(args.private_links_poll_ms.max(1)),
         disk_write_rate,
         ..Settings::new(args.state_dir)
     });

@@ -21,6 +21,7 @@ use crate::kubelet::health::{self, Health};
 use crate::kubelet::{self, Kubelet};
 use crate::machine_config;
 use crate::model::{BootType, Platform, PowerOn};
+use crate::private_links::PrivateLinks;
 use crate::records::{OsState, Record, new_boot_id};
 use crate::shell::{FaultHooks, ShellEnv};
 use crate::ssh::{RescueSsh, parse_authorized_keys};
@@ -61,6 +62,12 @@ pub struct Settings {
     /// How often the kubelet posts its Node's status and renews its Lease
     /// (a kubelet's 10 s; tests shorten it).
     pub kubelet_heartbeat: Duration,
+    /// Where a configured machine learns which Private Network links the
+    /// network delivers to it (emsim's `/_emsim/private-links`); without
+    /// it a machine has none.
+    pub private_links: Option<PrivateLinks>,
+    /// How often a configured machine reads its private links again.
+    pub links_poll: Duration,
 }
 
 impl Settings {
@@ -78,6 +85,8 @@ impl Settings {
             metadata: None,
             disk_write_rate: None,
             kubelet_heartbeat: kubelet::HEARTBEAT,
+            private_links: None,
+            links_poll: Duration::from_secs(1),
         }
     }
 }
@@ -346,6 +355,8 @@ impl Boot {
         mut cfg: machine_config::NodeConfig,
         header: &ImageHeader,
     ) {
+        // Talos brings the network up first; the kubelet waits for a node IP.
+        let (node_ip, links) = self.network_up(&cfg).await;
         if !self.settings.kubelet {
             self.fail("kubelet not started: disabled in this simulator".into());
             return std::future::pending().await;
@@ -361,7 +372,7 @@ impl Boot {
         let mut facts = kubelet::facts(
             &cfg,
             &self.on.server_id,
-            self.on.address,
+            node_ip,
             &header.arch,
             &header.version,
             &self.on.machine,
@@ -434,7 +445,8 @@ impl Boot {
                 &node_name,
                 &self.record,
                 &health_tx,
-            )
+            ),
+            self.follow_links(&cfg, links),
         );
     }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use crate::disk::Disk;
+use crate::network::PrivateLink;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -147,6 +148,13 @@ pub struct ServerRecord {
     pub faults_fired: Vec<FaultFired>,
     /// What the running kubelet reports; null when none runs.
     pub kubelet: Option<KubeletReport>,
+    /// The Private Network links delivered to the configured machine (emsim's
+    /// `/_emsim/private-links`), each `up` with its address or `down` with
+    /// the reason; empty before the machine config is running.
+    pub private_links: Vec<PrivateLink>,
+    /// The address the kubelet reports as the Node's InternalIP; null while
+    /// no kubelet could start.
+    pub node_ip: Option<String>,
 }
 
 /// Now on talos-sim's wall clock, as records show it.
@@ -198,6 +206,8 @@ impl Record {
             power_offs: Vec::new(),
             faults_fired: Vec::new(),
             kubelet: None,
+            private_links: Vec::new(),
+            node_ip: None,
         })))
     }
 
@@ -234,6 +244,8 @@ impl Record {
         self.update(|r| {
             r.boot_id = Some(boot_id.clone());
             r.kubelet = None;
+            r.private_links.clear();
+            r.node_ip = None;
             r.boots.push(BootEntry {
                 at: now(),
                 boot_id: boot_id.clone(),
@@ -254,6 +266,8 @@ impl Record {
                 boot_id: r.boot_id.take(),
             });
             r.kubelet = None;
+            r.private_links.clear();
+            r.node_ip = None;
             r.state = OsState::Off;
         });
     }
@@ -325,6 +339,8 @@ mod tests {
             "power_offs",
             "faults_fired",
             "kubelet",
+            "private_links",
+            "node_ip",
         ] {
             assert!(json.get(key).is_some(), "{key} missing");
         }
