@@ -133,6 +133,18 @@ impl EmsimAdmin {
         self.0.list("/_emsim/instance/volumes", "volumes").await
     }
 
+    /// Seeds a Private Network (`{"name", "region", "subnets": [cidr], ...}`,
+    /// emsim's `PnSpec`); emsim's answer, with its `id`.
+    pub async fn add_private_network(&self, spec: &Value) -> Result<Value> {
+        self.0.post("/_emsim/private-networks", spec).await
+    }
+
+    /// Every attachment, private NIC and IPAM address, with `counts`
+    /// (`attachments`, `private_nics`, `booked_ips`, `allocated_ips`).
+    pub async fn private_network_records(&self) -> Result<Value> {
+        self.0.get("/_emsim/private-network-records").await
+    }
+
     /// Sets a type's stock in a zone (`available`, `scarce`, `shortage`).
     pub async fn set_instance_availability(
         &self,

@@ -24,6 +24,7 @@ mod leadership;
 mod list_faults;
 mod lost_answers;
 mod orphans;
+mod private_network;
 mod reboot;
 mod reboot_kinds;
 mod soak;
