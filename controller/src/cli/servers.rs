@@ -6,7 +6,9 @@
 //! node's reservation) and age, and what the orphan sweeper would do with
 //! it, computed by the sweeper's own decision functions
 //! ([`crate::gc::decide`], [`crate::gc::decide_instances`]) with the graces
-//! `serve` has. The SBS volumes VMs leave behind are not listed. `--standby`
+//! `serve` has. The SBS volumes VMs leave behind are not listed. Each
+//! server's Private Network links (attachment or private NIC, status, VLAN,
+//! address) follow the table, read best effort (`servers_network.rs`). `--standby`
 //! narrows the list to the standby servers (docs/standby.md) and the nodes
 //! adopted from them.
 //!
@@ -111,6 +113,7 @@ pub async fn run(args: ServersArgs) -> anyhow::Result<()> {
     let apis = Apis {
         elastic_metal: client.as_ref(),
         instance: client.as_ref(),
+        networks: Some(client.as_ref()),
     };
     let kind = listed_kind(args.kind, args.standby)?;
     let report = collect(
@@ -154,6 +157,9 @@ pub fn listed_kind(kind: Kind, standby: bool) -> anyhow::Result<Kind> {
 pub struct Apis<'a> {
     pub elastic_metal: &'a dyn ElasticMetal,
     pub instance: &'a dyn Instance,
+    /// Where each server's Private Network links are read (best effort,
+    /// `servers_network.rs`); `None`: not read.
+    pub networks: Option<&'a dyn crate::scaleway::private_network::PrivateNetworks>,
 }
 
 /// `elastic-metal` or `instance`, as `catalog --kind` spells them.
@@ -211,6 +217,8 @@ pub struct Row {
     /// `karpenter.scaleway.com/reservation-id` tag).
     pub reservation: Option<String>,
     pub sweeper: Sweep,
+    /// Its links to Private Networks (attachments, private NICs).
+    pub private_links: Vec<network::LinkCell>,
 }
 
 /// Where a standby server stands, as its tags say.
@@ -230,6 +238,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// Narrowed to standby servers and adopted nodes (`--standby`).
     pub standby_only: bool,
+    /// Why the Private Network links were not read, when they were not.
+    pub networks_note: Option<String>,
 }
 
 fn reads_elastic_metal(kind: Kind) -> bool {
@@ -314,13 +324,20 @@ pub async fn collect(
             .into_iter()
             .filter_map(|d| vm_row(d, &index)),
     );
-    Ok(Report {
+    let mut report = Report {
         graces: graces.clone(),
         zones: zones.to_vec(),
         kind,
         rows,
         standby_only: false,
-    })
+        networks_note: None,
+    };
+    if let Some(api) = apis.networks
+        && let Err(note) = network::annotate(&mut report, api, &policy.project_id).await
+    {
+        report.networks_note = Some(note);
+    }
+    Ok(report)
 }
 
 /// Every zone, every page of the VMs carrying this cluster's tag in this
@@ -446,6 +463,7 @@ fn metal_row(d: Decision, index: &ClaimIndex<'_>) -> Row {
             reason: d.reason,
             detail: d.detail.clone(),
         },
+        private_links: Vec::new(),
     }
 }
 
@@ -491,6 +509,7 @@ fn vm_row(d: InstanceDecision, index: &ClaimIndex<'_>) -> Option<Row> {
             reason: d.reason,
             detail: d.detail,
         },
+        private_links: Vec::new(),
     })
 }
 
@@ -625,6 +644,9 @@ impl Report {
         if let Some(line) = self.standby_summary() {
             let _ = writeln!(out, "{line}");
         }
+        if let Some(section) = network::section(self) {
+            let _ = writeln!(out, "{section}");
+        }
         if reads_elastic_metal(self.kind) {
             let _ = writeln!(out, "Note: {IN_FLIGHT_NOTE}.");
         }
@@ -703,6 +725,10 @@ impl Report {
                 if r.kind == ClassKind::ElasticMetal {
                     v["offer"] = json!(r.server_type);
                 }
+                if !r.private_links.is_empty() {
+                    let links: Vec<Value> = r.private_links.iter().map(|l| l.json()).collect();
+                    v["privateNetworks"] = json!(links);
+                }
                 v
             })
             .collect();
@@ -719,9 +745,13 @@ impl Report {
             "inFlight": IN_FLIGHT_NOTE,
             "volumes": VOLUMES_NOTE,
             "servers": servers,
+            "privateNetworksNote": self.networks_note,
         })
     }
 }
+
+#[path = "servers_network.rs"]
+pub mod network;
 
 #[cfg(test)]
 #[path = "servers_tests.rs"]

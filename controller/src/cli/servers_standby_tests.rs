@@ -28,7 +28,7 @@ fn phase(p: &str) -> String {
 
 /// Every state a standby server can be in, a node adopted from one, and an
 /// ordinary node, in one zone.
-fn pool() -> FakeElasticMetal {
+pub(super) fn pool() -> FakeElasticMetal {
     let em = FakeElasticMetal::new();
     let idle = phase("standby");
     let imaging = phase("imaging");
@@ -67,7 +67,7 @@ fn pool() -> FakeElasticMetal {
     em
 }
 
-fn pool_claims() -> FakeClaims {
+pub(super) fn pool_claims() -> FakeClaims {
     FakeClaims {
         claims: vec![
             nodeclaim("np-r", "fr-par-2", "s-adopted", Some("joined")),
@@ -77,7 +77,7 @@ fn pool_claims() -> FakeClaims {
     }
 }
 
-async fn pool_report(em: &FakeElasticMetal) -> Report {
+pub(super) async fn pool_report(em: &FakeElasticMetal) -> Report {
     let vms = FakeInstance::new();
     collect(
         &apis(em, &vms),

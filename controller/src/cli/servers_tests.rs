@@ -133,6 +133,7 @@ fn apis<'a>(em: &'a dyn ElasticMetal, vms: &'a dyn Instance) -> Apis<'a> {
     Apis {
         elastic_metal: em,
         instance: vms,
+        networks: None,
     }
 }
 
@@ -894,3 +895,6 @@ fn vm_states_read_as_the_api_names_them() {
 
 #[path = "servers_standby_tests.rs"]
 mod standby;
+
+#[path = "servers_network_tests.rs"]
+mod network;
