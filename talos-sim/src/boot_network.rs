@@ -114,6 +114,9 @@ impl Boot {
                     ),
                 }
             }
+            for note in network::undelivered(nic, &delivered, &cfg.network) {
+                tracing::info!(server_id = %self.server_id(), %note, "private link not delivered: no address");
+            }
             self.record.update(|r| r.private_links = links.clone());
             *last = Some(links.clone());
         }

@@ -130,6 +130,51 @@ pub fn configure(nic: Nic<'_>, delivered: &[Delivered], cfg: &NetworkConfig) -> 
         .collect()
 }
 
+/// The config's private links that nothing delivered matches: a
+/// `VLANConfig` whose VLAN is not attached to the server, a link on an
+/// alias of a MAC that is no private NIC of the VM. What the log says about
+/// them: they get no address.
+pub fn undelivered(nic: Nic<'_>, delivered: &[Delivered], cfg: &NetworkConfig) -> Vec<String> {
+    match nic {
+        Nic::Metal(_) => cfg
+            .vlans
+            .iter()
+            .filter(|v| {
+                !delivered
+                    .iter()
+                    .any(|d| d.vlan.is_some() && d.vlan == v.vlan)
+            })
+            .map(|v| {
+                format!(
+                    "VLANConfig {}: VLAN {} is not attached to this server",
+                    v.name,
+                    v.vlan.unwrap_or(0)
+                )
+            })
+            .collect(),
+        Nic::Instance => cfg
+            .aliases
+            .iter()
+            .filter(|a| cfg.links.iter().any(|l| l.name == a.name) || cfg.dhcp4.contains(&a.name))
+            .filter_map(|a| match &a.selector {
+                Selector::Mac(mac)
+                    if !delivered.iter().any(|d| {
+                        d.mac_address
+                            .as_deref()
+                            .is_some_and(|m| m.eq_ignore_ascii_case(mac))
+                    }) =>
+                {
+                    Some(format!(
+                        "link {}: MAC {mac} is no private NIC of this server",
+                        a.name
+                    ))
+                }
+                _ => None,
+            })
+            .collect(),
+    }
+}
+
 fn vlan_link(nic_mac: &str, d: &Delivered, cfg: &NetworkConfig) -> Result<LinkDoc, String> {
     if d.status != "attached" {
         return Err(format!(

@@ -255,3 +255,20 @@ fn selectors_are_read_in_the_provider_s_form() {
         Selector::Other(_)
     ));
 }
+
+#[test]
+fn links_the_network_does_not_deliver_are_named() {
+    let cfg = config(&vlan_docs(NIC, 101, None));
+    assert_eq!(
+        undelivered(Nic::Metal(NIC), &[attached(100)], &cfg.network),
+        vec!["VLANConfig net1.101: VLAN 101 is not attached to this server"]
+    );
+    assert!(undelivered(Nic::Metal(NIC), &[attached(101)], &cfg.network).is_empty());
+    let cfg = config(&vm_docs("02:00:00:00:00:01", VM_DHCP));
+    assert_eq!(
+        undelivered(Nic::Instance, &[vm_nic("available")], &cfg.network),
+        vec!["link priv0: MAC 02:00:00:00:00:01 is no private NIC of this server"]
+    );
+    let cfg = config(&vm_docs(VM_NIC, VM_DHCP));
+    assert!(undelivered(Nic::Instance, &[vm_nic("available")], &cfg.network).is_empty());
+}
