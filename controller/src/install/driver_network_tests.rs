@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::super::driver_fakes::*;
 use super::super::tests_support::spec;
 use super::super::*;
-use crate::provider::network::NodeNetwork;
+use crate::install::node_network::NodeNetwork;
 use crate::scaleway::fake::{Op as EmOp, sample_offers};
 use crate::scaleway::private_network::fake::{FakePrivateNetworks, Op};
 use crate::scaleway::private_network::{

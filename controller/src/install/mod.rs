@@ -18,6 +18,7 @@ mod driver_tests;
 pub mod history;
 pub mod machine;
 mod network;
+pub mod node_network;
 mod resume;
 #[cfg(test)]
 mod tests_support;
@@ -128,7 +129,7 @@ pub struct InstallSpec {
     pub target: Target,
     /// The Private Network the server joins (attached after delivery, its
     /// VLAN and address rendered into the config); `None` without one.
-    pub private_network: Option<crate::provider::network::NodeNetwork>,
+    pub private_network: Option<node_network::NodeNetwork>,
 }
 
 /// Where an install ends.

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::InstallSpec;
 use super::machine::{NetworkSeen, Observation};
-use crate::provider::network::{self, BookedChoiceError, NodeNetwork};
+use super::node_network::{self as network, BookedChoiceError, NodeNetwork};
 use crate::scaleway::private_network::{
     AttachmentFilter, AttachmentStatus, IpFilter, PrivateNetworks, ServerPrivateNetwork,
 };
