@@ -7,6 +7,12 @@
 //!
 //! Not hashed: `zones` (core handles requirements), `tags` (labels only).
 //! The machine config Secret counts by reference, as for Elastic Metal.
+//!
+//! `spec.privateNetwork` is hashed only when set, and left out of the stamp
+//! otherwise: stamps of NodeClasses without a network are what they were
+//! before it existed (no new scheme, no drift), while its presence counts
+//! both ways. A NodeClass that gains a network drifts its VMs (they have no
+//! private NIC), one that drops it drifts the VMs that joined it.
 
 use std::collections::BTreeMap;
 
@@ -34,14 +40,18 @@ pub enum VmComponent {
     RootVolume,
     /// Security group, placement group, public IP mode.
     Network,
+    /// `spec.privateNetwork`: which network, the address policy, the
+    /// InternalIP source.
+    PrivateNetwork,
 }
 
 impl VmComponent {
-    const HASHED: [VmComponent; 4] = [
+    const HASHED: [VmComponent; 5] = [
         VmComponent::Image,
         VmComponent::Config,
         VmComponent::RootVolume,
         VmComponent::Network,
+        VmComponent::PrivateNetwork,
     ];
 
     fn key(self) -> &'static str {
@@ -50,6 +60,7 @@ impl VmComponent {
             VmComponent::Config => "config",
             VmComponent::RootVolume => "root",
             VmComponent::Network => "network",
+            VmComponent::PrivateNetwork => "privateNetwork",
         }
     }
 
@@ -59,11 +70,19 @@ impl VmComponent {
             VmComponent::Config => "MachineConfigDrift",
             VmComponent::RootVolume => "RootVolumeDrift",
             VmComponent::Network => "NetworkDrift",
+            VmComponent::PrivateNetwork => "PrivateNetworkDrift",
         }
     }
 
-    fn input(self, spec: &InstanceNodeClassSpec) -> Value {
-        match self {
+    /// Whether the component's presence in the stamp counts: it is left out
+    /// of stamps when unset, and stamps from before it lack it.
+    fn optional(self) -> bool {
+        self == VmComponent::PrivateNetwork
+    }
+
+    /// What is hashed; `None`: left out of the stamp.
+    fn input(self, spec: &InstanceNodeClassSpec) -> Option<Value> {
+        Some(match self {
             VmComponent::Image => json!(spec.image),
             VmComponent::Config => {
                 let r = &spec.machine_config_secret_ref;
@@ -78,14 +97,15 @@ impl VmComponent {
                 "placementGroupId": spec.placement_group_id,
                 "publicIp": spec.public_ip,
             }),
-        }
+            VmComponent::PrivateNetwork => json!(spec.private_network.as_ref()?),
+        })
     }
 }
 
 fn hashes(spec: &InstanceNodeClassSpec) -> BTreeMap<&'static str, String> {
     VmComponent::HASHED
         .into_iter()
-        .map(|c| (c.key(), short_hash(&c.input(spec))))
+        .filter_map(|c| Some((c.key(), short_hash(&c.input(spec)?))))
         .collect()
 }
 
@@ -106,7 +126,8 @@ pub fn stamp_instance(spec: &InstanceNodeClassSpec) -> BTreeMap<String, String> 
 
 /// The first hashed component that differs from the stamp; `None` when the
 /// stamp is missing, of another scheme or unreadable (replacing nodes is the
-/// expensive mistake).
+/// expensive mistake). A component missing from the stamp counts only if
+/// it is optional and set now (see the module's notes).
 pub fn vm_drift(
     annotations: &BTreeMap<String, String>,
     spec: &InstanceNodeClassSpec,
@@ -120,9 +141,13 @@ pub fn vm_drift(
         .filter_map(|kv| kv.split_once('='))
         .collect();
     let now = hashes(spec);
-    VmComponent::HASHED
-        .into_iter()
-        .find(|c| stamped.get(c.key()).is_some_and(|h| *h != now[c.key()]))
+    VmComponent::HASHED.into_iter().find(|c| {
+        let now = now.get(c.key()).map(String::as_str);
+        match stamped.get(c.key()) {
+            Some(h) => now != Some(*h),
+            None => c.optional() && now.is_some(),
+        }
+    })
 }
 
 /// The name of the Instance NodeClass a NodeClaim references, if it does.
@@ -177,3 +202,7 @@ impl Provider {
         String::new()
     }
 }
+
+#[cfg(test)]
+#[path = "drift_tests.rs"]
+mod tests;

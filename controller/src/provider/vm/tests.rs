@@ -23,15 +23,16 @@ use crate::nodeclass::instance::{
 use crate::scaleway::ApiError;
 use crate::scaleway::instance::fake::{FakeInstance, Op, recorded_availability, recorded_types};
 use crate::scaleway::instance::{ServerAction, ServerState, USER_DATA_KEY};
+use crate::scaleway::private_network::PrivateNetworks;
 
 const WORKER: &str = include_str!("../../talos/testdata/worker-v1.13.yaml");
 const IMAGE: &str = "11111111-1111-4111-8111-111111111111";
 
 /// The cache (`.0`), and what the API server holds where it differs (`.1`).
 #[derive(Default)]
-struct FakeClasses(
-    Mutex<BTreeMap<String, InstanceClassRecord>>,
-    Mutex<BTreeMap<String, InstanceClassRecord>>,
+pub(super) struct FakeClasses(
+    pub(super) Mutex<BTreeMap<String, InstanceClassRecord>>,
+    pub(super) Mutex<BTreeMap<String, InstanceClassRecord>>,
 );
 
 #[async_trait]
@@ -48,7 +49,7 @@ impl InstanceClasses for FakeClasses {
     }
 }
 
-fn spec() -> InstanceNodeClassSpec {
+pub(super) fn spec() -> InstanceNodeClassSpec {
     InstanceNodeClassSpec {
         zones: vec![ZONE.into()],
         image: InstanceImageSelector {
@@ -90,8 +91,8 @@ fn record(spec: InstanceNodeClassSpec) -> InstanceClassRecord {
 }
 
 pub(crate) struct Vm {
-    api: Arc<FakeInstance>,
-    classes: Arc<FakeClasses>,
+    pub(super) api: Arc<FakeInstance>,
+    pub(super) classes: Arc<FakeClasses>,
     tokens: Arc<FakeTokens>,
     nodes: Arc<super::super::tests::FakeRegistrar>,
     catalog: Arc<CatalogStore>,
@@ -99,6 +100,14 @@ pub(crate) struct Vm {
 }
 
 pub(crate) fn vm_fixture() -> Vm {
+    vm_fixture_with(|_| None)
+}
+
+/// [`vm_fixture`], with the Private Network clients `networks` makes from
+/// the Instance fake, if any.
+pub(super) fn vm_fixture_with(
+    networks: impl FnOnce(&Arc<FakeInstance>) -> Option<Arc<dyn PrivateNetworks>>,
+) -> Vm {
     let f = fixture();
     f.classes.secrets.lock().unwrap().insert(
         ("karpenter".into(), "talos".into(), "worker.yaml".into()),
@@ -135,29 +144,32 @@ pub(crate) fn vm_fixture() -> Vm {
     let classes = Arc::new(FakeClasses::default());
     classes.0.lock().unwrap().insert("vms".into(), class);
     let tokens = Arc::new(FakeTokens::default());
-    let provider = Arc::new(
-        Provider::new(
-            f.api.clone(),
-            catalog.clone(),
-            f.classes.clone(),
-            f.installer.clone(),
-            ClusterPorts {
-                tokens: tokens.clone(),
-                nodes: f.nodes.clone(),
-            },
-            ProviderSettings {
-                cluster_name: "test".into(),
-                project_id: "proj-1".into(),
-                zones: vec![ZONE.into(), "nl-ams-1".into()],
-                instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
-            },
-        )
-        .with_instances(VmPorts {
-            api: api.clone(),
-            block: api.clone(),
-            classes: classes.clone(),
-        }),
-    );
+    let networks = networks(&api);
+    let provider = Provider::new(
+        f.api.clone(),
+        catalog.clone(),
+        f.classes.clone(),
+        f.installer.clone(),
+        ClusterPorts {
+            tokens: tokens.clone(),
+            nodes: f.nodes.clone(),
+        },
+        ProviderSettings {
+            cluster_name: "test".into(),
+            project_id: "proj-1".into(),
+            zones: vec![ZONE.into(), "nl-ams-1".into()],
+            instance_zones: vec![ZONE.into(), "nl-ams-1".into()],
+        },
+    )
+    .with_instances(VmPorts {
+        api: api.clone(),
+        block: api.clone(),
+        classes: classes.clone(),
+    });
+    let provider = Arc::new(match networks {
+        Some(networks) => provider.with_private_networks(networks),
+        None => provider,
+    });
     Vm {
         api,
         classes,
@@ -168,7 +180,7 @@ pub(crate) fn vm_fixture() -> Vm {
     }
 }
 
-fn vm_claim(name: &str, types: &[&str]) -> Value {
+pub(super) fn vm_claim(name: &str, types: &[&str]) -> Value {
     json!({
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -479,7 +491,7 @@ async fn a_catalog_lagging_the_nodeclass_images_is_retryable_not_insufficient_ca
 }
 
 /// Core's Delete loop: call until NotFound, letting the API's actions finish.
-async fn delete_until_gone(v: &Vm, claim: &Value) -> usize {
+pub(super) async fn delete_until_gone(v: &Vm, claim: &Value) -> usize {
     for round in 1..=10 {
         match v.provider.delete(claim).await {
             Err(ProviderError::NotFound(_)) => return round,
