@@ -2,14 +2,20 @@
 //! create the cheapest compatible type; store the node's rendered Talos
 //! config as its user data, power it on, and answer at once (a few API calls,
 //! well under a second: core's provisioning waits while any NodeClaim lacks
-//! a providerID). The join that follows is `join.rs`'s.
+//! a providerID). The join that follows is `join.rs`'s. A NodeClass with a
+//! Private Network gets the VM a private NIC before the power-on
+//! (`private_nic.rs`).
 
 use serde_json::Value;
 use tracing::{info, warn};
 
 use super::super::nodeclaim::{self, Hydration, NodeClaimView};
 use super::super::{Provider, ProviderError, TAG_NODECLAIM, candidates, instance_provider_id, tag};
-use super::{InstanceClassRecord, VOLUMES_ANNOTATION, VmPlacement, VmPorts, node_settings};
+use super::private_nic::Reserved;
+use super::{
+    InstanceClassRecord, TAG_PRIVATE_NETWORK, VOLUMES_ANNOTATION, VmPlacement, VmPorts,
+    node_settings,
+};
 use crate::catalog::{ClassKind, InstanceType, KubeletReservations, Snapshot};
 use crate::nodeclass::conditions::Readiness;
 use crate::nodeclass::instance::{self as ic, PublicIpMode, RootVolumeType};
@@ -19,6 +25,7 @@ use crate::scaleway::instance::{
     CreateServerRequest, Server, ServerAction, ServerFilter, ServerState, USER_DATA_KEY,
     VolumeTemplate, VolumeType,
 };
+use crate::scaleway::private_network::PrivateNetworks;
 use crate::talos::render_machine_config;
 
 fn create_failed(reason: &str, message: impl Into<String>) -> ProviderError {
@@ -92,6 +99,7 @@ impl Provider {
                 self.settings.instance_zones.join(",")
             )));
         }
+        let networks = self.vm_networks(&class)?;
         let base_config = self
             .secret(&class.spec.machine_config_secret_ref, "machine config")
             .await?;
@@ -102,7 +110,7 @@ impl Provider {
                 "the Instance catalog has not been read yet",
             ));
         }
-        let (server, it) = match self.find_claimed_vm(vms, &view.name).await? {
+        let (server, it, reserved) = match self.find_claimed_vm(vms, &view.name).await? {
             Some(server) => {
                 let it =
                     vm_type(&snapshot, &class.name, &server.commercial_type).ok_or_else(|| {
@@ -116,11 +124,28 @@ impl Provider {
                     })?;
                 info!(nodeclaim = %view.name, server_id = %server.id, zone = %server.zone,
                     "adopting the VM already created for this NodeClaim");
-                (server, it)
+                (server, it, None)
             }
-            None => self.order_vm(vms, &view, &class, &snapshot, &zones).await?,
+            None => {
+                self.order_vm(vms, &view, &class, &snapshot, &zones, networks)
+                    .await?
+            }
         };
         let zone = server.zone.clone();
+        // A VM powered on already has read (or is reading) the config it was
+        // given then, with the NIC it had then: nothing to add.
+        let private_link = match networks {
+            Some(networks) if server.state == ServerState::Stopped => {
+                match Self::vm_network(&class, &zone)? {
+                    Some(network) => Some(
+                        self.ensure_private_nic(networks, &network, &server, &view.name, reserved)
+                            .await?,
+                    ),
+                    None => None,
+                }
+            }
+            _ => None,
+        };
         let token = self.cluster.tokens.ensure(&view.name).await.map_err(|e| {
             create_failed(
                 "BootstrapTokenFailed",
@@ -133,7 +158,8 @@ impl Provider {
             type_labels: it.node_labels(&zone),
             kubelet_reservations: Some(KubeletReservations::for_capacity(&it.capacity)),
         };
-        let settings = node_settings(&view, &class.spec, &placement, &token);
+        let mut settings = node_settings(&view, &class.spec, &placement, &token);
+        settings.private_network = private_link;
         let config = render_machine_config(base_config.expose(), &settings).map_err(|e| {
             ProviderError::NodeClassNotReady(format!(
                 "rendering the machine config of NodeClaim {}: {e}",
@@ -237,7 +263,10 @@ impl Provider {
     /// Creates the cheapest compatible type where the NodeClass has an image
     /// for its arch. One server per Create: a refusal for stock or quota marks
     /// the offering unavailable and answers InsufficientCapacity, so that
-    /// core schedules again without it (as for Elastic Metal).
+    /// core schedules again without it (as for Elastic Metal). With a
+    /// Private Network, nothing is ordered unless the zone has the network
+    /// resolved and, for booked addresses, one is free: that one is
+    /// answered, still held (`private_nic.rs`).
     async fn order_vm(
         &self,
         vms: &VmPorts,
@@ -245,7 +274,8 @@ impl Provider {
         class: &InstanceClassRecord,
         snapshot: &Snapshot,
         zones: &[String],
-    ) -> Result<(Server, InstanceType), ProviderError> {
+        networks: Option<&std::sync::Arc<dyn PrivateNetworks>>,
+    ) -> Result<(Server, InstanceType, Option<Reserved>), ProviderError> {
         let types = snapshot.for_class(ClassKind::Instance, Some(&class.name));
         let Some((it, offering, image)) = candidates(&types, &view.requirements, zones)
             .into_iter()
@@ -279,8 +309,16 @@ impl Provider {
                 view.name
             )));
         };
-        let tags = self.ownership_tags(view, &class.name, &class.spec.tags);
+        let mut tags = self.ownership_tags(view, &class.name, &class.spec.tags);
         let _turn = self.order_turn(&it.name, &offering.zone).await?;
+        let mut reserved = None;
+        if let Some(networks) = networks
+            && let Some(network) = Self::vm_network(class, &offering.zone)?
+        {
+            // Delete reads it: the VM has a private NIC to delete first.
+            tags.push(tag(TAG_PRIVATE_NETWORK, &network.id));
+            reserved = Self::reserve_address(networks, &network, &view.name).await?;
+        }
         let root = class.spec.root_volume.clone().unwrap_or_default();
         let mut req = CreateServerRequest::new(&view.name, &it.name, &self.settings.project_id);
         req.image = Some(image.id.clone());
@@ -324,7 +362,7 @@ impl Provider {
                             "could not tag the VM's root volume or set its IOPS class; the sweeper will not recognise it if it is ever left behind");
                     }
                 }
-                Ok((server, it.clone()))
+                Ok((server, it.clone(), reserved))
             }
             // NotFound: the type or the image vanished since they were read.
             Err(e) => Err(self.order_refused(e, &view.name, &it.name, &offering.zone)),

@@ -1,8 +1,9 @@
 //! Delete, Get and List for VMs. Delete leaves nothing billed behind: the
 //! server is terminated (running) or deleted (stopped), then its SBS
 //! volumes, which both only detach, are deleted through the Block API; a
-//! flexible IP is released first. List is all-or-error and proves absence,
-//! as for Elastic Metal (`super::super::lifecycle`).
+//! flexible IP is released first, and the private NIC of a VM on a Private
+//! Network (best effort, `private_nic.rs`). List is all-or-error and proves
+//! absence, as for Elastic Metal (`super::super::lifecycle`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -136,8 +137,9 @@ impl Provider {
         }
     }
 
-    /// One step towards the server's end: release flexible IPs, then
-    /// terminate a running server, delete a stopped one, wait otherwise.
+    /// One step towards the server's end: release flexible IPs, delete
+    /// private NICs, then terminate a running server, delete a stopped one,
+    /// wait otherwise.
     /// `true` when the server was deleted by this call (it was stopped).
     async fn stop_vm(
         &self,
@@ -155,6 +157,12 @@ impl Provider {
                 }
                 Err(e) => return Err(ProviderError::from_api(e)),
             }
+        }
+        if matches!(
+            server.state,
+            ServerState::Running | ServerState::Stopped | ServerState::StoppedInPlace
+        ) {
+            self.delete_private_nics(server, claim).await;
         }
         let result = match server.state {
             ServerState::Running => vms

@@ -9,6 +9,9 @@ mod create;
 mod drift;
 mod join;
 mod lifecycle;
+mod private_nic;
+#[cfg(test)]
+mod private_nic_fake;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,6 +32,10 @@ pub use join::{JoinOutcome, VmJoiner, run_vm_joiner};
 /// volumes (comma-separated): terminate only detaches them, and once the
 /// server is gone the NodeClaim is the only place that still knows them.
 pub const VOLUMES_ANNOTATION: &str = "karpenter.scaleway.com/sbs-volumes";
+
+/// The tag Create puts on a VM it adds to a Private Network, with the
+/// network's id: Delete deletes the VM's private NICs first.
+pub const TAG_PRIVATE_NETWORK: &str = "karpenter.scaleway.com/private-network";
 
 /// An Instance NodeClass as the provider needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +123,8 @@ pub struct VmPlacement {
 /// core's registration deadline), with the NodeClaim's taints, its startup
 /// taints and `karpenter.sh/unregistered`, which core removes once it has
 /// synced the NodeClaim. There is no install disk (the VM runs its image) and
-/// no MAC to select a link by (one NIC, `eth0`).
+/// no MAC to select the primary link by (`eth0`); a private NIC's link is
+/// selected by its own MAC.
 pub fn node_settings(
     view: &NodeClaimView,
     class: &InstanceNodeClassSpec,
@@ -136,7 +144,8 @@ pub fn node_settings(
         patches: class.machine_config_patches.clone(),
         bootstrap_token: bootstrap_token.expose().to_string(),
         kubelet_reservations: placement.kubelet_reservations,
-        // Wired by the Private Network provider work (issue 27).
+        // Create sets the link of the VM's private NIC (`private_nic.rs`),
+        // `render-config` the one its flags describe.
         private_network: None,
     }
 }
