@@ -19,10 +19,13 @@ use serde_json::{Value, json};
 const NETWORK: &str = "prod";
 const OFFER: &str = "EM-A115X-SSD";
 
-/// The network's subnet: a /24 of the stack's own loopback block that emsim
-/// never hands out as a public address (they are taken from the bottom).
+/// The network's subnet: loopback, outside every stack's public block
+/// (`127.100-250.0.0/16`, which emsim refuses a network to overlap), one /24
+/// per stack's block so that parallel scenarios never share addresses.
+/// Nothing listens on it: talos-sim binds nothing once a machine runs its
+/// config, so the address is checked as the Node's InternalIP.
 fn subnet(stack: &Stack) -> String {
-    format!("127.{}.200.0/24", stack.addresses.octet())
+    format!("127.254.{}.0/24", stack.addresses.octet())
 }
 
 async fn seed_network(stack: &Stack) -> Result<String> {
@@ -341,6 +344,12 @@ async fn private_network_attach_error_leaves_no_node_and_nothing_leaked() -> Res
 async fn private_network_list_faults_on_the_new_endpoints_never_delete() -> Result<()> {
     scenario::with_stack(StackOptions::for_test("private-network-faults")?, async |stack: &mut Stack| {
         seed_network(stack).await?;
+        // The reconciler's lookup of the network fails first: the NodeClass
+        // waits (Unknown), then resolves it.
+        stack
+            .emsim
+            .add_fault(json!({"kind": "http", "endpoint": "GET /vpc/v2/regions/{region}/private-networks", "status": 503, "count": 2}))
+            .await?;
         let metal = format!("{}{SELECTOR}", stack.nodeclass_yaml("metal"));
         stack.apply_nodeclass("metal", &metal).await?;
         kubeutil::apply_yaml(
@@ -348,13 +357,13 @@ async fn private_network_list_faults_on_the_new_endpoints_never_delete() -> Resu
             &Stack::nodepool_yaml("metal", "metal", &scenario::instance_types_requirement(&[OFFER])),
         )
         .await?;
-        // Every listing the install and the reconciler read fails for a
-        // while: 503s, then pages that come back short.
+        // Every read the install makes of the network fails for a while:
+        // the attachments list (503s, then pages that come back short) and
+        // the address the config is rendered with.
         for fault in [
             json!({"kind": "http", "endpoint": "GET /baremetal/v3/zones/{zone}/server-private-networks", "status": 503, "count": 3}),
-            json!({"kind": "http", "endpoint": "GET /ipam/v1/regions/{region}/ips", "status": 503, "count": 2}),
             json!({"kind": "list_missing_page", "endpoint": "GET /baremetal/v3/zones/{zone}/server-private-networks", "count": 2}),
-            json!({"kind": "http", "endpoint": "GET /vpc/v2/regions/{region}/private-networks", "status": 503, "count": 3}),
+            json!({"kind": "http", "endpoint": "GET /ipam/v1/regions/{region}/ips/{ip_id}", "status": 503, "count": 2}),
         ] {
             stack.emsim.add_fault(fault).await?;
         }
@@ -362,10 +371,12 @@ async fn private_network_list_faults_on_the_new_endpoints_never_delete() -> Resu
         let placed = scenario::wait_pods_running(stack, "app", 1, Duration::from_secs(300)).await?;
         let names: Vec<String> = placed.values().cloned().collect();
         wait_private_internal_ips(stack, &names).await?;
-        let fired: Vec<Value> = stack.emsim.faults().await?;
+        // A fault is dropped once it has fired `count` times: none left
+        // means every one of them was met.
+        let left: Vec<Value> = stack.emsim.faults().await?;
         ensure!(
-            fired.iter().all(|f| f["fired"].as_u64().unwrap_or(0) > 0),
-            "a fault never fired, the scenario proves nothing: {fired:?}"
+            left.is_empty(),
+            "faults not (fully) fired, the scenario proves less than it says: {left:?}"
         );
         let servers = stack.emsim.servers_including_deleted().await?;
         ensure!(
