@@ -125,6 +125,12 @@ async fn run(stack: &mut Stack) -> Result<()> {
             "SSHPrivateKeyInvalid",
             Box::new(|s| s["rescueSshKey"]["privateKeySecretRef"]["name"] = json!("garbage-key")),
         ),
+        (
+            "unknown-network",
+            "PrivateNetworkReady",
+            "PrivateNetworkNotFound",
+            Box::new(|s| s["privateNetwork"] = json!({"name": "no-such-network"})),
+        ),
     ];
     for (name, _, _, mutate) in &cases {
         apply_nodeclass(stack, name, mutate.as_ref()).await?;
@@ -298,6 +304,24 @@ async fn rejected_by_the_api_server(stack: &Stack) -> Result<()> {
             "empty patch",
             Box::new(|s| s["machineConfigPatches"] = json!(["  "])),
             "machineConfigPatches must not contain an empty patch",
+        ),
+        (
+            "private network by id and by name",
+            Box::new(|s| s["privateNetwork"] = json!({"id": uuid_like(3), "name": "prod"})),
+            "set either id (one Private Network) or name and/or tags",
+        ),
+        (
+            "booked addresses without ids",
+            Box::new(|s| s["privateNetwork"] = json!({"name": "prod", "addresses": "booked"})),
+            "addresses: booked needs ipamIpIds",
+        ),
+        (
+            "booked address not a UUID",
+            Box::new(|s| {
+                s["privateNetwork"] =
+                    json!({"name": "prod", "addresses": "booked", "ipamIpIds": ["10.0.0.7"]})
+            }),
+            "privateNetwork.ipamIpIds must be ids (UUIDs) of IPAM IPs",
         ),
     ];
     for (what, mutate, expected) in cases {
