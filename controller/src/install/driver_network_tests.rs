@@ -235,3 +235,33 @@ async fn a_resumed_install_finds_its_attachment_instead_of_attaching_again() {
     assert_eq!(n.pn.count(Op::Attach), 1, "the one made before the restart");
     assert_eq!(n.pn.count(Op::AddServerOption), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_server_on_another_network_leaves_it_for_the_nodeclass_one() {
+    let n = networked(0);
+    n.pn.set_auto_finish(true);
+    // Recycled from a NodeClass that selected another network.
+    let old =
+        n.pn.add_private_network("fr-par", "old", "172.20.0.0/24", &[]);
+    n.pn.add_server_option("fr-par-2", "srv-1", PN_OPTION)
+        .await
+        .unwrap();
+    n.pn.attach_private_network("fr-par-2", "srv-1", &old.id, &[])
+        .await
+        .unwrap();
+    n.w.engine.start(networked_spec(&n));
+    n.w.em.deliver("srv-1");
+    wait_for(&n.w.engine, Phase::Joined).await;
+    let mine: Vec<String> =
+        n.pn.attachments()
+            .into_iter()
+            .filter(|a| a.server_id == "srv-1")
+            .map(|a| a.private_network_id)
+            .collect();
+    assert_eq!(
+        mine,
+        vec![n.network.id.clone()],
+        "only the NodeClass's network"
+    );
+    assert_eq!(n.pn.count(Op::Detach), 1);
+}

@@ -19,23 +19,34 @@ use crate::scaleway::private_network::{
 use crate::scaleway::{ApiError, ElasticMetal, SubscriptionPeriod};
 use crate::talos::PrivateLink;
 
-/// The server's attachment to `net`, if any (the API refilters by server and
-/// network; several would be an API inconsistency: the first is taken).
+/// The server's attachment to `net`, if any, and its attachments to other
+/// networks (the API refilters by server; two to `net` would be an API
+/// inconsistency: the first is taken).
+async fn attachments(
+    api: &dyn PrivateNetworks,
+    spec: &InstallSpec,
+    net: &NodeNetwork,
+) -> Result<(Option<ServerPrivateNetwork>, Vec<ServerPrivateNetwork>), ApiError> {
+    let filter = AttachmentFilter {
+        server_id: Some(spec.server_id.clone()),
+        private_network_id: None,
+        project_id: None,
+    };
+    let (mine, others): (Vec<_>, Vec<_>) = api
+        .list_server_private_networks(&spec.zone, &filter)
+        .await?
+        .into_iter()
+        .partition(|a| a.private_network_id == net.id);
+    Ok((mine.into_iter().next(), others))
+}
+
+/// The server's attachment to `net`, if any.
 async fn attachment(
     api: &dyn PrivateNetworks,
     spec: &InstallSpec,
     net: &NodeNetwork,
 ) -> Result<Option<ServerPrivateNetwork>, ApiError> {
-    let filter = AttachmentFilter {
-        server_id: Some(spec.server_id.clone()),
-        private_network_id: Some(net.id.clone()),
-        project_id: None,
-    };
-    Ok(api
-        .list_server_private_networks(&spec.zone, &filter)
-        .await?
-        .into_iter()
-        .next())
+    Ok(attachments(api, spec, net).await?.0)
 }
 
 fn seen(a: &ServerPrivateNetwork) -> Observation {
@@ -80,10 +91,28 @@ pub(super) async fn ensure_attached(
             "this controller has no Private Network clients configured".into(),
         ));
     };
-    match attachment(api, spec, net).await {
-        Ok(Some(a)) => return seen(&a),
-        Ok(None) => {}
+    let (mine, others) = match attachments(api, spec, net).await {
+        Ok(found) => found,
         Err(err) => return Observation::ApiFailed(err),
+    };
+    // A server recycled to standby keeps what it was attached to; one
+    // installed for a NodeClass whose network changed since leaves the old
+    // network (its addresses go back to IPAM, booked ones stay booked).
+    for old in others
+        .iter()
+        .filter(|a| a.status != AttachmentStatus::Detaching)
+    {
+        match api
+            .detach_private_network(&spec.zone, &spec.server_id, &old.private_network_id)
+            .await
+        {
+            Ok(()) => info!(private_network_id = %old.private_network_id,
+                "detached the server from a Private Network its NodeClass no longer selects"),
+            Err(err) => return Observation::ApiFailed(err),
+        }
+    }
+    if let Some(a) = mine {
+        return seen(&a);
     }
     if let Err(observation) = ensure_option(em, api, spec).await {
         return observation;
