@@ -93,6 +93,22 @@ async fn wait_private_internal_ips(stack: &Stack, names: &[String]) -> Result<Ve
     .await
 }
 
+/// NodeClass `metal` on the network and its NodePool of [`OFFER`].
+async fn metal_class_and_pool(stack: &Stack) -> Result<()> {
+    let metal = format!("{}{SELECTOR}", stack.nodeclass_yaml("metal"));
+    stack.apply_nodeclass("metal", &metal).await?;
+    kubeutil::apply_yaml(
+        &stack.client,
+        &Stack::nodepool_yaml(
+            "metal",
+            "metal",
+            &scenario::instance_types_requirement(&[OFFER]),
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
 async fn records(stack: &Stack) -> Result<Value> {
     stack.emsim.private_network_records().await
 }
@@ -122,17 +138,7 @@ async fn private_network_metal_and_vms_share_one_network_and_leave_nothing_bille
     opts.instances = true;
     scenario::with_stack(opts, async |stack: &mut Stack| {
         let network_id = seed_network(stack).await?;
-        let metal = format!("{}{SELECTOR}", stack.nodeclass_yaml("metal"));
-        stack.apply_nodeclass("metal", &metal).await?;
-        kubeutil::apply_yaml(
-            &stack.client,
-            &Stack::nodepool_yaml(
-                "metal",
-                "metal",
-                &scenario::instance_types_requirement(&[OFFER]),
-            ),
-        )
-        .await?;
+        metal_class_and_pool(stack).await?;
         let vms = format!(
             "{}{SELECTOR}",
             stack.instance_nodeclass_yaml("vms", &stack.opts.talos_version)
@@ -299,13 +305,7 @@ async fn private_network_attach_error_leaves_no_node_and_nothing_leaked() -> Res
             .emsim
             .add_fault(json!({"kind": "private_network_attach_error", "private_network": NETWORK, "count": 1}))
             .await?;
-        let metal = format!("{}{SELECTOR}", stack.nodeclass_yaml("metal"));
-        stack.apply_nodeclass("metal", &metal).await?;
-        kubeutil::apply_yaml(
-            &stack.client,
-            &Stack::nodepool_yaml("metal", "metal", &scenario::instance_types_requirement(&[OFFER])),
-        )
-        .await?;
+        metal_class_and_pool(stack).await?;
         kubeutil::apply_yaml(&stack.client, &scenario::inflate_yaml("app", 1, "1")).await?;
 
         // The first server's attachment ends in error: its install fails with
@@ -350,13 +350,7 @@ async fn private_network_list_faults_on_the_new_endpoints_never_delete() -> Resu
             .emsim
             .add_fault(json!({"kind": "http", "endpoint": "GET /vpc/v2/regions/{region}/private-networks", "status": 503, "count": 2}))
             .await?;
-        let metal = format!("{}{SELECTOR}", stack.nodeclass_yaml("metal"));
-        stack.apply_nodeclass("metal", &metal).await?;
-        kubeutil::apply_yaml(
-            &stack.client,
-            &Stack::nodepool_yaml("metal", "metal", &scenario::instance_types_requirement(&[OFFER])),
-        )
-        .await?;
+        metal_class_and_pool(stack).await?;
         // Every read the install makes of the network fails for a while:
         // the attachments list (503s, then pages that come back short) and
         // the address the config is rendered with.

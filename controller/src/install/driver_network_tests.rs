@@ -8,31 +8,17 @@ use super::super::driver_fakes::*;
 use super::super::tests_support::spec;
 use super::super::*;
 use crate::install::node_network::NodeNetwork;
+use crate::scaleway::OfferOption;
 use crate::scaleway::fake::{Op as EmOp, sample_offers};
-use crate::scaleway::private_network::fake::{FakePrivateNetworks, Op};
+use crate::scaleway::private_network::fake::{FakePrivateNetworks, Op, private_network_option};
 use crate::scaleway::private_network::{
     AttachmentStatus, BookIpRequest, Ipam, MetalPrivateNetworks, PrivateNetworks,
 };
-use crate::scaleway::{Money, OfferOption, PrivateNetworkOption};
 
 const PN_OPTION: &str = "opt-pn";
 
 fn pn_option() -> OfferOption {
-    OfferOption {
-        id: PN_OPTION.into(),
-        name: "Private Network".into(),
-        enabled: false,
-        subscription_period: "hourly".into(),
-        price: Some(Money {
-            currency_code: "EUR".into(),
-            units: 0,
-            nanos: 20_000_000,
-        }),
-        manageable: true,
-        private_network: Some(PrivateNetworkOption {
-            bandwidth_in_bps: 1_000_000_000,
-        }),
-    }
+    private_network_option(PN_OPTION)
 }
 
 struct Net {

@@ -876,3 +876,23 @@ impl InstancePrivateNics for FakePrivateNetworks {
 #[cfg(test)]
 #[path = "fake_tests.rs"]
 mod tests;
+
+/// An offer's `private_network` option as the API lists it: not included,
+/// 0.02 €/hour, 1 Gbit/s.
+pub fn private_network_option(id: &str) -> OfferOption {
+    OfferOption {
+        id: id.into(),
+        name: "Private Network".into(),
+        enabled: false,
+        subscription_period: "hourly".into(),
+        price: Some(crate::scaleway::Money {
+            currency_code: "EUR".into(),
+            units: 0,
+            nanos: 20_000_000,
+        }),
+        manageable: true,
+        private_network: Some(crate::scaleway::PrivateNetworkOption {
+            bandwidth_in_bps: 1_000_000_000,
+        }),
+    }
+}

@@ -1,27 +1,12 @@
 //! The fake follows the real API where the provider's tests will rely on it.
 
 use super::*;
-use crate::scaleway::{Money, PrivateNetworkOption};
 
 const ZONE: &str = "fr-par-2";
 const REGION: &str = "fr-par";
 
 fn pn_option() -> OfferOption {
-    OfferOption {
-        id: "opt-pn".into(),
-        name: "Private Network".into(),
-        enabled: false,
-        subscription_period: "hourly".into(),
-        price: Some(Money {
-            currency_code: "EUR".into(),
-            units: 0,
-            nanos: 20_000_000,
-        }),
-        manageable: true,
-        private_network: Some(PrivateNetworkOption {
-            bandwidth_in_bps: 1_000_000_000,
-        }),
-    }
+    private_network_option("opt-pn")
 }
 
 #[tokio::test]
