@@ -270,7 +270,10 @@ impl Provider {
             None if super::standby::wants_reservation(&view) => {
                 self.adopt_standby(&view, &class, &snapshot, &zones).await?
             }
-            None => self.order(&view, &class, &snapshot, &zones).await?,
+            None => {
+                self.booked_address_free(&class, &zones).await?;
+                self.order(&view, &class, &snapshot, &zones).await?
+            }
         };
         // A server adopted from standby is reserved capacity of its
         // reservation for its whole life.
