@@ -88,6 +88,15 @@ async fn the_server_is_attached_before_the_rescue_boot_and_its_vlan_and_address_
     let n = networked(0);
     n.w.engine.start(networked_spec(&n));
     n.w.em.deliver("srv-1");
+    // The option first; while it is being enabled, no attachment is asked.
+    until(|| n.pn.count(Op::AddServerOption) == 1).await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(
+        n.pn.count(Op::Attach),
+        0,
+        "attached before the option was on"
+    );
+    n.pn.finish();
     until(|| n.pn.count(Op::Attach) == 1).await;
     // Attaching: nothing else happens until it is attached.
     tokio::time::sleep(Duration::from_secs(120)).await;
@@ -125,6 +134,8 @@ async fn an_attachment_in_error_fails_the_install_and_deletes_the_server() {
     n.pn.fail_attachments_to(&n.network.id);
     n.w.engine.start(networked_spec(&n));
     n.w.em.deliver("srv-1");
+    until(|| n.pn.count(Op::AddServerOption) == 1).await;
+    n.pn.finish();
     until(|| n.pn.count(Op::Attach) == 1).await;
     n.pn.finish();
     wait_for(&n.w.engine, Phase::Failed).await;

@@ -16,7 +16,7 @@ use super::node_network::{self as network, BookedChoiceError, NodeNetwork};
 use crate::scaleway::private_network::{
     AttachmentFilter, AttachmentStatus, IpFilter, PrivateNetworks, ServerPrivateNetwork,
 };
-use crate::scaleway::{ApiError, ElasticMetal, SubscriptionPeriod};
+use crate::scaleway::{ApiError, ElasticMetal, OptionStatus, SubscriptionPeriod};
 use crate::talos::PrivateLink;
 
 /// The server's attachment to `net`, if any, and its attachments to other
@@ -163,11 +163,17 @@ async fn ensure_option(
         .get_server_options(&spec.zone, &spec.server_id)
         .await
         .map_err(Observation::ApiFailed)?;
-    if options
+    let on = options
         .iter()
-        .any(|o| o.private_network.is_some() && o.is_on())
+        .filter(|o| o.private_network.is_some() && o.is_on());
+    match on
+        .map(|o| o.status)
+        .max_by_key(|s| *s == OptionStatus::OptionStatusEnable)
     {
-        return Ok(());
+        Some(OptionStatus::OptionStatusEnable) => return Ok(()),
+        // Being turned on: attaching now could be refused; wait for it.
+        Some(_) => return Err(Observation::Network(NetworkSeen::Attaching)),
+        None => {}
     }
     let server = em
         .get_server(&spec.zone, &spec.server_id)
@@ -190,11 +196,16 @@ async fn ensure_option(
     if option.enabled || options.iter().any(|o| o.id == option.id && o.is_on()) {
         return Ok(());
     }
-    api.add_server_option(&spec.zone, &spec.server_id, &option.id)
+    let now = api
+        .add_server_option(&spec.zone, &spec.server_id, &option.id)
         .await
         .map_err(|err| refused("adding the private_network server option", err))?;
     info!(option_id = %option.id, "private_network server option added");
-    Ok(())
+    // Attached once the option is on (the next look, when it is enabling).
+    match now.iter().find(|o| o.id == option.id).map(|o| o.status) {
+        Some(OptionStatus::OptionStatusEnable) | None => Ok(()),
+        Some(_) => Err(Observation::Network(NetworkSeen::Attaching)),
+    }
 }
 
 /// The node's link for its Talos config: the attachment's VLAN and IPAM
