@@ -413,6 +413,5 @@ async fn calls_are_counted_under_their_api_and_endpoint_template() {
     );
 }
 
-
 #[path = "client_servers_tests.rs"]
 mod servers;
