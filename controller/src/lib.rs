@@ -14,6 +14,7 @@
 //! `gc` (the orphan sweeper: a pure decision, its driver and its Event
 //! adapter) and `cli` (operator commands). `main` only wires.
 
+pub mod bench;
 pub mod catalog;
 pub mod churn;
 pub mod cli;
