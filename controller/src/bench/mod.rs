@@ -1,6 +1,120 @@
-//! The planner replay (issue 28, in progress): load traces replayed through
-//! the planner, standby and billing code the controller runs, in simulated
-//! time, against what a user would do instead and the hindsight optimum.
-//! Landed so far: the trace format and the shipped traces (`trace.rs`).
+//! The planner replay (docs/planner.md, "What it saves"): load traces replayed
+//! through the planner, standby and billing code the controller runs, in
+//! simulated time, against what a user would do instead (VMs only, metal
+//! sized for the peak) and the hindsight optimum.
 
+pub mod fleet;
+pub mod optimum;
+pub mod replay;
+pub mod setup;
 pub mod trace;
+
+use std::fmt::Write as _;
+
+use fleet::Fleet;
+use optimum::Optimum;
+use replay::{Minutes, Outcome, servers_for};
+use setup::Setup;
+
+/// Every figure of one trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub trace: String,
+    pub days: f64,
+    pub vms_only: f64,
+    pub peak_servers: u32,
+    pub peak_hourly: f64,
+    pub peak_monthly: f64,
+    pub planner: Outcome,
+    pub optimum: Optimum,
+}
+
+impl Comparison {
+    /// The planner's cost over the optimum's lower bound: at least its
+    /// distance to the optimum.
+    pub fn ratio(&self) -> f64 {
+        self.planner.euros() / self.optimum.lower
+    }
+
+    pub fn vs_vms(&self) -> f64 {
+        self.planner.euros() / self.vms_only
+    }
+}
+
+/// Everything on VMs.
+pub fn vms_only(load: &Minutes, setup: &Setup) -> f64 {
+    let after = fleet::minutes(setup.durations.consolidate_after);
+    let mut fleet = Fleet::new(setup.vm_size(), setup.vm.hourly, after);
+    for t in 0..load.len() {
+        let need = fleet.needed(load.cpu_millis[t as usize], load.memory_bytes[t as usize]);
+        fleet.step(t, need);
+    }
+    fleet.close(load.len());
+    fleet.cost
+}
+
+/// Compares everything on one trace.
+pub fn compare(name: &str, load: &Minutes, setup: &Setup) -> Comparison {
+    let server = setup.server();
+    let peak_servers = (0..load.len() as usize)
+        .map(|t| servers_for(server, load.cpu_millis[t], load.memory_bytes[t]))
+        .max()
+        .unwrap_or(0);
+    // Ordered before the trace starts, so that they are ready at its start.
+    let lead = fleet::minutes(setup.durations.install);
+    let span = load.len() + lead;
+    let each = |billing| replay::server_cost(setup, billing, 0, span);
+    Comparison {
+        trace: name.to_string(),
+        days: load.len() as f64 / 1440.0,
+        vms_only: vms_only(load, setup),
+        peak_servers,
+        peak_hourly: f64::from(peak_servers) * each(crate::catalog::Billing::Hourly),
+        peak_monthly: f64::from(peak_servers) * each(crate::catalog::Billing::Monthly),
+        planner: replay::replay(load, setup),
+        optimum: optimum::optimum(load, setup),
+    }
+}
+
+/// The table of comparisons (EUR over each trace).
+pub fn table(rows: &[Comparison]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<13} {:>5} {:>9} {:>12} {:>13} {:>9} {:>17} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6}",
+        "TRACE",
+        "DAYS",
+        "VMS-ONLY",
+        "PEAK-HOURLY",
+        "PEAK-MONTHLY",
+        "PLANNER",
+        "OPTIMUM",
+        "/OPT",
+        "/VMS",
+        "VM-CH-I",
+        "BOUGHT",
+        "MOVES",
+        "OFF"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<13} {:>5.1} {:>9.2} {:>12.2} {:>13.2} {:>9.2} {:>8.2}–{:<8.2} {:>7.3}× {:>7.3}× {:>8.1} {:>7} {:>6} {:>6}",
+            r.trace,
+            r.days,
+            r.vms_only,
+            r.peak_hourly,
+            r.peak_monthly,
+            r.planner.euros(),
+            r.optimum.lower,
+            r.optimum.upper,
+            r.ratio(),
+            r.vs_vms(),
+            r.planner.vm_core_hours_installing,
+            r.planner.orders,
+            r.planner.adoptions,
+            r.planner.metal_removals,
+        );
+    }
+    out
+}

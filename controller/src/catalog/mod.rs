@@ -21,7 +21,7 @@ pub use instance_refresh::{read_instance_zone, run_instance_refresher};
 pub use kind::{ClassKey, ClassKind};
 pub use mapping::{Excluded, arch_of, instance_types, region_of};
 pub use resources::{
-    KubeletReservations, Overhead, Resources, bytes_quantity, parse_quantity_milli,
+    KubeletReservations, Overhead, Resources, bytes_quantity, cpu_quantity, parse_quantity_milli,
 };
 pub use store::{
     CatalogStore, ClassView, ReservedPool, Snapshot, Unavailability, UnavailableOffering,

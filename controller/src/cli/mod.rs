@@ -4,6 +4,7 @@
 
 pub mod catalog;
 pub mod plan;
+pub mod plan_replay;
 pub mod render_config;
 pub mod servers;
 

@@ -39,6 +39,16 @@ pub struct PlanArgs {
     /// A table, or JSON (every field).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
+    #[command(subcommand)]
+    pub command: Option<PlanCommand>,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum PlanCommand {
+    /// Replays a load trace (or the shipped ones) through the planner,
+    /// standby and billing code offline, and prints what it costs against
+    /// VMs only, metal sized for the peak and the hindsight optimum.
+    Replay(super::plan_replay::ReplayArgs),
 }
 
 /// One planned pool: the leader's status and the load now.
@@ -92,6 +102,7 @@ pub fn rows(
                     window: config.window,
                     at_least: config.at_least,
                     hold: config.hold,
+                    ahead: config.ahead,
                     max: config.max_servers,
                     server_cpu_millis: quantity(&s.server_cpu)?,
                     server_memory_bytes: quantity(&s.server_memory)? / 1000,
@@ -215,6 +226,9 @@ pub fn json_rows(rows: &[Row]) -> Value {
 }
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
+    if let Some(PlanCommand::Replay(replay)) = args.command {
+        return super::plan_replay::run(replay);
+    }
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;

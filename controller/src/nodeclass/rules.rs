@@ -71,6 +71,9 @@ pub const PLANNER_AT_LEAST_FORMAT_MESSAGE: &str =
 pub const PLANNER_HOLD_FORMAT_MESSAGE: &str =
     "planner.hold must be a Go duration such as 30m (units h, m, s; no sign, no days)";
 pub const PLANNER_HOLD_AT_MOST_A_WEEK_MESSAGE: &str = "planner.hold must be at most 168h";
+pub const PLANNER_AHEAD_FORMAT_MESSAGE: &str =
+    "planner.ahead must be a Go duration such as 20m (units h, m, s; no sign, no days)";
+pub const PLANNER_AHEAD_AT_MOST_A_WEEK_MESSAGE: &str = "planner.ahead must be at most 168h";
 /// On the planner: `atLeast` is part of `window` (default `2h`). Judged only
 /// once both formats hold.
 pub const PLANNER_AT_LEAST_WITHIN_WINDOW: &str = concat!(

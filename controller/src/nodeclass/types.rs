@@ -167,6 +167,20 @@ pub struct StandbyPlanner {
         validation = Rule::new(PLANNER_DURATION_AT_MOST_A_WEEK).message(PLANNER_HOLD_AT_MOST_A_WEEK_MESSAGE)
     )]
     pub hold: Option<String>,
+    /// Stage ahead of a daily pattern: the target also counts, this long
+    /// ahead of now, the load that was sustained (by `window` and `atLeast`)
+    /// at the same time of day yesterday or on the same day a week before,
+    /// as long as today's load so far is at least what it was then at this
+    /// time. Set it above the offer's install time (e.g. `20m`) so that the
+    /// servers are ready when the load comes back. A Go duration, at most
+    /// 168h. Default: off (only load already seen counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(
+        validation = Rule::new(PLANNER_DURATION_FORMAT).message(PLANNER_AHEAD_FORMAT_MESSAGE),
+        validation = Rule::new(PLANNER_DURATION_AT_MOST_A_WEEK).message(PLANNER_AHEAD_AT_MOST_A_WEEK_MESSAGE)
+    )]
+    pub ahead: Option<String>,
     /// Most servers of this pool (adopted and standby together) the planner
     /// stages for. Default: the pool's `max`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -88,7 +88,7 @@ impl Demand {
 /// Keeps what `decide` needs to see back to `keep` before `now`: every
 /// later sample and the one in force at `now - keep`. A sample equal to the
 /// one before it changes nothing and is not kept.
-pub(super) fn push_sample(samples: &mut Vec<Sample>, sample: Sample, keep: std::time::Duration) {
+pub(crate) fn push_sample(samples: &mut Vec<Sample>, sample: Sample, keep: std::time::Duration) {
     if samples
         .last()
         .is_some_and(|l| (l.cpu_millis, l.memory_bytes) == (sample.cpu_millis, sample.memory_bytes))
@@ -100,6 +100,15 @@ pub(super) fn push_sample(samples: &mut Vec<Sample>, sample: Sample, keep: std::
     if let Some(in_force) = samples.iter().rposition(|s| s.at <= cut) {
         samples.drain(..in_force);
     }
+}
+
+/// The standby servers a pool keeps for a planner's `target` when `adopted`
+/// of its servers are nodes already: the rest, within the pool's own `min`
+/// and `max`.
+pub(crate) fn standby_count(target: u32, adopted: u32, pool: &PoolSpec) -> u32 {
+    target
+        .saturating_sub(adopted)
+        .clamp(pool.min, pool.max.max(pool.min))
 }
 
 /// The type of `offer` in the catalog of NodeClass `class`.
@@ -232,6 +241,7 @@ impl Provider {
                 window: config.window,
                 at_least: config.at_least,
                 hold: config.hold,
+                ahead: config.ahead,
                 max: config.max_servers,
                 server_cpu_millis: allocatable
                     .cpu_millis
@@ -260,7 +270,7 @@ impl Provider {
                             cpu_millis: l.cpu_millis,
                             memory_bytes: l.memory_bytes,
                         },
-                        config.window.max(config.hold),
+                        planner::history(config.window, config.hold, config.ahead),
                     );
                 }
                 let decision: Decision = if load.is_some() {
@@ -285,10 +295,7 @@ impl Provider {
             };
 
             let pool = &pools[&key];
-            let standby = decision
-                .target
-                .saturating_sub(adopted)
-                .clamp(pool.min, pool.max.max(pool.min));
+            let standby = standby_count(decision.target, adopted, pool);
             if !config.dry_run
                 && let Some(p) = out.get_mut(&key)
             {

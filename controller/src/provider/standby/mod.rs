@@ -19,6 +19,7 @@
 mod adopt;
 mod controller;
 mod demand;
+pub(crate) use demand::{push_sample, standby_count};
 pub mod plan;
 pub mod planner;
 mod port;

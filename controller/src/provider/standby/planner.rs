@@ -5,6 +5,7 @@
 //! samples and applies the target; docs/planner.md explains the rules.
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -22,6 +23,8 @@ pub struct PlannerConfig {
     pub window: Duration,
     pub at_least: Duration,
     pub hold: Duration,
+    /// `ahead`: stage ahead of the load seen a day or a week before.
+    pub ahead: Option<Duration>,
     /// Most servers (adopted + standby) staged for the load.
     pub max_servers: u32,
     pub dry_run: bool,
@@ -64,6 +67,10 @@ pub fn config_of(pool: &StandbyPool) -> Result<Option<PlannerConfig>, String> {
         window,
         at_least,
         hold: at("hold", &p.hold, DEFAULT_HOLD)?,
+        ahead: match &p.ahead {
+            Some(_) => Some(at("ahead", &p.ahead, Duration::ZERO)?),
+            None => None,
+        },
         max_servers: p.max_servers.unwrap_or(pool.max).max(0) as u32,
         dry_run: p.dry_run,
     }))
@@ -79,6 +86,9 @@ pub struct PlannerSpec {
     /// A target is lowered only to what the load stayed under for this
     /// long, and never sooner than this after its last change.
     pub hold: Duration,
+    /// Look this far ahead into the load seen at the same time a day or a
+    /// week before (`None`: only the load seen counts).
+    pub ahead: Option<Duration>,
     /// Most servers the target may ask for.
     pub max: u32,
     /// What one server of the staged offer holds for these pods (its
@@ -183,6 +193,76 @@ pub fn peak(samples: &[Sample], span: Duration, now: DateTime<Utc>) -> Option<(u
     ))
 }
 
+/// How far back `ahead` looks: the same time a day and a week before.
+pub const LOOK_BACK: [Duration; 2] = [Duration::from_secs(86_400), Duration::from_secs(7 * 86_400)];
+
+/// What the samples must reach back to for `spec`: the window and the
+/// hold, and with `ahead` the week it looks back on.
+pub fn history(spec_window: Duration, hold: Duration, ahead: Option<Duration>) -> Duration {
+    let mut keep = spec_window.max(hold);
+    if ahead.is_some() {
+        keep = keep.max(LOOK_BACK[1] + Duration::from_secs(60));
+    }
+    keep
+}
+
+/// The load seen at the same time on an earlier day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Foreseen {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    /// How long ago (a day or a week).
+    pub lag: Duration,
+    pub ahead: Duration,
+}
+
+fn in_force(samples: &[Sample], at: DateTime<Utc>) -> Option<&Sample> {
+    samples.iter().filter(|s| s.at <= at).max_by_key(|s| s.at)
+}
+
+/// With `spec.ahead`: the most load that was sustained (by `window` and
+/// `at_least`) over the window starting `ahead` after this time of day,
+/// a day or a week before, among the days whose load at this time needed no
+/// more servers than today's does now (a day unlike today is no guide: a
+/// Saturday is not staged for from a Friday once Saturday's morning stays
+/// quiet). A lag shorter than `ahead + window` is skipped (that window would
+/// reach into the future).
+pub fn foreseen(spec: &PlannerSpec, samples: &[Sample], now: DateTime<Utc>) -> Option<Foreseen> {
+    let ahead = spec.ahead.filter(|a| !a.is_zero())?;
+    let latest = in_force(samples, now)?;
+    let today = servers_for(spec, latest.cpu_millis, latest.memory_bytes);
+    let mut best: Option<(u32, Foreseen)> = None;
+    for lag in LOOK_BACK {
+        if lag < ahead + spec.window {
+            continue;
+        }
+        let then = now - chrono(lag);
+        let Some(was) = in_force(samples, then) else {
+            continue;
+        };
+        if servers_for(spec, was.cpu_millis, was.memory_bytes) > today {
+            continue;
+        }
+        let until = then + chrono(ahead) + chrono(spec.window);
+        let Some((cpu, memory)) = sustained(samples, spec.window, spec.at_least, until) else {
+            continue;
+        };
+        let n = servers_for(spec, cpu, memory);
+        if best.is_none_or(|(m, _)| n > m) {
+            best = Some((
+                n,
+                Foreseen {
+                    cpu_millis: cpu,
+                    memory_bytes: memory,
+                    lag,
+                    ahead,
+                },
+            ));
+        }
+    }
+    best.map(|(_, f)| f)
+}
+
 /// Servers of `spec`'s offer that hold `cpu` and `memory`.
 pub fn servers_for(spec: &PlannerSpec, cpu_millis: u64, memory_bytes: u64) -> u32 {
     let by = |need: u64, per: u64| {
@@ -235,11 +315,31 @@ pub fn decide(
             ),
         };
     };
-    let needed = servers_for(spec, cpu, memory);
-    let load = format!(
-        "sustained load {cpu}m CPU, {} memory needs {needed} server(s)",
+    let reactive = servers_for(spec, cpu, memory);
+    let mut load = format!(
+        "sustained load {cpu}m CPU, {} memory needs {reactive} server(s)",
         gib(memory)
     );
+    let mut needed = reactive;
+    if let Some(seen) = foreseen(spec, samples, now) {
+        let more = servers_for(spec, seen.cpu_millis, seen.memory_bytes);
+        if more > reactive {
+            needed = more;
+            let _ = write!(
+                load,
+                "; {} at this time, the load sustained over the next {}s was {}m CPU, {} memory: {more} server(s), staged {}s ahead",
+                if seen.lag >= Duration::from_secs(7 * 86_400) {
+                    "a week ago"
+                } else {
+                    "a day ago"
+                },
+                spec.window.as_secs(),
+                seen.cpu_millis,
+                gib(seen.memory_bytes),
+                seen.ahead.as_secs(),
+            );
+        }
+    }
     let up = needed.min(spec.max);
     if up > current {
         let capped = if needed > spec.max {

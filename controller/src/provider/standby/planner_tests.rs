@@ -12,6 +12,7 @@ fn spec() -> PlannerSpec {
         window: Duration::from_secs(2 * H),
         at_least: Duration::from_secs(2 * H),
         hold: Duration::from_secs(H),
+        ahead: None,
         max: 4,
         server_cpu_millis: 3_500,
         server_memory_bytes: 28 * GIB,

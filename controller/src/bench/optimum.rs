@@ -1,0 +1,203 @@
+//! The hindsight optimum: the cheapest schedule of servers and VMs that
+//! covers the load at every minute, knowing the whole trace. Computing it
+//! exactly is an integer program; this module brackets it:
+//!
+//! - **`lower`, a proven lower bound.** Cut the load into layers, layer k
+//!   being what the k-th server would hold: at minute t it is worth
+//!   `w_k(t) = g_t(k-1) - g_t(k)` of VMs, where `g_t(m)` is the VM cost per
+//!   minute of what m servers leave, counted fluidly (VMs as fractions,
+//!   per minute: never more than real VMs cost). Each layer is solved on its
+//!   own by a dynamic program over minutes with three states: on VMs
+//!   (`w_k(t)`), on an hourly server (its price per minute, and `lead`
+//!   minutes of it on entering), on a monthly server (its setup fee and
+//!   `lead` minutes on entering, its month pro rata per minute, kept to the
+//!   end). Any real schedule, its servers stacked from the bottom layer
+//!   (monthly ones lowest: they stay), costs at least the sum of the layers'
+//!   optima: docs/planner.md gives the proof, with the one credit it needs
+//!   (a layer turning from hourly to monthly gets back `lead` minutes of the
+//!   hourly price).
+//! - **`upper`, a real schedule.** The same layers with billing exact (per
+//!   started hour from the order), each layer's servers kept in it, and the
+//!   load they leave run on the replay's VM fleet. Its cost is what that
+//!   schedule would really be billed, so the optimum is at most that.
+
+use super::fleet::{Fleet, Minute};
+use super::replay::{Minutes, servers_for};
+use super::setup::Setup;
+
+/// The bracket.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Optimum {
+    pub lower: f64,
+    pub upper: f64,
+    /// Servers the upper schedule orders.
+    pub upper_orders: u32,
+}
+
+struct Prices {
+    /// EUR per minute: hourly server, monthly server (pro rata); the
+    /// monthly setup fee; the lead in minutes.
+    hourly: f64,
+    monthly: f64,
+    fee: f64,
+    lead: f64,
+}
+
+fn prices(setup: &Setup) -> Prices {
+    Prices {
+        hourly: setup.offer.hourly / 60.0,
+        monthly: setup.offer.monthly / (730.0 * 60.0),
+        fee: setup.offer.monthly,
+        lead: super::fleet::minutes(setup.durations.install) as f64,
+    }
+}
+
+/// EUR per minute of the VMs (fluid) for what `m` servers leave at minute `t`.
+fn vm_rate(load: &Minutes, setup: &Setup, t: usize, m: u64) -> f64 {
+    let (sc, sm) = setup.server();
+    let (vc, vm) = setup.vm_size();
+    let cpu = load.cpu_millis[t].saturating_sub(m * sc) as f64 / vc.max(1) as f64;
+    let mem = load.memory_bytes[t].saturating_sub(m * sm) as f64 / vm.max(1) as f64;
+    cpu.max(mem) * setup.vm.hourly / 60.0
+}
+
+/// The layers' weights: `w[k][t]`.
+fn weights(load: &Minutes, setup: &Setup) -> Vec<Vec<f64>> {
+    let server = setup.server();
+    let layers = (0..load.len() as usize)
+        .map(|t| servers_for(server, load.cpu_millis[t], load.memory_bytes[t]))
+        .max()
+        .unwrap_or(0) as u64;
+    (1..=layers)
+        .map(|k| {
+            (0..load.len() as usize)
+                .map(|t| vm_rate(load, setup, t, k - 1) - vm_rate(load, setup, t, k))
+                .collect()
+        })
+        .collect()
+}
+
+/// The lower bound of one layer.
+fn layer_lower(w: &[f64], p: &Prices) -> f64 {
+    let (mut vm, mut hourly, mut monthly) = (0.0f64, f64::INFINITY, f64::INFINITY);
+    for &wt in w {
+        let enter_monthly = p.fee + p.monthly * p.lead;
+        let next_monthly = monthly
+            .min(vm + enter_monthly)
+            .min(hourly + enter_monthly - p.hourly * p.lead)
+            + p.monthly;
+        let next_hourly = hourly.min(vm + p.hourly * p.lead) + p.hourly;
+        let next_vm = vm.min(hourly) + wt;
+        (vm, hourly, monthly) = (next_vm, next_hourly, next_monthly);
+    }
+    vm.min(hourly).min(monthly)
+}
+
+/// One layer's cheapest real schedule: the minutes it is on a server, the
+/// metal cost, the servers ordered.
+fn layer_upper(w: &[f64], setup: &Setup) -> (Vec<bool>, f64, u32) {
+    // States after a minute: 0 on VMs; 1..=60 on an hourly server with
+    // (state - 1) minutes of its paid hour left; 61 on a monthly server.
+    const VM: usize = 0;
+    const MONTHLY: usize = 61;
+    let p = prices(setup);
+    let lead = p.lead as usize;
+    let hour = setup.offer.hourly;
+    // Entering at this minute: ordered `lead` minutes ago, every hour begun
+    // since is paid.
+    let entry_hours = (lead / 60 + 1) as f64;
+    let entry_state = (lead / 60 + 1) * 60 - lead; // (left after it) + 1
+    let mut cost = [f64::INFINITY; 62];
+    cost[VM] = 0.0;
+    let mut from: Vec<[u8; 62]> = Vec::with_capacity(w.len());
+    for &wt in w {
+        let mut next = [f64::INFINITY; 62];
+        let mut back = [0u8; 62];
+        let mut relax = |state: usize, c: f64, prev: usize| {
+            if c < next[state] {
+                next[state] = c;
+                back[state] = prev as u8;
+            }
+        };
+        for (s, &c) in cost.iter().enumerate() {
+            if !c.is_finite() {
+                continue;
+            }
+            match s {
+                VM => {
+                    relax(VM, c + wt, s);
+                    relax(entry_state, c + entry_hours * hour, s);
+                    relax(MONTHLY, c + p.fee + p.monthly * (p.lead + 1.0), s);
+                }
+                MONTHLY => relax(MONTHLY, c + p.monthly, s),
+                1 => {
+                    relax(VM, c + wt, s);
+                    relax(60, c + hour, s);
+                }
+                _ => {
+                    relax(VM, c + wt, s);
+                    relax(s - 1, c, s);
+                }
+            }
+        }
+        from.push(back);
+        cost = next;
+    }
+    let (mut state, total) =
+        cost.iter().enumerate().fold(
+            (VM, f64::INFINITY),
+            |best, (s, &c)| {
+                if c < best.1 { (s, c) } else { best }
+            },
+        );
+    let mut covered = vec![false; w.len()];
+    let mut orders = 0;
+    for t in (0..w.len()).rev() {
+        covered[t] = state != VM;
+        let prev = from[t][state] as usize;
+        if state != VM && prev == VM {
+            orders += 1;
+        }
+        state = prev;
+    }
+    let vm_part: f64 = w
+        .iter()
+        .zip(&covered)
+        .filter(|(_, c)| !**c)
+        .map(|(w, _)| w)
+        .sum();
+    (covered, total - vm_part, orders)
+}
+
+/// The bracket of the hindsight optimum for `load` under `setup`.
+pub fn optimum(load: &Minutes, setup: &Setup) -> Optimum {
+    let p = prices(setup);
+    let w = weights(load, setup);
+    let lower = w.iter().map(|layer| layer_lower(layer, &p)).sum();
+    let mut servers = vec![0u64; load.len() as usize];
+    let (mut metal, mut orders) = (0.0, 0);
+    for layer in &w {
+        let (covered, cost, n) = layer_upper(layer, setup);
+        metal += cost;
+        orders += n;
+        for (s, c) in servers.iter_mut().zip(covered) {
+            *s += u64::from(c);
+        }
+    }
+    let server = setup.server();
+    let consolidate = super::fleet::minutes(setup.durations.consolidate_after);
+    let mut fleet = Fleet::new(setup.vm_size(), setup.vm.hourly, consolidate);
+    for (t, m) in servers.iter().enumerate() {
+        let need = fleet.needed(
+            load.cpu_millis[t].saturating_sub(m * server.0),
+            load.memory_bytes[t].saturating_sub(m * server.1),
+        );
+        fleet.step(t as Minute, need);
+    }
+    fleet.close(load.len());
+    Optimum {
+        lower,
+        upper: metal + fleet.cost,
+        upper_orders: orders,
+    }
+}
