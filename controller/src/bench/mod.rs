@@ -64,6 +64,7 @@ pub fn compare(name: &str, load: &Minutes, setup: &Setup) -> Comparison {
     let lead = fleet::minutes(setup.durations.install);
     let span = load.len() + lead;
     let each = |billing| replay::server_cost(setup, billing, 0, span);
+    let planner = replay::replay(load, setup);
     Comparison {
         trace: name.to_string(),
         days: load.len() as f64 / 1440.0,
@@ -71,7 +72,7 @@ pub fn compare(name: &str, load: &Minutes, setup: &Setup) -> Comparison {
         peak_servers,
         peak_hourly: f64::from(peak_servers) * each(crate::catalog::Billing::Hourly),
         peak_monthly: f64::from(peak_servers) * each(crate::catalog::Billing::Monthly),
-        planner: replay::replay(load, setup),
+        planner,
         optimum: optimum::optimum(load, setup),
     }
 }
@@ -81,15 +82,17 @@ pub fn table(rows: &[Comparison]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<13} {:>5} {:>9} {:>12} {:>13} {:>9} {:>17} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6}",
+        "{:<13} {:>4} {:>8} {:>8} {:>8} {:>8} {:>15} {:>6} {:>8} {:>6} {:>6} {:>7} {:>6} {:>5} {:>4}",
         "TRACE",
         "DAYS",
         "VMS-ONLY",
-        "PEAK-HOURLY",
-        "PEAK-MONTHLY",
+        "PEAK-H",
+        "PEAK-M",
         "PLANNER",
         "OPTIMUM",
         "/OPT",
+        "REACTIVE",
+        "/REACT",
         "/VMS",
         "VM-CH-I",
         "BOUGHT",
@@ -99,16 +102,17 @@ pub fn table(rows: &[Comparison]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<13} {:>5.1} {:>9.2} {:>12.2} {:>13.2} {:>9.2} {:>8.2}–{:<8.2} {:>7.3}× {:>7.3}× {:>8.1} {:>7} {:>6} {:>6}",
+            "{:<13} {:>4.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>15} {:>6.3} {:>8.2} {:>6.3} {:>6.3} {:>7.1} {:>6} {:>5} {:>4}",
             r.trace,
             r.days,
             r.vms_only,
             r.peak_hourly,
             r.peak_monthly,
             r.planner.euros(),
-            r.optimum.lower,
-            r.optimum.upper,
+            format!("{:.2}-{:.2}", r.optimum.lower, r.optimum.upper),
             r.ratio(),
+            r.optimum.reactive,
+            r.planner.euros() / r.optimum.reactive,
             r.vs_vms(),
             r.planner.vm_core_hours_installing,
             r.planner.orders,
@@ -118,3 +122,7 @@ pub fn table(rows: &[Comparison]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "bench_tests.rs"]
+mod tests;

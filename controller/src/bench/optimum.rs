@@ -29,6 +29,10 @@ use super::setup::Setup;
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Optimum {
     pub lower: f64,
+    /// A lower bound on what any policy that orders servers only for load
+    /// present at the order can cost (docs/planner.md): what the planner
+    /// without `ahead` can be compared with.
+    pub reactive: f64,
     pub upper: f64,
     /// Servers the upper schedule orders.
     pub upper_orders: u32,
@@ -61,8 +65,24 @@ fn vm_rate(load: &Minutes, setup: &Setup, t: usize, m: u64) -> f64 {
     cpu.max(mem) * setup.vm.hourly / 60.0
 }
 
-/// The layers' weights: `w[k][t]`.
-fn weights(load: &Minutes, setup: &Setup) -> Vec<Vec<f64>> {
+/// EUR per minute of the whole VMs that hold what `m` servers leave at
+/// minute `t` (the upper schedule's layers are chosen by these).
+fn vm_rate_whole(load: &Minutes, setup: &Setup, t: usize, m: u64) -> f64 {
+    let (sc, sm) = setup.server();
+    let fleet = Fleet::new(setup.vm_size(), setup.vm.hourly, 1);
+    let n = fleet.needed(
+        load.cpu_millis[t].saturating_sub(m * sc),
+        load.memory_bytes[t].saturating_sub(m * sm),
+    );
+    n as f64 * setup.vm.hourly / 60.0
+}
+
+/// The layers' weights: `w[k][t]`, VMs counted by `rate`.
+fn weights(
+    load: &Minutes,
+    setup: &Setup,
+    rate: fn(&Minutes, &Setup, usize, u64) -> f64,
+) -> Vec<Vec<f64>> {
     let server = setup.server();
     let layers = (0..load.len() as usize)
         .map(|t| servers_for(server, load.cpu_millis[t], load.memory_bytes[t]))
@@ -71,22 +91,26 @@ fn weights(load: &Minutes, setup: &Setup) -> Vec<Vec<f64>> {
     (1..=layers)
         .map(|k| {
             (0..load.len() as usize)
-                .map(|t| vm_rate(load, setup, t, k - 1) - vm_rate(load, setup, t, k))
+                .map(|t| rate(load, setup, t, k - 1) - rate(load, setup, t, k))
                 .collect()
         })
         .collect()
 }
 
 /// The lower bound of one layer.
-fn layer_lower(w: &[f64], p: &Prices) -> f64 {
+fn layer_lower(w: &[f64], p: &Prices, may_enter: impl Fn(usize) -> bool) -> f64 {
     let (mut vm, mut hourly, mut monthly) = (0.0f64, f64::INFINITY, f64::INFINITY);
-    for &wt in w {
-        let enter_monthly = p.fee + p.monthly * p.lead;
+    for (t, &wt) in w.iter().enumerate() {
+        let (enter_hourly, enter_monthly) = if may_enter(t) {
+            (p.hourly * p.lead, p.fee + p.monthly * p.lead)
+        } else {
+            (f64::INFINITY, f64::INFINITY)
+        };
         let next_monthly = monthly
             .min(vm + enter_monthly)
             .min(hourly + enter_monthly - p.hourly * p.lead)
             + p.monthly;
-        let next_hourly = hourly.min(vm + p.hourly * p.lead) + p.hourly;
+        let next_hourly = hourly.min(vm + enter_hourly) + p.hourly;
         let next_vm = vm.min(hourly) + wt;
         (vm, hourly, monthly) = (next_vm, next_hourly, next_monthly);
     }
@@ -97,9 +121,14 @@ fn layer_lower(w: &[f64], p: &Prices) -> f64 {
 /// metal cost, the servers ordered.
 fn layer_upper(w: &[f64], setup: &Setup) -> (Vec<bool>, f64, u32) {
     // States after a minute: 0 on VMs; 1..=60 on an hourly server with
-    // (state - 1) minutes of its paid hour left; 61 on a monthly server.
+    // (state - 1) minutes of its paid hour left; 61 on a monthly server; 62
+    // before the first minute. A stretch on VMs that starts is charged an
+    // hour of them (what the VMs launched then are billed at least): that
+    // only steers which schedule is chosen, whose cost is then computed for
+    // real.
     const VM: usize = 0;
     const MONTHLY: usize = 61;
+    const BEFORE: usize = 62;
     let p = prices(setup);
     let lead = p.lead as usize;
     let hour = setup.offer.hourly;
@@ -107,12 +136,13 @@ fn layer_upper(w: &[f64], setup: &Setup) -> (Vec<bool>, f64, u32) {
     // since is paid.
     let entry_hours = (lead / 60 + 1) as f64;
     let entry_state = (lead / 60 + 1) * 60 - lead; // (left after it) + 1
-    let mut cost = [f64::INFINITY; 62];
-    cost[VM] = 0.0;
-    let mut from: Vec<[u8; 62]> = Vec::with_capacity(w.len());
+    let enter_monthly = p.fee + p.monthly * (p.lead + 1.0);
+    let mut cost = [f64::INFINITY; 63];
+    cost[BEFORE] = 0.0;
+    let mut from: Vec<[u8; 63]> = Vec::with_capacity(w.len());
     for &wt in w {
-        let mut next = [f64::INFINITY; 62];
-        let mut back = [0u8; 62];
+        let mut next = [f64::INFINITY; 63];
+        let mut back = [0u8; 63];
         let mut relax = |state: usize, c: f64, prev: usize| {
             if c < next[state] {
                 next[state] = c;
@@ -124,18 +154,18 @@ fn layer_upper(w: &[f64], setup: &Setup) -> (Vec<bool>, f64, u32) {
                 continue;
             }
             match s {
-                VM => {
-                    relax(VM, c + wt, s);
+                VM | BEFORE => {
+                    relax(VM, c + if s == VM { wt } else { wt * 60.0 }, s);
                     relax(entry_state, c + entry_hours * hour, s);
-                    relax(MONTHLY, c + p.fee + p.monthly * (p.lead + 1.0), s);
+                    relax(MONTHLY, c + enter_monthly, s);
                 }
                 MONTHLY => relax(MONTHLY, c + p.monthly, s),
                 1 => {
-                    relax(VM, c + wt, s);
+                    relax(VM, c + wt * 60.0, s);
                     relax(60, c + hour, s);
                 }
                 _ => {
-                    relax(VM, c + wt, s);
+                    relax(VM, c + wt * 60.0, s);
                     relax(s - 1, c, s);
                 }
             }
@@ -143,37 +173,50 @@ fn layer_upper(w: &[f64], setup: &Setup) -> (Vec<bool>, f64, u32) {
         from.push(back);
         cost = next;
     }
-    let (mut state, total) =
-        cost.iter().enumerate().fold(
-            (VM, f64::INFINITY),
-            |best, (s, &c)| {
-                if c < best.1 { (s, c) } else { best }
-            },
-        );
+    let mut state = (0..63)
+        .min_by(|a, b| cost[*a].total_cmp(&cost[*b]))
+        .unwrap_or(VM);
     let mut covered = vec![false; w.len()];
-    let mut orders = 0;
+    let (mut orders, mut metal) = (0, 0.0);
     for t in (0..w.len()).rev() {
-        covered[t] = state != VM;
         let prev = from[t][state] as usize;
-        if state != VM && prev == VM {
-            orders += 1;
-        }
+        covered[t] = state != VM;
+        let entered = prev == VM || prev == BEFORE;
+        metal += match state {
+            VM => 0.0,
+            MONTHLY if entered => enter_monthly,
+            MONTHLY => p.monthly,
+            _ if entered => entry_hours * hour,
+            60 if prev == 1 => hour,
+            _ => 0.0,
+        };
+        orders += u32::from(state != VM && entered);
         state = prev;
     }
-    let vm_part: f64 = w
-        .iter()
-        .zip(&covered)
-        .filter(|(_, c)| !**c)
-        .map(|(w, _)| w)
-        .sum();
-    (covered, total - vm_part, orders)
+    (covered, metal, orders)
 }
 
 /// The bracket of the hindsight optimum for `load` under `setup`.
 pub fn optimum(load: &Minutes, setup: &Setup) -> Optimum {
     let p = prices(setup);
-    let w = weights(load, setup);
-    let lower = w.iter().map(|layer| layer_lower(layer, &p)).sum();
+    let fluid = weights(load, setup, vm_rate);
+    let lower = fluid
+        .iter()
+        .map(|layer| layer_lower(layer, &p, |_| true))
+        .sum();
+    // Reactive: a server that is usable at t was ordered at t - lead, when
+    // the load needed at least as many servers as its layer.
+    let server = setup.server();
+    let lead = p.lead as usize;
+    let need: Vec<u32> = (0..load.len() as usize)
+        .map(|t| servers_for(server, load.cpu_millis[t], load.memory_bytes[t]))
+        .collect();
+    let reactive = fluid
+        .iter()
+        .enumerate()
+        .map(|(k, layer)| layer_lower(layer, &p, |t| need[t.saturating_sub(lead)] as usize > k))
+        .sum();
+    let w = weights(load, setup, vm_rate_whole);
     let mut servers = vec![0u64; load.len() as usize];
     let (mut metal, mut orders) = (0.0, 0);
     for layer in &w {
@@ -197,6 +240,7 @@ pub fn optimum(load: &Minutes, setup: &Setup) -> Optimum {
     fleet.close(load.len());
     Optimum {
         lower,
+        reactive,
         upper: metal + fleet.cost,
         upper_orders: orders,
     }

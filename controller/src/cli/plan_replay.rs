@@ -142,7 +142,7 @@ pub fn report(args: &ReplayArgs) -> anyhow::Result<String> {
     Ok(format!(
         "{} ({} CPU, {:.1} GiB allocatable) {:?} at {:.3} EUR/h, {:.2} EUR/month + the same setup fee; \
          VMs {} ({} CPU, {:.1} GiB) at {:.4} EUR/h per started hour; install {} s, adoption {} s; \
-         planner window {} s, hold {} s, ahead {}, at most {} servers\nEUR over each trace\n{}",
+         planner window {} s, hold {} s, at most {} servers, ahead {}\nEUR over each trace\n{}",
         setup.offer.name,
         crate::catalog::cpu_quantity(sc),
         sm as f64 / f64::from(1u32 << 30),

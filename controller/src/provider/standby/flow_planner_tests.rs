@@ -82,6 +82,7 @@ fn planner(dry_run: bool) -> StandbyPlanner {
         window: Some("1h".into()),
         at_least: None,
         hold: Some("30m".into()),
+        ahead: None,
         max_servers: None,
         dry_run,
     }

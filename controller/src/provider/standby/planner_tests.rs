@@ -260,6 +260,7 @@ fn planner(window: Option<&str>, at_least: Option<&str>) -> crate::nodeclass::St
         window: window.map(str::to_string),
         at_least: at_least.map(str::to_string),
         hold: None,
+        ahead: None,
         max_servers: None,
         dry_run: false,
     }
@@ -283,4 +284,102 @@ fn config_defaults_and_refusals() {
     assert!(e.contains("atLeast is longer"), "{e}");
     let e = config_of(&pool_with(Some(planner(Some("169h"), None)))).unwrap_err();
     assert!(e.contains("EM-A115X-SSD/fr-par-2: planner.window"), "{e}");
+}
+
+/// A working day: 1 core at night, 10 cores 08:00–20:00, on `day`.
+fn working_day(day: &str) -> Vec<Sample> {
+    vec![
+        sample(&format!("{day}T00:00:00Z"), 1_000, 1),
+        sample(&format!("{day}T08:00:00Z"), 10_000, 10),
+        sample(&format!("{day}T20:00:00Z"), 1_000, 1),
+    ]
+}
+
+fn ahead_spec() -> PlannerSpec {
+    PlannerSpec {
+        ahead: Some(Duration::from_secs(20 * 60)),
+        ..spec()
+    }
+}
+
+#[test]
+fn ahead_stages_for_the_load_seen_at_this_time_yesterday() {
+    let mut samples = working_day("2026-11-24");
+    samples.push(sample("2026-11-25T00:00:00Z", 1_000, 1));
+    // 07:45: yesterday from 08:05 the load needed 3 servers for all of the
+    // window; today's load now is what it was then.
+    let now = t("2026-11-25T07:45:00Z");
+    let seen = foreseen(&ahead_spec(), &samples, now).unwrap();
+    assert_eq!((seen.cpu_millis, seen.lag), (10_000, LOOK_BACK[0]));
+    let d = decide(&ahead_spec(), &samples, 1, None, now);
+    assert_eq!((d.target, d.change, d.needed), (3, Change::Raised, 3));
+    assert!(d.reason.contains("a day ago at this time"), "{}", d.reason);
+    assert!(d.reason.contains("staged 1200s ahead"), "{}", d.reason);
+    // Without `ahead`, only the load seen counts.
+    let d = decide(&spec(), &samples, 1, None, now);
+    assert_eq!((d.target, d.change), (1, Change::Unchanged));
+    // 07:30: yesterday 07:50–09:50 was not loaded all of the window.
+    assert_eq!(
+        decide(&ahead_spec(), &samples, 1, None, t("2026-11-25T07:30:00Z")).target,
+        1
+    );
+}
+
+#[test]
+fn ahead_ignores_a_day_unlike_today() {
+    // A quiet Saturday after a working Friday: at 08:30 today's load needs
+    // fewer servers than Friday's did at 08:30, so Friday is no guide.
+    let mut samples = working_day("2026-11-27");
+    samples.push(sample("2026-11-28T00:00:00Z", 1_000, 1));
+    let now = t("2026-11-28T08:30:00Z");
+    assert_eq!(foreseen(&ahead_spec(), &samples, now), None);
+    let d = decide(&ahead_spec(), &samples, 3, None, now);
+    assert_eq!((d.target, d.change), (1, Change::Lowered));
+}
+
+#[test]
+fn ahead_looks_a_week_back_when_yesterday_was_quiet() {
+    // Monday after a quiet Sunday: the Monday a week before was loaded.
+    let mut samples = working_day("2026-11-16");
+    samples.push(sample("2026-11-17T00:00:00Z", 1_000, 1));
+    let now = t("2026-11-23T07:45:00Z");
+    let seen = foreseen(&ahead_spec(), &samples, now).unwrap();
+    assert_eq!((seen.cpu_millis, seen.lag), (10_000, LOOK_BACK[1]));
+    let d = decide(&ahead_spec(), &samples, 1, None, now);
+    assert!(d.reason.contains("a week ago at this time"), "{}", d.reason);
+    // A window longer than a day less `ahead` cannot look a day back.
+    let long = PlannerSpec {
+        window: Duration::from_secs(24 * H),
+        at_least: Duration::from_secs(H),
+        ..ahead_spec()
+    };
+    let mut samples = working_day("2026-11-24");
+    samples.push(sample("2026-11-25T00:00:00Z", 1_000, 1));
+    assert_eq!(foreseen(&long, &samples, t("2026-11-25T07:45:00Z")), None);
+}
+
+#[test]
+fn ahead_is_parsed_and_keeps_a_week_of_samples() {
+    let mut p = planner(None, None);
+    p.ahead = Some("20m".into());
+    let c = config_of(&pool_with(Some(p.clone()))).unwrap().unwrap();
+    assert_eq!(c.ahead, Some(Duration::from_secs(20 * 60)));
+    assert_eq!(
+        config_of(&pool_with(Some(planner(None, None))))
+            .unwrap()
+            .unwrap()
+            .ahead,
+        None
+    );
+    p.ahead = Some("20 minutes".into());
+    let e = config_of(&pool_with(Some(p))).unwrap_err();
+    assert!(e.contains("planner.ahead"), "{e}");
+    assert_eq!(history(window(), Duration::from_secs(H), None), window());
+    assert!(
+        history(
+            window(),
+            Duration::from_secs(H),
+            Some(Duration::from_secs(60))
+        ) > LOOK_BACK[1]
+    );
 }
