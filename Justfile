@@ -134,6 +134,7 @@ hack-test:
     python3 hack/e2e_run_test.py
     python3 hack/dashboard_render_test.py
     python3 hack/version_check_test.py
+    python3 hack/trace_from_prometheus_test.py
 
 # Set the release version NEW (X.Y.Z) everywhere at once: Cargo.toml, Cargo.lock, both
 # charts, the bridge, and CHANGELOG.md's Unreleased section becomes NEW's; then commit
@@ -202,6 +203,11 @@ bench-install *ARGS: build-bench
 # 100 installs at once against emsim with its rate limit on: calls per node, 429s, RSS and CPU, first NodeClaim to last Node Ready (docs/figures.md "Scale")
 bench-scale *ARGS: build-bench
     KPS_KUBE_BIN_DIR="$(e2e/kube/build.sh | tail -n 1)" {{KPS_RUST_BIN_DIR}}/kps-bench-scale {{ARGS}}
+
+# The planner replayed on load traces (the shipped ones, or TRACE: a shipped name or a CSV file) against VMs only, metal sized for the peak and the hindsight optimum, each planner change's effect (docs/planner.md "What it saves")
+bench-planner *TRACE:
+    cargo build -p karpenter-scaleway --bin karpenter-scaleway
+    hack/bench-planner.sh {{TRACE}}
 
 # Karpenter's scheduler over the EM catalog (1000 pods), in-process vs through the bridge + Rust provider; GetInstanceTypes latency (docs/figures.md)
 bench-catalog ROUNDS="30":
