@@ -53,6 +53,28 @@ pub fn vms_only(load: &Minutes, setup: &Setup) -> f64 {
     fleet.cost
 }
 
+/// `m` servers ordered before the trace and held to its end, the load they
+/// leave on VMs (billed as the replay bills them): what keeping servers
+/// ready for load no history foresees costs.
+pub fn held(load: &Minutes, setup: &Setup, m: u32) -> f64 {
+    let server = setup.server();
+    let lead = fleet::minutes(setup.durations.install);
+    let metal = f64::from(m) * replay::server_cost(setup, setup.pool.billing, 0, load.len() + lead);
+    let after = fleet::minutes(setup.durations.consolidate_after);
+    let mut fleet = Fleet::new(setup.vm_size(), setup.vm.hourly, after);
+    let m = u64::from(m);
+    for t in 0..load.len() {
+        let (cpu, memory) = (load.cpu_millis[t as usize], load.memory_bytes[t as usize]);
+        let need = fleet.needed(
+            cpu.saturating_sub(m * server.0),
+            memory.saturating_sub(m * server.1),
+        );
+        fleet.step(t, need);
+    }
+    fleet.close(load.len());
+    metal + fleet.cost
+}
+
 /// Compares everything on one trace.
 pub fn compare(name: &str, load: &Minutes, setup: &Setup) -> Comparison {
     let server = setup.server();

@@ -5,8 +5,9 @@
 //! - **`lower`, a proven lower bound.** Cut the load into layers, layer k
 //!   being what the k-th server would hold: at minute t it is worth
 //!   `w_k(t) = g_t(k-1) - g_t(k)` of VMs, where `g_t(m)` is the VM cost per
-//!   minute of what m servers leave, counted fluidly (VMs as fractions,
-//!   per minute: never more than real VMs cost). Each layer is solved on its
+//!   minute of what m servers leave, counted in whole VMs paid by the
+//!   minute (never more than real VMs cost: they are whole, and billed by
+//!   the started hour). Each layer is solved on its
 //!   own by a dynamic program over minutes with three states: on VMs
 //!   (`w_k(t)`), on an hourly server (its price per minute, and `lead`
 //!   minutes of it on entering), on a monthly server (its setup fee and
@@ -56,18 +57,9 @@ fn prices(setup: &Setup) -> Prices {
     }
 }
 
-/// EUR per minute of the VMs (fluid) for what `m` servers leave at minute `t`.
-fn vm_rate(load: &Minutes, setup: &Setup, t: usize, m: u64) -> f64 {
-    let (sc, sm) = setup.server();
-    let (vc, vm) = setup.vm_size();
-    let cpu = load.cpu_millis[t].saturating_sub(m * sc) as f64 / vc.max(1) as f64;
-    let mem = load.memory_bytes[t].saturating_sub(m * sm) as f64 / vm.max(1) as f64;
-    cpu.max(mem) * setup.vm.hourly / 60.0
-}
-
 /// EUR per minute of the whole VMs that hold what `m` servers leave at
-/// minute `t` (the upper schedule's layers are chosen by these).
-fn vm_rate_whole(load: &Minutes, setup: &Setup, t: usize, m: u64) -> f64 {
+/// minute `t`: the layers' weights of both the bound and the real schedule.
+fn vm_rate(load: &Minutes, setup: &Setup, t: usize, m: u64) -> f64 {
     let (sc, sm) = setup.server();
     let fleet = Fleet::new(setup.vm_size(), setup.vm.hourly, 1);
     let n = fleet.needed(
@@ -77,12 +69,8 @@ fn vm_rate_whole(load: &Minutes, setup: &Setup, t: usize, m: u64) -> f64 {
     n as f64 * setup.vm.hourly / 60.0
 }
 
-/// The layers' weights: `w[k][t]`, VMs counted by `rate`.
-fn weights(
-    load: &Minutes,
-    setup: &Setup,
-    rate: fn(&Minutes, &Setup, usize, u64) -> f64,
-) -> Vec<Vec<f64>> {
+/// The layers' weights: `w[k][t]`.
+fn weights(load: &Minutes, setup: &Setup) -> Vec<Vec<f64>> {
     let server = setup.server();
     let layers = (0..load.len() as usize)
         .map(|t| servers_for(server, load.cpu_millis[t], load.memory_bytes[t]))
@@ -91,7 +79,7 @@ fn weights(
     (1..=layers)
         .map(|k| {
             (0..load.len() as usize)
-                .map(|t| rate(load, setup, t, k - 1) - rate(load, setup, t, k))
+                .map(|t| vm_rate(load, setup, t, k - 1) - vm_rate(load, setup, t, k))
                 .collect()
         })
         .collect()
@@ -199,11 +187,8 @@ fn layer_upper(w: &[f64], setup: &Setup) -> (Vec<bool>, f64, u32) {
 /// The bracket of the hindsight optimum for `load` under `setup`.
 pub fn optimum(load: &Minutes, setup: &Setup) -> Optimum {
     let p = prices(setup);
-    let fluid = weights(load, setup, vm_rate);
-    let lower = fluid
-        .iter()
-        .map(|layer| layer_lower(layer, &p, |_| true))
-        .sum();
+    let w = weights(load, setup);
+    let lower = w.iter().map(|layer| layer_lower(layer, &p, |_| true)).sum();
     // Reactive: a server that is usable at t was ordered at t - lead, when
     // the load needed at least as many servers as its layer.
     let server = setup.server();
@@ -211,12 +196,11 @@ pub fn optimum(load: &Minutes, setup: &Setup) -> Optimum {
     let need: Vec<u32> = (0..load.len() as usize)
         .map(|t| servers_for(server, load.cpu_millis[t], load.memory_bytes[t]))
         .collect();
-    let reactive = fluid
+    let reactive = w
         .iter()
         .enumerate()
         .map(|(k, layer)| layer_lower(layer, &p, |t| need[t.saturating_sub(lead)] as usize > k))
         .sum();
-    let w = weights(load, setup, vm_rate_whole);
     let mut servers = vec![0u64; load.len() as usize];
     let (mut metal, mut orders) = (0.0, 0);
     for layer in &w {

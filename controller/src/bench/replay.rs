@@ -290,7 +290,7 @@ pub fn replay(load: &Minutes, setup: &Setup) -> Outcome {
             target,
             adopted,
             &PoolSpec {
-                min: 0,
+                min: settings.min,
                 ..pool.clone()
             },
         );

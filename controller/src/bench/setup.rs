@@ -131,6 +131,9 @@ impl Default for Durations {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolSettings {
     pub billing: Billing,
+    /// The pool's `min` (idle standby servers kept whatever the planner's
+    /// target: servers ready for load no history foresees).
+    pub min: u32,
     /// The pool's `max` (standby servers at a time).
     pub max: u32,
     /// `planner.maxServers`.
@@ -148,6 +151,7 @@ impl Default for PoolSettings {
     fn default() -> Self {
         PoolSettings {
             billing: Billing::Hourly,
+            min: 0,
             max: 16,
             max_servers: 16,
             window: Duration::from_secs(2 * 3600),

@@ -43,6 +43,10 @@ pub struct ReplayArgs {
     /// `planner.hold`.
     #[arg(long, default_value = "30m")]
     pub hold: String,
+    /// The pool's `min`: idle standby servers kept whatever the planner's
+    /// target (ready for load no history foresees, such as spikes).
+    #[arg(long, default_value_t = 0)]
+    pub min: u32,
     /// `planner.maxServers` and the pool's `max`.
     #[arg(long, default_value_t = 16)]
     pub max_servers: u32,
@@ -79,7 +83,8 @@ pub fn setup_of(args: &ReplayArgs) -> anyhow::Result<Setup> {
                 BillingArg::Hourly => Billing::Hourly,
                 BillingArg::Monthly => Billing::Monthly,
             },
-            max: args.max_servers,
+            min: args.min,
+            max: args.max_servers.max(args.min),
             max_servers: args.max_servers,
             window,
             at_least,
@@ -140,15 +145,15 @@ pub fn report(args: &ReplayArgs) -> anyhow::Result<String> {
     let (sc, sm) = setup.server();
     let (vc, vm) = setup.vm_size();
     Ok(format!(
-        "{} ({} CPU, {:.1} GiB allocatable) {:?} at {:.3} EUR/h, {:.2} EUR/month + the same setup fee; \
+        "{} ({} CPU, {:.1} GiB allocatable) at {:.3} EUR/h, or {:.2} EUR/month + the same setup fee: billed {}; \
          VMs {} ({} CPU, {:.1} GiB) at {:.4} EUR/h per started hour; install {} s, adoption {} s; \
          planner window {} s, hold {} s, at most {} servers, ahead {}\nEUR over each trace\n{}",
         setup.offer.name,
         crate::catalog::cpu_quantity(sc),
         sm as f64 / f64::from(1u32 << 30),
-        setup.pool.billing,
         setup.offer.hourly,
         setup.offer.monthly,
+        format!("{:?}", setup.pool.billing).to_lowercase(),
         setup.vm.name,
         crate::catalog::cpu_quantity(vc),
         vm as f64 / f64::from(1u32 << 30),
