@@ -7,16 +7,18 @@
 //!   `w_k(t) = g_t(k-1) - g_t(k)` of VMs, where `g_t(m)` is the VM cost per
 //!   minute of what m servers leave, counted in whole VMs paid by the
 //!   minute (never more than real VMs cost: they are whole, and billed by
-//!   the started hour). Each layer is solved on its
-//!   own by a dynamic program over minutes with three states: on VMs
-//!   (`w_k(t)`), on an hourly server (its price per minute, and `lead`
+//!   the started hour). Each layer is solved on its own by a dynamic
+//!   program over minutes with three states: on VMs (`w_k(t)`), on an
+//!   hourly server (its price per minute, and `lead`
 //!   minutes of it on entering), on a monthly server (its setup fee and
 //!   `lead` minutes on entering, its month pro rata per minute, kept to the
 //!   end). Any real schedule, its servers stacked from the bottom layer
 //!   (monthly ones lowest: they stay), costs at least the sum of the layers'
 //!   optima: docs/planner.md gives the proof, with the one credit it needs
 //!   (a layer turning from hourly to monthly gets back `lead` minutes of the
-//!   hourly price).
+//!   hourly price). The VMs can also be counted by the started hour at
+//!   points an hour apart (`started_hours`); the bound is the higher of the
+//!   two sums.
 //! - **`upper`, a real schedule.** The same layers with billing exact (per
 //!   started hour from the order), each layer's servers kept in it, and the
 //!   load they leave run on the replay's VM fleet. Its cost is what that
@@ -184,23 +186,63 @@ fn layer_upper(w: &[f64], setup: &Setup) -> (Vec<bool>, f64, u32) {
     (covered, metal, orders)
 }
 
+/// How each minute's VMs count in the started-hour form of the bounds: a
+/// whole hour at a point (a minute where the load needs one server more
+/// than the minute before, points at least an hour apart), nothing within
+/// 59 minutes of a point, one minute elsewhere. A billed VM hour holds at
+/// most one point and lies within 59 minutes of it, so the VMs any schedule
+/// runs are billed at least this (docs/planner.md).
+fn started_hours(need: &[u32]) -> Vec<f64> {
+    let mut points = Vec::new();
+    for (t, &n) in need.iter().enumerate() {
+        let before = if t == 0 { 0 } else { need[t - 1] };
+        if n > before && points.last().is_none_or(|&p| t >= p + 60) {
+            points.push(t);
+        }
+    }
+    let mut count = vec![1.0; need.len()];
+    for &p in &points {
+        let around = p.saturating_sub(59)..(p + 60).min(need.len());
+        count[around].iter_mut().for_each(|c| *c = 0.0);
+    }
+    for &p in &points {
+        count[p] = 60.0;
+    }
+    count
+}
+
+/// The sum of the layers' bounds, VMs by the minute or in the started-hour
+/// form, whichever is higher: both are bounds, their maximum too (not a
+/// layer-by-layer maximum, which no schedule need respect).
+fn layered(w: &[Vec<f64>], hours: &[f64], bound: impl Fn(usize, &[f64]) -> f64) -> f64 {
+    let by_minute = w.iter().enumerate().map(|(k, l)| bound(k, l)).sum::<f64>();
+    let by_hour = w
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let l: Vec<f64> = l.iter().zip(hours).map(|(w, c)| w * c).collect();
+            bound(k, &l)
+        })
+        .sum::<f64>();
+    by_minute.max(by_hour)
+}
+
 /// The bracket of the hindsight optimum for `load` under `setup`.
 pub fn optimum(load: &Minutes, setup: &Setup) -> Optimum {
     let p = prices(setup);
     let w = weights(load, setup);
-    let lower = w.iter().map(|layer| layer_lower(layer, &p, |_| true)).sum();
-    // Reactive: a server that is usable at t was ordered at t - lead, when
-    // the load needed at least as many servers as its layer.
     let server = setup.server();
     let lead = p.lead as usize;
     let need: Vec<u32> = (0..load.len() as usize)
         .map(|t| servers_for(server, load.cpu_millis[t], load.memory_bytes[t]))
         .collect();
-    let reactive = w
-        .iter()
-        .enumerate()
-        .map(|(k, layer)| layer_lower(layer, &p, |t| need[t.saturating_sub(lead)] as usize > k))
-        .sum();
+    let hours = started_hours(&need);
+    let lower = layered(&w, &hours, |_, layer| layer_lower(layer, &p, |_| true));
+    // Reactive: a server that is usable at t was ordered at t - lead, when
+    // the load needed at least as many servers as its layer.
+    let reactive = layered(&w, &hours, |k, layer| {
+        layer_lower(layer, &p, |t| need[t.saturating_sub(lead)] as usize > k)
+    });
     let mut servers = vec![0u64; load.len() as usize];
     let (mut metal, mut orders) = (0.0, 0);
     for layer in &w {
